@@ -1,0 +1,40 @@
+# pyspark-kafka-share: `make demo` and `make test` each set up what they need (idempotent).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test unit lint typecheck jars bench clean help
+
+help:
+	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
+	@echo "make test   - lint, type-check and run all tests (real broker, local Spark)"
+	@echo "make unit   - pure unit tests only (no broker, no Spark)"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+jars: $(STAMP)
+	$(VENV)/bin/kafka-share fetch-jars
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests demo bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(PY) -m pytest -m "not broker and not spark" $(PYTEST_ARGS)
+
+test: $(STAMP) lint typecheck jars
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP) jars
+	$(PY) demo/demo.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

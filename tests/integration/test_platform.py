@@ -1,0 +1,102 @@
+"""Pin the broker and client behaviour the source relies on, with plain ShareConsumers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import AcknowledgeType
+
+from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+
+
+def _poll_until(consumer: Any, predicate: Callable[[list[Any]], bool], timeout_s: float = 30.0,
+                ack: AcknowledgeType = AcknowledgeType.ACCEPT) -> list[Any]:
+    """Poll, acknowledge everything with ``ack``, until ``predicate(all_seen)`` holds."""
+    seen: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not predicate(seen):
+        batch = consumer.poll(0.5)
+        for msg in batch:
+            assert msg.error() is None, msg.error()
+            consumer.acknowledge(msg, ack)
+            seen.append(msg)
+        if len(batch):
+            results = consumer.commit_sync()
+            assert all(err is None for err in results.values()), results
+    return seen
+
+
+def test_two_consumers_split_one_partition(
+    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+) -> None:
+    total = 20_000
+    kafka.produce(topic, (b"%d" % i for i in range(total)),
+                  producer_config={"batch.size": "2000"})
+    a, b = share_consumer(group, [topic]), share_consumer(group, [topic])
+    got: dict[str, list[int]] = {"a": [], "b": []}
+    deadline = time.monotonic() + 60
+    while len(got["a"]) + len(got["b"]) < total and time.monotonic() < deadline:
+        for name, consumer in (("a", a), ("b", b)):
+            batch = consumer.poll(0.2)
+            for msg in batch:
+                assert msg.error() is None
+                consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+                got[name].append(msg.offset())
+            if len(batch):
+                assert all(e is None for e in consumer.commit_sync().values())
+    assert got["a"] and got["b"], {k: len(v) for k, v in got.items()}
+    both = got["a"] + got["b"]
+    assert len(both) == total, "a record was lost or delivered twice"
+    assert sorted(both) == list(range(total))
+
+
+def test_release_redelivers_with_count_two(
+    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+) -> None:
+    kafka.produce(topic, [b"only"])
+    consumer = share_consumer(group, [topic])
+    first = _poll_until(consumer, lambda s: len(s) >= 1, ack=AcknowledgeType.RELEASE)
+    assert [m.delivery_count() for m in first] == [1]
+    again = _poll_until(consumer, lambda s: len(s) >= 1)
+    assert [(m.offset(), m.delivery_count()) for m in again] == [(first[0].offset(), 2)]
+
+
+def test_reject_is_not_redelivered(
+    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+) -> None:
+    kafka.produce(topic, [b"poison", b"fine"])
+    consumer = share_consumer(group, [topic])
+    seen: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 2 and time.monotonic() < deadline:
+        for msg in consumer.poll(0.5):
+            kind = AcknowledgeType.REJECT if msg.value() == b"poison" else AcknowledgeType.ACCEPT
+            consumer.acknowledge(msg, kind)
+            seen.append(msg)
+        consumer.commit_sync()
+    assert sorted(m.value() for m in seen) == [b"fine", b"poison"]
+    kafka.produce(topic, [b"marker"])
+    later = _poll_until(consumer, lambda s: any(m.value() == b"marker" for m in s))
+    assert [m.value() for m in later] == [b"marker"], "the rejected record came back"
+
+
+def test_unacknowledged_record_is_redelivered_after_lock_expiry(
+    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+) -> None:
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 2000)
+    kafka.produce(topic, [ProducerRecord(value=b"slow", key=b"k")])
+    holder = share_consumer(group, [topic])
+    deadline = time.monotonic() + 30
+    held: list[Any] = []
+    while not held and time.monotonic() < deadline:
+        held = list(holder.poll(0.5))
+    assert [m.delivery_count() for m in held] == [1]
+    acquired_at = time.monotonic()
+    # The holder never acknowledges; another member gets the record once the lock expires.
+    other = share_consumer(group, [topic])
+    again = _poll_until(other, lambda s: len(s) >= 1, timeout_s=30)
+    waited = time.monotonic() - acquired_at
+    assert [(m.value(), m.delivery_count()) for m in again] == [(b"slow", 2)]
+    assert waited >= 1.5, f"redelivered after {waited:.1f}s, before the 2 s lock expired"
