@@ -1,9 +1,15 @@
 """pyspark-kafka-share: Apache Kafka share groups (KIP-932, queues) for PySpark.
 
+- ``spark.readStream.format("kafka-share")``: a Structured Streaming source that ACCEPTs a
+  record only after it is durable in a journal, so micro-batches replay exactly.
 - :mod:`pyspark_kafka_share.localkafka`: a real local Kafka broker for development and tests.
+
+Importing this package is cheap: PySpark is imported only when ``DefaultSource`` is used.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pyspark_kafka_share.errors import (
     BrokerError,
@@ -17,9 +23,21 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BrokerError",
+    "DefaultSource",
     "JournalError",
+    "KafkaShareDataSource",
     "KafkaShareError",
     "LocalKafkaError",
     "OptionError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PySpark registers ``pyspark_*`` modules' ``DefaultSource`` automatically; resolve it lazily
+    # so that importing the package (CLI, harness) does not import PySpark.
+    if name in ("DefaultSource", "KafkaShareDataSource"):
+        from pyspark_kafka_share.source import KafkaShareDataSource
+
+        return KafkaShareDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,162 @@
+"""Driver-side broker checks and look-ups, bounded in time, done before a query starts."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark_kafka_share._options import SourceOptions
+from pyspark_kafka_share.errors import BrokerError
+
+__all__ = ["BrokerFacts", "api_versions", "inspect_broker", "latest_offsets"]
+
+_API_VERSIONS = 18
+_SHARE_GROUP_HEARTBEAT = 76
+_SHARE_FETCH = 78
+
+
+@dataclass(frozen=True)
+class BrokerFacts:
+    partitions: dict[str, int]
+    lock_ms: int
+    delivery_limit: int
+
+
+def api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int, int]]:
+    """ApiVersions v0 over a plain socket: {api_key: (min, max)} the broker supports."""
+    client = b"pyspark-kafka-share"
+    body = struct.pack(">hhih", _API_VERSIONS, 0, 1, len(client)) + client
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _recv(sock, 4))[0]
+        data = _recv(sock, size)
+    _corr, err, count = struct.unpack(">ihi", data[:10])
+    if err not in (0, 35):  # 35 = UNSUPPORTED_VERSION still lists the versions
+        raise BrokerError(f"ApiVersions failed with error code {err}")
+    out: dict[int, tuple[int, int]] = {}
+    for i in range(count):
+        key, lo, hi = struct.unpack(">hhh", data[10 + 6 * i: 16 + 6 * i])
+        out[key] = (lo, hi)
+    return out
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise BrokerError("connection closed during ApiVersions")
+        buf += chunk
+    return buf
+
+
+def _admin(opts: SourceOptions) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    conf: dict[str, str | int | float | bool] = dict(opts.admin_config())
+    conf.setdefault("socket.timeout.ms", opts.broker_timeout_ms)
+    return AdminClient(conf)
+
+
+def inspect_broker(opts: SourceOptions) -> BrokerFacts:
+    """Check reachability, topics and share-group support; read the group's lock settings."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    timeout = opts.broker_timeout_ms / 1000
+    admin = _admin(opts)
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except Exception as exc:
+        raise BrokerError(
+            f"option 'kafka.bootstrap.servers' = {opts.bootstrap_servers!r}: no broker answered "
+            f"within brokerTimeoutMs={opts.broker_timeout_ms} ({exc}). Check the address, the "
+            "network and the kafka.security.* settings"
+        ) from exc
+    missing = [t for t in opts.topics if t not in md.topics or md.topics[t].error is not None]
+    if missing:
+        raise BrokerError(
+            f"option 'subscribe' = {','.join(opts.topics)!r}: topic(s) {missing} do not exist "
+            f"on {opts.bootstrap_servers}. Create them first (share consumers do not create "
+            "topics)"
+        )
+    _check_share_support(opts, md, timeout)
+    resource = ConfigResource(ResourceType.GROUP, opts.group_id)
+    try:
+        configs = next(iter(admin.describe_configs([resource]).values())).result(timeout=timeout)
+    except Exception as exc:
+        raise BrokerError(
+            f"cannot read the configs of share group {opts.group_id!r} ({exc}); share groups "
+            "need Apache Kafka 4.2 or newer"
+        ) from exc
+    if "share.record.lock.duration.ms" not in configs:
+        raise BrokerError(
+            f"the broker at {opts.bootstrap_servers} has no share-group configs: share groups "
+            "need Apache Kafka 4.2 or newer (or share.version=1 enabled on 4.0/4.1)"
+        )
+    lock_ms = int(configs["share.record.lock.duration.ms"].value)
+    limit_entry = configs.get("share.delivery.count.limit")
+    delivery_limit = int(limit_entry.value) if limit_entry is not None else 5
+    return BrokerFacts(
+        partitions={t: len(md.topics[t].partitions) for t in opts.topics},
+        lock_ms=lock_ms, delivery_limit=delivery_limit,
+    )
+
+
+def _check_share_support(opts: SourceOptions, md: Any, timeout: float) -> None:
+    conf = dict(opts.client_config)
+    if conf.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+        return  # the raw ApiVersions probe speaks plaintext only; the config check follows
+    broker = next(iter(md.brokers.values()))
+    try:
+        versions = api_versions(broker.host, broker.port, timeout)
+    except (OSError, BrokerError):
+        return  # reachability was proven above; the group-config check decides
+    if _SHARE_FETCH not in versions or _SHARE_GROUP_HEARTBEAT not in versions \
+            or versions[_SHARE_FETCH][1] < 1:
+        raise BrokerError(
+            f"the broker at {broker.host}:{broker.port} does not support share groups "
+            "(no ShareFetch v1 / ShareGroupHeartbeat API): Apache Kafka 4.2 or newer is needed"
+        )
+
+
+def set_starting_offsets(opts: SourceOptions) -> None:
+    """Set the group's ``share.auto.offset.reset`` from ``startingOffsets``."""
+    if opts.starting_offsets is None:
+        return
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = _admin(opts)
+    resource = ConfigResource(ResourceType.GROUP, opts.group_id, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", opts.starting_offsets,
+                    incremental_operation=AlterConfigOpType.SET)])
+    try:
+        for fut in admin.incremental_alter_configs([resource]).values():
+            fut.result(timeout=opts.broker_timeout_ms / 1000)
+    except Exception as exc:
+        raise BrokerError(
+            f"option 'startingOffsets': could not set share.auto.offset.reset="
+            f"{opts.starting_offsets} on group {opts.group_id!r}: {exc}"
+        ) from exc
+
+
+def latest_offsets(opts: SourceOptions) -> dict[str, int]:
+    """High watermarks, as {"topic:partition": offset}."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = _admin(opts)
+    md = admin.list_topics(timeout=opts.broker_timeout_ms / 1000)
+    request = {TopicPartition(t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+               for t in opts.topics for p in md.topics[t].partitions}
+    out: dict[str, int] = {}
+    for tp, fut in admin.list_offsets(request).items():
+        out[f"{tp.topic}:{tp.partition}"] = fut.result(
+            timeout=opts.broker_timeout_ms / 1000).offset
+    return out

@@ -1,0 +1,350 @@
+"""Executor side: what one Spark task of one micro-batch does.
+
+``read_partition`` runs in a Python worker on a freshly unpickled reader; everything it needs
+arrives in the :class:`TaskSpec`. Exactly-once protocol per poll (see ``docs/design.md``):
+
+1. poll (explicit acknowledgement mode: the whole poll must be acknowledged before the next);
+2. records redelivered (``deliveryCount > 1``) that the journal already holds are duplicates
+   of published records whose acknowledgement was lost: ACCEPT them, do not emit them;
+3. if the poll's lock deadline has passed, RELEASE everything and stop;
+4. publish the fresh records in the next free journal slot (exclusive create);
+5. ACCEPT and ``commit_sync``; a failed commit is counted, not fatal: the records are
+   journaled, and their redelivery is recognised in step 2.
+
+When the task's budget (records, time) is spent it closes the partition log with END and
+yields the data slots before END. Rows are yielded only after everything is acknowledged, so
+downstream processing time never eats into an acquisition lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from pyspark_kafka_share import _pool
+from pyspark_kafka_share._arrow import messages_to_batch
+from pyspark_kafka_share._journal import EndMarker, Journal, JournalClosed, PartLog, ScanResult
+from pyspark_kafka_share._options import SourceOptions
+from pyspark_kafka_share.errors import BrokerError
+
+__all__ = ["TaskSpec", "read_partition"]
+
+# A response's records were acquired at most this long before librdkafka queued them.
+_ACQUIRE_MARGIN_S = 0.5
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What one task needs, pickled from the driver into the ``InputPartition``."""
+
+    options: SourceOptions
+    seq: int
+    part: int
+    parts: int
+    max_records: int | None
+    lock_ms: int
+
+    @property
+    def idle_timeout_s(self) -> float:
+        """Pooled consumers are closed sooner than their records' lock deadline could pass."""
+        opts = self.options
+        return min(opts.consumer_idle_timeout_ms, self.lock_ms * opts.lock_safety_fraction / 2) \
+            / 1000
+
+
+def _attempt_identity() -> tuple[int, int]:
+    """(taskAttemptId, attemptNumber) from Spark, or a random id outside Spark."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+    except ImportError:  # pragma: no cover
+        ctx = None
+    if ctx is None:
+        return uuid.uuid4().int & 0x7FFF_FFFF_FFFF, 0
+    return int(ctx.taskAttemptId()), int(ctx.attemptNumber())
+
+
+class _Faults:
+    """Test-only failure injection (option ``_faultInjection``); see tests/integration."""
+
+    def __init__(self, spec: TaskSpec, attempt_number: int) -> None:
+        self.points: dict[str, dict[str, str]] = {}
+        raw = spec.options.fault_injection
+        if not raw:
+            return
+        for item in raw.split(";"):
+            name, *conds = item.strip().split(":")
+            kv = dict(c.split("=", 1) for c in conds if "=" in c)
+            if kv.get("seq", str(spec.seq)) != str(spec.seq):
+                continue
+            if kv.get("part", str(spec.part)) != str(spec.part):
+                continue
+            if kv.get("attempt", str(attempt_number)) != str(attempt_number):
+                continue
+            self.points[name] = kv
+
+    def hit(self, name: str) -> None:
+        kv = self.points.get(name)
+        if kv is None:
+            return
+        if name.startswith("kill"):
+            os._exit(137)  # the Python worker dies: no finally, no acknowledgement
+        if name.startswith("sleep"):
+            time.sleep(int(kv.get("ms", "1000")) / 1000)
+            return
+        raise RuntimeError(f"injected failure: {name}")
+
+
+def _key(m: Any) -> tuple[str, int, int]:
+    return (m.topic(), m.partition(), m.offset())
+
+
+class _Acker:
+    """Acknowledges whole polls and counts outcomes."""
+
+    def __init__(self, consumer: Any, stats: Counter[str], timeout_s: float) -> None:
+        self.consumer = consumer
+        self.stats = stats
+        self.timeout_s = timeout_s
+
+    def settle(self, accept: list[Any], release: list[Any]) -> bool:
+        """ACCEPT ``accept`` and RELEASE ``release``, commit; True if the broker confirmed."""
+        from confluent_kafka import AcknowledgeType
+
+        for m in accept:
+            self.consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+        for m in release:
+            self.consumer.acknowledge(m, AcknowledgeType.RELEASE)
+        if not accept and not release:
+            return True
+        results = self.consumer.commit_sync(self.timeout_s)
+        failed = {f"{tp.topic}-{tp.partition}": str(err) for tp, err in results.items()
+                  if err is not None}
+        self.stats["accepted"] += len(accept)
+        self.stats["released"] += len(release)
+        if failed:
+            self.stats["commit_failures"] += 1
+            return False
+        return True
+
+
+class _Poller:
+    """Polls a pooled consumer within the task's record and time budget."""
+
+    def __init__(self, spec: TaskSpec, pc: _pool.PooledConsumer, budget: int | None,
+                 stats: Counter[str]) -> None:
+        self.spec = spec
+        self.pc = pc
+        self.budget = budget
+        self.stats = stats
+        self.start = time.monotonic()
+        # A consumer that just joined gets its assignment only after a heartbeat round or two.
+        join = spec.options.join_timeout_ms / 1000 if pc.uses == 1 else 0.0
+        self.last_record = self.start + join
+        self.time_cap_s = max(spec.options.max_batch_duration_ms / 1000,
+                              join + spec.options.poll_timeout_ms / 1000)
+        self.deadline_s = spec.lock_ms * spec.options.lock_safety_fraction / 1000
+
+    def next_poll(self) -> tuple[list[Any], float] | None:
+        """The next non-empty poll and its lock deadline, or None when the budget is spent."""
+        opts = self.spec.options
+        while True:
+            now = time.monotonic()
+            if self.budget is not None and self.budget <= 0:
+                return None
+            if now - self.start >= self.time_cap_s:
+                return None
+            if now - self.last_record >= opts.poll_timeout_ms / 1000:
+                return None
+            # Records of this poll may have been acquired by a fetch still running since the
+            # previous poll (librdkafka keeps fetching after an empty poll).
+            origin = (self.pc.last_poll if self.pc.fetch_pending else now) - _ACQUIRE_MARGIN_S
+            wait = min(0.5, opts.poll_timeout_ms / 1000)
+            msgs = list(self.pc.consumer.poll(wait))
+            self.pc.last_poll = time.monotonic()
+            self.pc.fetch_pending = not msgs
+            self.stats["polls"] += 1
+            if not msgs:
+                continue
+            if self.stats["records_acquired"] == 0 and self.pc.uses == 1:
+                self.stats["join_ms"] = int((self.pc.last_poll - self.pc.created) * 1000)
+            self.stats["records_acquired"] += len(msgs)
+            self.last_record = self.pc.last_poll
+            return msgs, origin + self.deadline_s
+
+
+def _raise_on_errors(msgs: list[Any], acker: _Acker) -> None:
+    errors = [m for m in msgs if m.error() is not None]
+    if errors:
+        acker.settle([], [m for m in msgs if m.error() is None])
+        raise BrokerError(f"share consumer poll failed: {errors[0].error()}")
+
+
+def _min_offsets(tables: list[pa.Table | pa.RecordBatch]) -> dict[str, int]:
+    low: dict[str, int] = {}
+    for t in tables:
+        for topic, part, off in zip(t.column("topic").to_pylist(),
+                                    t.column("partition").to_pylist(),
+                                    t.column("offset").to_pylist(), strict=True):
+            k = f"{topic}:{part}"
+            if k not in low or off < low[k]:
+                low[k] = off
+    return low
+
+
+def read_partition(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
+    """The rows of input partition ``spec.part`` of micro-batch ``spec.seq``."""
+    if spec.options.exactly_once:
+        yield from _read_exactly_once(spec)
+    else:
+        yield from _read_at_most_once(spec)
+
+
+def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
+    opts = spec.options
+    assert opts.journal_path is not None
+    attempt_id, attempt_number = _attempt_identity()
+    faults = _Faults(spec, attempt_number)
+    journal = Journal(opts.journal_path)
+    log = journal.part_log(spec.seq, spec.part)
+    try:
+        scan = log.open()
+    except JournalClosed:
+        return  # a late attempt of a batch Spark already committed: its output is unused
+    if scan.end is None:
+        scan = _fill(spec, journal, log, scan, attempt_id=attempt_id, faults=faults)
+    faults.hit("kill-after-end")
+    yield from log.read(scan)
+
+
+def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
+          attempt_id: int, faults: _Faults) -> ScanResult:
+    """Poll, journal and acknowledge until the budget is spent; END the log; return it."""
+    opts = spec.options
+    stats: Counter[str] = Counter()
+    own: dict[int, pa.RecordBatch] = {}
+    acked_slots: list[int] = []
+    existing = sum(_rows(log, s, own) for s in scan.data_slots)
+    budget = None if spec.max_records is None else spec.max_records - existing
+    pc = _pool.acquire(opts.consumer_config(), opts.topics, spec.idle_timeout_s)
+    acker = _Acker(pc.consumer, stats, opts.broker_timeout_ms / 1000)
+    poller = _Poller(spec, pc, budget, stats)
+    pending: list[Any] = []
+    healthy = True
+    try:
+        while (polled := poller.next_poll()) is not None:
+            pending, deadline = polled
+            _raise_on_errors(pending, acker)
+            redelivered = {_key(m) for m in pending if m.delivery_count() > 1}
+            stats["redelivered"] += len(redelivered)
+            dups = journal.find_journaled(redelivered)
+            fresh = [m for m in pending if _key(m) not in dups]
+            dup_msgs = [m for m in pending if _key(m) in dups]
+            stats["duplicates_dropped"] += len(dup_msgs)
+            faults.hit("fail-before-publish")
+            faults.hit("sleep-before-publish")
+            if time.monotonic() > deadline:
+                stats["released_lock_deadline"] += len(fresh)
+                acker.settle(dup_msgs, fresh)
+                pending = []
+                break
+            slot = None
+            if fresh:
+                batch = messages_to_batch(fresh, opts.include_headers)
+                try:
+                    slot = log.append(batch)
+                except JournalClosed:
+                    stats["released_closed"] += len(fresh)
+                    acker.settle(dup_msgs, fresh)
+                    pending = []
+                    break
+                own[slot] = batch
+                stats["journal_bytes"] += batch.nbytes
+                faults.hit("kill-after-publish")
+            confirmed = acker.settle(pending, [])
+            pending = []
+            if slot is not None and confirmed:
+                acked_slots.append(slot)
+            if poller.budget is not None:
+                poller.budget -= len(fresh)
+
+        def marker_for(s: ScanResult) -> EndMarker:
+            tables = [own[i] if i in own else _table(log, i) for i in s.data_slots]
+            return EndMarker(
+                attempt=attempt_id, data_slots=len(s.data_slots),
+                records=sum(t.num_rows for t in tables),
+                acked_slots=tuple(i for i in acked_slots if i in s.data_slots),
+                stats=dict(stats), min_offsets=_min_offsets(tables),
+            )
+
+        return log.end(marker_for)
+    except BaseException:
+        healthy = False
+        if pending:
+            _release_quietly(acker, pending)
+        raise
+    finally:
+        _pool.release(pc, healthy=healthy)
+
+
+def _release_quietly(acker: _Acker, pending: list[Any]) -> None:
+    # The original error matters more; unreleased records come back when their lock expires.
+    with contextlib.suppress(Exception):
+        acker.settle([], pending)
+
+
+def _table(log: PartLog, slot: int) -> pa.Table:
+    from pyspark_kafka_share._journal import _from_ipc
+
+    return _from_ipc(log.journal.store.read(log.slot_path(slot)))
+
+
+def _rows(log: PartLog, slot: int, own: dict[int, pa.RecordBatch]) -> int:
+    return int(own[slot].num_rows if slot in own else _table(log, slot).num_rows)
+
+
+def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
+    """ACCEPT on poll, then yield: a failure after the ACCEPT loses those records."""
+    opts = spec.options
+    stats: Counter[str] = Counter()
+    attempt_id, _ = _attempt_identity()
+    log = Journal(opts.journal_path).part_log(spec.seq, spec.part) if opts.journal_path else None
+    if log is not None:
+        try:
+            if log.open().end is not None:
+                return  # a re-run batch: at-most-once keeps no records to replay
+        except JournalClosed:
+            return
+    pc = _pool.acquire(opts.consumer_config(), opts.topics, spec.idle_timeout_s)
+    acker = _Acker(pc.consumer, stats, opts.broker_timeout_ms / 1000)
+    poller = _Poller(spec, pc, spec.max_records, stats)
+    healthy = True
+    emitted: list[pa.RecordBatch] = []
+    try:
+        while (polled := poller.next_poll()) is not None:
+            msgs, _deadline = polled
+            _raise_on_errors(msgs, acker)
+            acker.settle(msgs, [])
+            batch = messages_to_batch(msgs, opts.include_headers)
+            emitted.append(batch)
+            if poller.budget is not None:
+                poller.budget -= len(msgs)
+    except BaseException:
+        healthy = False
+        raise
+    finally:
+        _pool.release(pc, healthy=healthy)
+    if log is not None:
+        log.end(lambda s: EndMarker(attempt=attempt_id, data_slots=0,
+                                    records=sum(b.num_rows for b in emitted),
+                                    stats=dict(stats), min_offsets=_min_offsets(emitted)))
+    yield from emitted
