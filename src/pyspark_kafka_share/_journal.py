@@ -90,6 +90,10 @@ class _Store:
     def remove(self, path: str) -> None:
         raise NotImplementedError
 
+    def retire(self, path: str) -> str:
+        """Atomically move ``path`` aside to a hidden sibling; return the new path."""
+        raise NotImplementedError
+
 
 class _LocalStore(_Store):
     def create_exclusive(self, path: str, data: bytes, fsync: bool) -> bool:
@@ -150,6 +154,14 @@ class _LocalStore(_Store):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
+    def retire(self, path: str) -> str:
+        target = os.path.join(os.path.dirname(path), f".gc-{uuid.uuid4().hex}")
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:
+            return target
+        return target
+
 
 class _ArrowFsStore(_Store):  # pragma: no cover - needs a Hadoop cluster; see docs/design.md
     """HDFS through ``pyarrow.fs``: ``move`` is HDFS rename, which refuses an existing target."""
@@ -209,6 +221,12 @@ class _ArrowFsStore(_Store):  # pragma: no cover - needs a Hadoop cluster; see d
     def remove(self, path: str) -> None:
         with contextlib.suppress(OSError):
             self.fs.delete_file(path)
+
+    def retire(self, path: str) -> str:
+        target = f"{os.path.dirname(path)}/.gc-{uuid.uuid4().hex}"
+        with contextlib.suppress(OSError):
+            self.fs.move(path, target)
+        return target
 
 
 def _store_for(uri: str) -> tuple[_Store, str]:
@@ -328,7 +346,12 @@ class Journal:
             return set()
         found: set[tuple[str, int, int]] = set()
         paths: list[str] = []
+        # Fence first: keys of committed batches are in dedup/ (written before the fence),
+        # and a committed batch directory may hold a late attempt's withdrawn slot.
+        fence = self.committed_seq()
         for seq in self.store.listdir(self._p("batches")):
+            if seq.startswith(".") or int(seq) <= fence:
+                continue
             for part in self.store.listdir(self._p("batches", seq)):
                 paths.extend(self._p("batches", seq, part, name)
                              for name in self.store.listdir(self._p("batches", seq, part))
@@ -339,7 +362,7 @@ class Journal:
             try:
                 found |= candidates & self._slot_keys(path)
             except FileNotFoundError:
-                continue  # cleaned up meanwhile: its keys moved to dedup/, listed above
+                continue  # cleaned up meanwhile: its keys are in dedup/
             if len(found) == len(candidates):
                 break
         return found
@@ -359,18 +382,19 @@ class Journal:
         return ends
 
     def commit(self, seq: int, dedup_retention_ms: int) -> None:
-        """Batch ``seq`` is committed by Spark: fence it, keep dedup keys, delete its data."""
-        self.store.makedirs(self.root)
-        self.store.write(self._p("committed"), json.dumps({"seq": seq}).encode())
+        """Batch ``seq`` is committed by Spark: keep dedup keys, fence it, delete its data.
+
+        Order matters: dedup entries first (``find_journaled`` skips fenced batches), then
+        the fence, then each batch directory is renamed aside before it is deleted.
+        """
         self.store.makedirs(self._p("dedup"))
-        for name in sorted(self.store.listdir(self._p("batches"))):
-            if name.startswith(".") or int(name) > seq:
-                continue
-            batch_seq = int(name)
+        done = [n for n in sorted(self.store.listdir(self._p("batches")))
+                if not n.startswith(".") and int(n) <= seq]
+        for name in done:
             for part in self.store.listdir(self._p("batches", name)):
                 if part.startswith("."):
                     continue
-                log = self.part_log(batch_seq, int(part))
+                log = self.part_log(int(name), int(part))
                 scan = log.scan()
                 acked = set(scan.end.acked_slots) if scan.end else set()
                 for slot in scan.data_slots:
@@ -383,7 +407,13 @@ class Journal:
                     )
                     target = self._p("dedup", f"{name}-{int(part):05d}-{slot:06d}")
                     self.store.create_exclusive(target, _to_ipc(keys), self.fsync)
-            self.store.remove_tree(self._p("batches", name))
+        self.store.write(self._p("committed"), json.dumps({"seq": seq}).encode())
+        for name in done:
+            # Renamed first: a late attempt's link into the old path then fails (ENOENT).
+            self.store.remove_tree(self.store.retire(self._p("batches", name)))
+        for name in self.store.listdir(self._p("batches")):
+            if name.startswith(".gc-"):
+                self.store.remove_tree(self._p("batches", name))
         if dedup_retention_ms > 0:
             horizon = time.time() - dedup_retention_ms / 1000
             for name in self.store.listdir(self._p("dedup")):
@@ -461,6 +491,10 @@ class PartLog:
                 return slot
             if not self.journal.store.read(self.slot_path(slot)).startswith(_ARROW_MAGIC):
                 raise JournalClosed(f"partition {self.part} of batch {self.seq} is closed")
+
+    def withdraw(self, slot: int) -> None:
+        """Delete our own slot of a batch that Spark already committed (nobody reads it)."""
+        self.journal.store.remove(self.slot_path(slot))
 
     def end(self, marker_for: Any) -> ScanResult:
         """Close the log with an END marker (``marker_for(scan) -> EndMarker``); return the

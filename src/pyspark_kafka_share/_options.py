@@ -49,7 +49,7 @@ SOURCE_OPTIONS = (
     "lockSafetyFraction", "dedupRetentionMs", "brokerTimeoutMs",
 )
 # Options Spark may add on its own (e.g. for CREATE TABLE ... USING); ignored.
-_SPARK_INJECTED = ("path", "paths", "__path__")
+_SPARK_INJECTED = ("path", "paths", "provider")
 _TEST_OPTION = "_faultinjection"
 
 _DURATION = re.compile(r"^P(?!$)(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+(\.\d+)?S)?)?$")
@@ -148,9 +148,15 @@ def _starting_offsets(raw: str | None) -> str | None:
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate ``options`` (keys case-insensitive) into :class:`SourceOptions`."""
-    opts: dict[str, str] = {}
-    for key, value in options.items():
-        opts[key.lower()] = value
+    opts: dict[str, str] = {k.lower(): v for k, v in options.items()}
+    # A table (CREATE TABLE ... USING): Spark passes table properties (owner, provider, ...)
+    # beside the user's OPTIONS, which may also appear as "option.<key>".
+    from_table = any(k.startswith("option.") for k in opts) or "provider" in opts
+    if from_table:
+        merged = {k: v for k, v in opts.items() if not k.startswith("option.")}
+        merged.update({k[len("option."):]: v for k, v in opts.items()
+                       if k.startswith("option.")})
+        opts = merged
     known = {name.lower(): name for name in SOURCE_OPTIONS}
     client: list[tuple[str, str]] = []
     for key, value in opts.items():
@@ -164,7 +170,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             client.append((client_key, str(value)))
         elif key in CLIENT_OPTIONS_REJECTED and key not in known:
             raise OptionError(key, value, CLIENT_OPTIONS_REJECTED[key])
-        elif key not in known and key not in _SPARK_INJECTED and key != _TEST_OPTION:
+        elif key not in known and key not in _SPARK_INJECTED and key != _TEST_OPTION \
+                and not from_table:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f"did you mean {known[close[0]]!r}? " if close else ""
             raise OptionError(key, value, f"unknown option; {hint}known options: "

@@ -51,6 +51,15 @@ class TaskSpec:
     parts: int
     max_records: int | None
     lock_ms: int
+    delivery_limit: int = 5
+
+    def consumer_config(self) -> dict[str, str]:
+        conf = self.options.consumer_config()
+        if self.max_records is not None:
+            # Sent as ShareFetch MaxRecords; the broker still acquires whole producer batches.
+            conf["max.poll.records"] = str(min(self.max_records,
+                                               int(conf.get("max.poll.records", "500"))))
+        return conf
 
     @property
     def idle_timeout_s(self) -> float:
@@ -129,6 +138,10 @@ class _Acker:
         results = self.consumer.commit_sync(self.timeout_s)
         failed = {f"{tp.topic}-{tp.partition}": str(err) for tp, err in results.items()
                   if err is not None}
+        confirmed = {(tp.topic, tp.partition) for tp, err in results.items() if err is None}
+        for m in (*accept, *release):
+            if (m.topic(), m.partition()) not in confirmed:
+                failed.setdefault(f"{m.topic()}-{m.partition()}", "no result")
         self.stats["accepted"] += len(accept)
         self.stats["released"] += len(release)
         if failed:
@@ -235,7 +248,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
     acked_slots: list[int] = []
     existing = sum(_rows(log, s, own) for s in scan.data_slots)
     budget = None if spec.max_records is None else spec.max_records - existing
-    pc = _pool.acquire(opts.consumer_config(), opts.topics, spec.idle_timeout_s)
+    pc = _pool.acquire(spec.consumer_config(), opts.topics, spec.idle_timeout_s)
     acker = _Acker(pc.consumer, stats, opts.broker_timeout_ms / 1000)
     poller = _Poller(spec, pc, budget, stats)
     pending: list[Any] = []
@@ -253,16 +266,32 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
             faults.hit("fail-before-publish")
             faults.hit("sleep-before-publish")
             if time.monotonic() > deadline:
-                stats["released_lock_deadline"] += len(fresh)
-                acker.settle(dup_msgs, fresh)
-                pending = []
-                break
+                # Past the deadline the lock may expire before the slot is visible, and the
+                # record could be journaled twice. A record at the delivery limit is the
+                # exception: the broker archives it instead of redelivering it, so RELEASE
+                # would lose it and publishing cannot duplicate it.
+                last = [m for m in fresh if m.delivery_count() >= spec.delivery_limit]
+                late = [m for m in fresh if m.delivery_count() < spec.delivery_limit]
+                stats["released_lock_deadline"] += len(late)
+                acker.settle(dup_msgs, late)
+                pending = last
+                fresh, dup_msgs = last, []
+                if not last:
+                    break
             slot = None
             if fresh:
                 batch = messages_to_batch(fresh, opts.include_headers)
                 try:
                     slot = log.append(batch)
                 except JournalClosed:
+                    stats["released_closed"] += len(fresh)
+                    acker.settle(dup_msgs, fresh)
+                    pending = []
+                    break
+                if journal.committed_seq() >= spec.seq:
+                    # A late attempt: Spark committed this batch while we polled. The slot
+                    # would never be read; withdraw it and give the records back.
+                    log.withdraw(slot)
                     stats["released_closed"] += len(fresh)
                     acker.settle(dup_msgs, fresh)
                     pending = []
@@ -276,6 +305,8 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
                 acked_slots.append(slot)
             if poller.budget is not None:
                 poller.budget -= len(fresh)
+
+        faults.hit("fail-before-end")
 
         def marker_for(s: ScanResult) -> EndMarker:
             tables = [own[i] if i in own else _table(log, i) for i in s.data_slots]
@@ -293,7 +324,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
             _release_quietly(acker, pending)
         raise
     finally:
-        _pool.release(pc, healthy=healthy)
+        _pool.release(pc, healthy=healthy and not pc.fetch_pending)
 
 
 def _release_quietly(acker: _Acker, pending: list[Any]) -> None:
@@ -324,7 +355,7 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
                 return  # a re-run batch: at-most-once keeps no records to replay
         except JournalClosed:
             return
-    pc = _pool.acquire(opts.consumer_config(), opts.topics, spec.idle_timeout_s)
+    pc = _pool.acquire(spec.consumer_config(), opts.topics, spec.idle_timeout_s)
     acker = _Acker(pc.consumer, stats, opts.broker_timeout_ms / 1000)
     poller = _Poller(spec, pc, spec.max_records, stats)
     healthy = True
@@ -342,7 +373,7 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         healthy = False
         raise
     finally:
-        _pool.release(pc, healthy=healthy)
+        _pool.release(pc, healthy=healthy and not pc.fetch_pending)
     if log is not None:
         log.end(lambda s: EndMarker(attempt=attempt_id, data_slots=0,
                                     records=sum(b.num_rows for b in emitted),

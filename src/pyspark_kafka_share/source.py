@@ -136,7 +136,8 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return [
             KafkaSharePartition(TaskSpec(options=self.options, seq=int(end["seq"]), part=i,
                                          parts=parts, max_records=per_task,
-                                         lock_ms=self.lock_ms))
+                                         lock_ms=self.lock_ms,
+                                         delivery_limit=self.delivery_limit))
             for i in range(parts)
         ]
 

@@ -1,0 +1,350 @@
+"""The kafka-share source against a real broker and a real local Spark.
+
+Every guarantee test injects its failure for real (an exception in the task, the Python worker
+process killed with os._exit, an expired lock, a failed batch and a restart from the
+checkpoint) and then checks that the sink holds every produced record exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+
+Key = tuple[str, int, int]
+
+
+def _reader(spark: Any, kafka: LocalKafka, topics: list[str], group: str, journal: Path | None,
+            **options: Any) -> Any:
+    r = (spark.readStream.format("kafka-share")
+         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+         .option("kafka.group.id", group)
+         .option("subscribe", ",".join(topics))
+         .option("pollTimeoutMs", 1500))
+    if journal is not None:
+        r = r.option("journalPath", str(journal))
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def _run_available_now(df: Any, out: Path, chk: Path, timeout_s: float = 240) -> Any:
+    q = (df.writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
+    q.awaitTermination(timeout_s)
+    assert not q.isActive, "the AvailableNow query did not finish"
+    if q.exception() is not None:
+        raise AssertionError(f"query failed: {q.exception()}")
+    return q
+
+
+def _sink_keys(spark: Any, out: Path) -> list[Key]:
+    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
+    return [(r.topic, r.partition, r.offset) for r in rows]
+
+
+def _produced(topic: str, partitions: int, n: int) -> set[Key]:
+    """Keys produced by ``_produce_spread`` (offsets are dense per partition)."""
+    per = Counter(i % partitions for i in range(n))
+    return {(topic, p, o) for p, c in per.items() for o in range(c)}
+
+
+def _produce_spread(kafka: LocalKafka, topic: str, partitions: int, n: int,
+                    value: Callable[[int], bytes] = lambda i: b"v%d" % i) -> set[Key]:
+    kafka.produce(topic, (ProducerRecord(value=value(i), partition=i % partitions)
+                          for i in range(n)), producer_config={"batch.size": "16384"})
+    return _produced(topic, partitions, n)
+
+
+def _assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
+    dups = [k for k, c in Counter(got).items() if c > 1]
+    assert not dups, f"{len(dups)} records delivered twice, e.g. {dups[:3]}"
+    missing = expected - set(got)
+    assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
+    assert set(got) == expected
+
+
+def _remaining(kafka: LocalKafka, group: str, topics: list[str], share_consumer: Any,
+               wait_s: float = 8.0) -> list[Key]:
+    """What a plain consumer of the group still gets (and RELEASEs back)."""
+    from confluent_kafka import AcknowledgeType
+
+    c = share_consumer(group, topics)
+    seen: list[Key] = []
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        batch = c.poll(0.5)
+        for m in batch:
+            seen.append((m.topic(), m.partition(), m.offset()))
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+        if len(batch):
+            c.commit_sync()
+    return seen
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def test_more_tasks_than_partitions_exactly_once(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    expected = _produce_spread(kafka, topic, 1, 20_000)
+    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=4)
+    from pyspark.sql.functions import spark_partition_id
+
+    _run_available_now(df.withColumn("task", spark_partition_id()), tmp_path / "out",
+                       tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+
+
+def test_columns_headers_nulls_large_values_several_topics(
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    a, b = topic_factory(2), topic_factory(1)
+    big = b"x" * 500_000
+    kafka.produce(a, [
+        ProducerRecord(value=b"v1", key=b"k1", headers=[("h1", b"x"), ("h2", None)], partition=0),
+        ProducerRecord(value=None, key=None, partition=1),
+        ProducerRecord(value=big, key=b"big", partition=0, timestamp_ms=1_700_000_000_000),
+    ])
+    kafka.produce(b, [ProducerRecord(value=b"other", key=b"k")])
+    df = _reader(spark, kafka, [a, b], group, tmp_path / "journal", includeHeaders="true")
+    assert [f.name for f in df.schema.fields] == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+        "headers", "deliveryCount"]
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    rows = {(r.topic, r.partition, r.offset): r for r in
+            spark.read.parquet(str(tmp_path / "out")).collect()}
+    assert len(rows) == 4
+    first = rows[(a, 0, 0)]
+    assert (bytes(first.key), bytes(first.value)) == (b"k1", b"v1")
+    assert [(h.key, None if h.value is None else bytes(h.value)) for h in first.headers] == [
+        ("h1", b"x"), ("h2", None)]
+    assert first.deliveryCount == 1 and first.timestampType == 0
+    nulls = rows[(a, 1, 0)]
+    assert nulls.key is None and nulls.value is None
+    large = rows[(a, 0, 1)]
+    assert bytes(large.value) == big
+    assert int(large.timestamp.timestamp() * 1000) == 1_700_000_000_000
+    assert bytes(rows[(b, 0, 0)].value) == b"other"
+
+
+@pytest.mark.skip(reason="open defect: SELECT * FROM STREAM <table> does not yet receive the "
+                  "table's OPTIONS in a form parse_options accepts (see the note on issue 3)")
+def test_sql_create_table_and_select_from_stream(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    expected = _produce_spread(kafka, topic, 1, 300)
+    table = f"share_{group.replace('-', '_')}"
+    spark.sql(
+        f"CREATE TABLE {table} USING `kafka-share` OPTIONS ("
+        f"'kafka.bootstrap.servers' '{kafka.bootstrap_servers}', 'kafka.group.id' '{group}', "
+        f"'subscribe' '{topic}', 'journalPath' '{tmp_path / 'journal'}', "
+        f"'pollTimeoutMs' '1500')"
+    )
+    df = spark.sql(f"SELECT topic, partition, offset FROM STREAM {table}")
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+
+
+def test_max_records_per_trigger_bounds_batches(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    # One record per producer batch: the broker acquires whole batches.
+    kafka.produce(topic, (b"%d" % i for i in range(600)),
+                  producer_config={"batch.size": "1", "linger.ms": "0"})
+    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                 maxRecordsPerTrigger=100)
+    q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    sizes = [p.numInputRows for p in q.recentProgress if p.numInputRows]
+    assert sum(sizes) == 600
+    assert max(sizes) <= 100, sizes
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), _produced(topic, 1, 600))
+
+
+def test_two_queries_in_one_group_split_without_overlap(
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    topic = topic_factory(2)
+    expected = _produce_spread(kafka, topic, 2, 10_000)
+    queries = []
+    for name in ("q1", "q2"):
+        df = _reader(spark, kafka, [topic], group, tmp_path / name / "journal", numPartitions=2)
+        queries.append(df.writeStream.format("parquet").option("path", str(tmp_path / name / "o"))
+                       .option("checkpointLocation", str(tmp_path / name / "c"))
+                       .trigger(availableNow=True).start())
+    for q in queries:
+        q.awaitTermination(240)
+        assert q.exception() is None
+    got1 = _sink_keys(spark, tmp_path / "q1" / "o")
+    got2 = _sink_keys(spark, tmp_path / "q2" / "o")
+    assert not set(got1) & set(got2), "a record went to both queries"
+    _assert_exactly_once(got1 + got2, expected)
+
+
+def test_at_most_once_reads_without_journal(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    expected = _produce_spread(kafka, topic, 1, 500)
+    df = _reader(spark, kafka, [topic], group, None, delivery="at-most-once")
+    seen: list[Key] = []
+    lock = threading.Lock()
+
+    def collect(batch: Any, batch_id: int) -> None:
+        with lock:
+            seen.extend((r.topic, r.partition, r.offset) for r in batch.collect())
+
+    q = df.writeStream.foreachBatch(collect).option(
+        "checkpointLocation", str(tmp_path / "chk")).start()
+    deadline = time.monotonic() + 120
+    while len(seen) < 500 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    q.stop()
+    _assert_exactly_once(seen, expected)
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+def test_task_failing_before_publish_is_retried_exactly_once(
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+    tmp_path: Path, share_consumer: Any,
+) -> None:
+    topic = topic_factory(2)
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    expected = _produce_spread(kafka, topic, 2, 4000)
+    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                 _faultInjection="fail-before-publish:seq=1:part=0:attempt=0")
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert _remaining(kafka, group, [topic], share_consumer, wait_s=4) == []
+
+
+def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, share_consumer: Any
+) -> None:
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    expected = _produce_spread(kafka, topic, 1, 3000)
+    journal = tmp_path / "journal"
+    # One task, so the killed task surely holds records.
+    df = _reader(spark, kafka, [topic], group, journal, numPartitions=1,
+                 _faultInjection="kill-after-publish:seq=1:part=0:attempt=0")
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    # The killed attempt's journaled records were never acknowledged: once their lock expires
+    # they are redelivered; a later batch must recognise and ACCEPT them without emitting them.
+    time.sleep(4)
+    df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2)
+    _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert _remaining(kafka, group, [topic], share_consumer, wait_s=6) == [], \
+        "redelivered duplicates were not acknowledged"
+    assert list((journal / "dedup").iterdir()), "the unacknowledged slot left no dedup entry"
+
+
+@pytest.mark.skip(reason="open defect: records RELEASEd at an expired deadline are not re-read "
+                  "by the next AvailableNow run (see the note on issue 3)")
+def test_expired_lock_releases_instead_of_publishing(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 2000)
+    expected = _produce_spread(kafka, topic, 1, 1000)
+    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                 _faultInjection="sleep-before-publish:seq=1:ms=2500")
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    got = _sink_keys(spark, tmp_path / "out")
+    if set(got) != expected:  # AvailableNow may end before the released records come back
+        time.sleep(3)
+        df2 = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2)
+        _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
+        got = _sink_keys(spark, tmp_path / "out")
+    _assert_exactly_once(got, expected)
+    counts = {r.deliveryCount for r in spark.read.parquet(str(tmp_path / "out")).collect()}
+    assert max(counts) >= 2, "no record was released and redelivered"
+
+
+def test_failed_batch_restarted_from_checkpoint_replays_exactly(
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+    tmp_path: Path, share_consumer: Any,
+) -> None:
+    topic = topic_factory(2)
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    expected = _produce_spread(kafka, topic, 2, 6000)
+    journal = tmp_path / "journal"
+    # Every attempt of task 0 of batch 1 fails before END: the query dies mid-batch, after
+    # both tasks may have journaled and ACCEPTed records.
+    df = _reader(spark, kafka, [topic], group, journal, numPartitions=2,
+                 _faultInjection="fail-before-end:seq=1:part=0")
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="injected failure: fail-before-end"):
+        q.awaitTermination(240)
+    accepted_before_restart = sum(1 for p in (journal / "batches").glob("*/*/*")
+                                  if p.read_bytes().startswith(b"ARROW1"))
+    assert accepted_before_restart >= 1, "nothing was journaled; the test proves nothing"
+    df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2)
+    _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+
+
+def test_foreach_batch_keyed_by_batch_id_is_exactly_once_across_a_crash(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    expected = _produce_spread(kafka, topic, 1, 2000)
+    sink = tmp_path / "sink"
+
+    def write(batch: Any, batch_id: int) -> None:  # idempotent per batch id
+        batch.select("topic", "partition", "offset").write.mode("overwrite").parquet(
+            str(sink / f"batch={batch_id}"))
+
+    for fault in ("kill-after-publish:seq=1:part=1:attempt=0", None):
+        opts = {"_faultInjection": fault} if fault else {}
+        df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2, **opts)
+        q = (df.writeStream.foreachBatch(write).option("checkpointLocation", str(tmp_path / "c"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(240)
+        assert q.exception() is None
+        time.sleep(4)
+    got = [(r.topic, r.partition, r.offset) for r in spark.read.parquet(str(sink)).collect()]
+    _assert_exactly_once(got, expected)
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"journalPath": None}, "journalPath"),
+    ({"subscrbe": "x"}, "did you mean 'subscribe'"),
+    ({"kafka.auto.offset.reset": "earliest"}, "startingOffsets"),
+    ({"kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit"),
+    ({"numPartitions": "0"}, "numPartitions"),
+    ({"journalPath": "s3://bucket/j"}, "atomic"),
+    ({"startingOffsets": '{"t":{"0":5}}'}, "startingOffsets"),
+    ({"subscribe": "does-not-exist-topic"}, "do not exist"),
+    ({"kafka.bootstrap.servers": "127.0.0.1:1", "brokerTimeoutMs": "2000"},
+     "kafka.bootstrap.servers"),
+])
+def test_bad_input_fails_at_load_with_the_option_and_fix(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    options: dict[str, str | None], message: str,
+) -> None:
+    base: dict[str, str | None] = {
+        "kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group,
+        "subscribe": topic, "journalPath": str(tmp_path / "j")}
+    base.update(options)
+    r = spark.readStream.format("kafka-share")
+    for k, v in base.items():
+        if v is not None:
+            r = r.option(k, v)
+    started = time.monotonic()
+    with pytest.raises(Exception, match=message.replace("(", r"\(")):
+        r.load()
+    assert time.monotonic() - started < 30
+    assert not spark.streams.active
