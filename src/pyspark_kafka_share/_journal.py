@@ -156,10 +156,8 @@ class _LocalStore(_Store):
 
     def retire(self, path: str) -> str:
         target = os.path.join(os.path.dirname(path), f".gc-{uuid.uuid4().hex}")
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.rename(path, target)
-        except FileNotFoundError:
-            return target
         return target
 
 
@@ -512,8 +510,11 @@ class PartLog:
             if won:
                 return ScanResult(scan.data_slots, marker, scan.next_slot)
 
+    def table(self, slot: int) -> pa.Table:
+        """The records of data slot ``slot``."""
+        return _from_ipc(self.journal.store.read(self.slot_path(slot)))
+
     def read(self, scan: ScanResult) -> Iterator[pa.RecordBatch]:
         """The records of the data slots before END, in slot order."""
         for slot in scan.data_slots:
-            table = _from_ipc(self.journal.store.read(self.slot_path(slot)))
-            yield from table.to_batches()
+            yield from self.table(slot).to_batches()

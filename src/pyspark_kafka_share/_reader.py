@@ -309,7 +309,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
         faults.hit("fail-before-end")
 
         def marker_for(s: ScanResult) -> EndMarker:
-            tables = [own[i] if i in own else _table(log, i) for i in s.data_slots]
+            tables = [own[i] if i in own else log.table(i) for i in s.data_slots]
             return EndMarker(
                 attempt=attempt_id, data_slots=len(s.data_slots),
                 records=sum(t.num_rows for t in tables),
@@ -333,14 +333,8 @@ def _release_quietly(acker: _Acker, pending: list[Any]) -> None:
         acker.settle([], pending)
 
 
-def _table(log: PartLog, slot: int) -> pa.Table:
-    from pyspark_kafka_share._journal import _from_ipc
-
-    return _from_ipc(log.journal.store.read(log.slot_path(slot)))
-
-
 def _rows(log: PartLog, slot: int, own: dict[int, pa.RecordBatch]) -> int:
-    return int(own[slot].num_rows if slot in own else _table(log, slot).num_rows)
+    return int(own[slot].num_rows if slot in own else log.table(slot).num_rows)
 
 
 def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:

@@ -270,8 +270,7 @@ def test_expired_lock_releases_instead_of_publishing(
 
 
 def test_failed_batch_restarted_from_checkpoint_replays_exactly(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
-    tmp_path: Path, share_consumer: Any,
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
 ) -> None:
     topic = topic_factory(2)
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
