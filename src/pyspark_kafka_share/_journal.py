@@ -253,7 +253,11 @@ def _from_ipc(data: bytes) -> pa.Table:
 
 @dataclass(frozen=True)
 class EndMarker:
-    """Closes a partition log; written by the attempt that finished it."""
+    """Closes a partition log; written by the attempt that finished it.
+
+    ``min_offsets``: lowest offset per ``"topic:partition"`` among the records the log emits
+    and those the ending attempt acquired (also released ones): AvailableNow's progress.
+    """
 
     attempt: int
     data_slots: int

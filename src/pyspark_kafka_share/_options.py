@@ -148,6 +148,15 @@ def _starting_offsets(raw: str | None) -> str | None:
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate ``options`` (keys case-insensitive) into :class:`SourceOptions`."""
+    if not options:
+        raise OptionError(
+            "kafka.bootstrap.servers", None,
+            "no options reached the source at all. PySpark 4.3 does not pass a table's "
+            "OPTIONS to a Python streaming source read from the catalog (SELECT * FROM STREAM "
+            "t, spark.readStream.table(t)). Use spark.readStream.format('kafka-share')"
+            ".options(...).load(); for SQL, register that DataFrame with "
+            "createOrReplaceTempView and query the view",
+        )
     opts: dict[str, str] = {k.lower(): v for k, v in options.items()}
     # A table (CREATE TABLE ... USING): Spark passes table properties (owner, provider, ...)
     # beside the user's OPTIONS, which may also appear as "option.<key>".

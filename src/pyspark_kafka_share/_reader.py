@@ -166,6 +166,8 @@ class _Poller:
         self.time_cap_s = max(spec.options.max_batch_duration_ms / 1000,
                               join + spec.options.poll_timeout_ms / 1000)
         self.deadline_s = spec.lock_ms * spec.options.lock_safety_fraction / 1000
+        # Lowest offset acquired per "topic:partition" (emitted or not), for AvailableNow.
+        self.acquired_low: dict[str, int] = {}
 
     def next_poll(self) -> tuple[list[Any], float] | None:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
@@ -191,6 +193,12 @@ class _Poller:
             if self.stats["records_acquired"] == 0 and self.pc.uses == 1:
                 self.stats["join_ms"] = int((self.pc.last_poll - self.pc.created) * 1000)
             self.stats["records_acquired"] += len(msgs)
+            for m in msgs:
+                if m.error() is None:
+                    tp = f"{m.topic()}:{m.partition()}"
+                    low = self.acquired_low.get(tp)
+                    if low is None or m.offset() < low:
+                        self.acquired_low[tp] = m.offset()
             self.last_record = self.pc.last_poll
             return msgs, origin + self.deadline_s
 
@@ -202,8 +210,10 @@ def _raise_on_errors(msgs: list[Any], acker: _Acker) -> None:
         raise BrokerError(f"share consumer poll failed: {errors[0].error()}")
 
 
-def _min_offsets(tables: list[pa.Table | pa.RecordBatch]) -> dict[str, int]:
-    low: dict[str, int] = {}
+def _min_offsets(tables: list[pa.Table | pa.RecordBatch],
+                 acquired: dict[str, int]) -> dict[str, int]:
+    """Lowest offset per "topic:partition" among ``tables`` and ``acquired``."""
+    low = dict(acquired)
     for t in tables:
         for topic, part, off in zip(t.column("topic").to_pylist(),
                                     t.column("partition").to_pylist(),
@@ -314,7 +324,8 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
                 attempt=attempt_id, data_slots=len(s.data_slots),
                 records=sum(t.num_rows for t in tables),
                 acked_slots=tuple(i for i in acked_slots if i in s.data_slots),
-                stats=dict(stats), min_offsets=_min_offsets(tables),
+                stats=dict(stats),
+                min_offsets=_min_offsets(tables, poller.acquired_low),
             )
 
         return log.end(marker_for)
@@ -371,5 +382,6 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
     if log is not None:
         log.end(lambda s: EndMarker(attempt=attempt_id, data_slots=0,
                                     records=sum(b.num_rows for b in emitted),
-                                    stats=dict(stats), min_offsets=_min_offsets(emitted)))
+                                    stats=dict(stats),
+                                    min_offsets=_min_offsets(emitted, poller.acquired_low)))
     yield from emitted

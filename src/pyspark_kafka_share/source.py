@@ -75,6 +75,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.delivery_limit = facts.delivery_limit
         self.num_partitions = options.num_partitions or max(1, sum(facts.partitions.values()))
         self.available_now_target: dict[str, int] | None = None
+        self.available_now_first_seq: int | None = None  # first batch this run plans
 
     def _check_lock(self, lock_ms: int) -> None:
         from pyspark_kafka_share.errors import OptionError
@@ -98,8 +99,12 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        if self.available_now_target is not None and self._drained(start["seq"]):
-            return start
+        if self.available_now_target is not None:
+            if self.available_now_first_seq is None:
+                # A restarted query's previous batches say nothing about this run's target.
+                self.available_now_first_seq = int(start["seq"]) + 1
+            elif self._drained(start):
+                return start
         max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else 0
         return {"seq": int(start["seq"]) + 1, "parts": self.num_partitions, "max": max_rows}
 
@@ -115,13 +120,19 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             )
         self.available_now_target = latest_offsets(self.options)
 
-    def _drained(self, seq: int) -> bool:
-        """True when batch ``seq`` read nothing that was in the topics at AvailableNow start."""
+    def _drained(self, start: dict[str, int]) -> bool:
+        """True when batch ``start`` acquired nothing that was in the topics at AvailableNow
+        start (neither emitted nor released), judged from every task's END marker."""
         from pyspark_kafka_share._journal import Journal
 
-        if seq <= 0 or self.options.journal_path is None or self.available_now_target is None:
+        seq = int(start["seq"])
+        first = self.available_now_first_seq
+        if first is None or seq < first or self.options.journal_path is None \
+                or self.available_now_target is None:
             return False
         ends = Journal(self.options.journal_path).batch_ends(seq)
+        if len(ends) < int(start["parts"]):
+            return False  # a task without END cannot have finished; do not stop on it
         target = self.available_now_target
         for end in ends.values():
             for tp, low in end.min_offsets.items():
