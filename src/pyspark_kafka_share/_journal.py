@@ -237,9 +237,12 @@ def _store_for(uri: str) -> tuple[_Store, str]:
 # -- serialisation ----------------------------------------------------------------------------
 
 
-def _to_ipc(table: pa.Table | pa.RecordBatch) -> bytes:
+def _to_ipc(table: pa.Table | pa.RecordBatch, metadata: dict[str, str] | None = None) -> bytes:
     sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, table.schema) as writer:
+    schema = table.schema.with_metadata(metadata) if metadata else table.schema
+    if metadata:
+        table = table.replace_schema_metadata(metadata)
+    with ipc.new_file(sink, schema) as writer:
         if isinstance(table, pa.RecordBatch):
             writer.write_batch(table)
         else:
@@ -248,7 +251,8 @@ def _to_ipc(table: pa.Table | pa.RecordBatch) -> bytes:
 
 
 def _from_ipc(data: bytes) -> pa.Table:
-    return ipc.open_file(pa.BufferReader(data)).read_all()
+    """The table of an IPC file, without schema metadata (Spark wants the exact schema)."""
+    return ipc.open_file(pa.BufferReader(data)).read_all().replace_schema_metadata(None)
 
 
 @dataclass(frozen=True)
@@ -470,12 +474,13 @@ class PartLog:
         self._next = slot
         return ScanResult(data, end, slot)
 
-    def append(self, batch: pa.RecordBatch) -> int:
+    def append(self, batch: pa.RecordBatch, attempt: int) -> int:
         """Publish ``batch`` in the first free slot; return the slot number.
 
-        Raises :class:`JournalClosed` if the log was ENDed first (nothing was published).
+        The slot records ``attempt`` (the writing task attempt). Raises :class:`JournalClosed`
+        if the log was ENDed first (nothing was published).
         """
-        payload = _to_ipc(batch)
+        payload = _to_ipc(batch, {"attempt": str(attempt)})
         while True:
             slot = self._next
             try:
@@ -513,6 +518,12 @@ class PartLog:
                 raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
             if won:
                 return ScanResult(scan.data_slots, marker, scan.next_slot)
+
+    def writer(self, slot: int) -> int:
+        """The task attempt that published data slot ``slot``."""
+        data = self.journal.store.read(self.slot_path(slot))
+        meta = ipc.open_file(pa.BufferReader(data)).schema.metadata or {}
+        return int(meta.get(b"attempt", b"-1"))
 
     def table(self, slot: int) -> pa.Table:
         """The records of data slot ``slot``."""

@@ -166,6 +166,11 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         merged.update({k[len("option."):]: v for k, v in opts.items()
                        if k.startswith("option.")})
         opts = merged
+    if "subscribepattern" in opts or "assign" in opts:
+        name = "subscribePattern" if "subscribepattern" in opts else "assign"
+        raise OptionError(name, opts.get(name.lower()),
+                          "share groups take topic names only; use 'subscribe'")
+    spelled = {k.lower().removeprefix("option."): k.removeprefix("option.") for k in options}
     known = {name.lower(): name for name in SOURCE_OPTIONS}
     client: list[tuple[str, str]] = []
     for key, value in opts.items():
@@ -183,7 +188,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                 and not from_table:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f"did you mean {known[close[0]]!r}? " if close else ""
-            raise OptionError(key, value, f"unknown option; {hint}known options: "
+            raise OptionError(spelled.get(key, key), value, f"unknown option; {hint}known "
+                              "options: "
                               f"{', '.join(SOURCE_OPTIONS)} and kafka.* client settings")
 
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
@@ -195,10 +201,6 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise OptionError("kafka.group.id", opts.get("kafka.group.id"),
                           "set it to the share group's name; every query and worker with "
                           "the same name shares the records")
-    if "subscribepattern" in opts or "assign" in opts:
-        name = "subscribePattern" if "subscribepattern" in opts else "assign"
-        raise OptionError(name, opts.get(name.lower()),
-                          "share groups take topic names only; use 'subscribe'")
     raw_topics = opts.get("subscribe")
     topics = tuple(t.strip() for t in (raw_topics or "").split(",") if t.strip())
     if not topics:

@@ -292,7 +292,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
             if fresh:
                 batch = messages_to_batch(fresh, opts.include_headers)
                 try:
-                    slot = log.append(batch)
+                    slot = log.append(batch, attempt_id)
                 except JournalClosed:
                     stats["released_closed"] += len(fresh)
                     acker.settle(dup_msgs, fresh)

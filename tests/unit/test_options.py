@@ -1,0 +1,89 @@
+"""Option parsing: every error names the option, the value and the fix."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from pyspark_kafka_share._options import parse_options
+from pyspark_kafka_share.errors import KafkaShareError, OptionError
+
+BASE = {"kafka.bootstrap.servers": "h:9092", "kafka.group.id": "g", "subscribe": "a,b",
+        "journalPath": "/tmp/j"}
+
+
+def test_keys_are_case_insensitive_and_parsed_once_into_a_frozen_picklable_object() -> None:
+    opts = parse_options({"KAFKA.BOOTSTRAP.SERVERS": "h:9092", "Kafka.Group.Id": "g",
+                          "SUBSCRIBE": " a , b ", "JOURNALPATH": "/tmp/j",
+                          "numpartitions": "8", "MaxRecordsPerTrigger": "100",
+                          "kafka.client.id": "me", "includeHeaders": "TRUE"})
+    assert opts.topics == ("a", "b")
+    assert (opts.num_partitions, opts.max_records_per_trigger) == (8, 100)
+    assert opts.include_headers
+    assert opts.consumer_config()["client.id"] == "me"
+    assert opts.consumer_config()["share.acknowledgement.mode"] == "explicit"
+    assert pickle.loads(pickle.dumps(opts)) == opts
+    with pytest.raises(AttributeError):
+        opts.group_id = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("extra", "option", "fix"), [
+    ({"journalPath": ""}, "journalPath", "at-most-once"),
+    ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
+    ({"kafka.share.acknowledgement.mode": "implicit"}, "kafka.share.acknowledgement.mode",
+     "delivery"),
+    ({"kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "remove"),
+    ({"kafka.isolation.level": "read_committed"}, "kafka.isolation.level",
+     "share.isolation.level"),
+    ({"kafka.group.instance.id": "x"}, "kafka.group.instance.id", "static membership"),
+    ({"subscribePattern": "a.*"}, "subscribePattern", "subscribe"),
+    ({"subscribe": "a,a"}, "subscribe", "twice"),
+    ({"subscribe": "bad topic"}, "subscribe", "not a valid topic name"),
+    ({"numPartitions": "x"}, "numPartitions", "whole number"),
+    ({"numPartitions": "0"}, "numPartitions", "at least 1"),
+    ({"delivery": "exactly_once"}, "delivery", "exactly-once"),
+    ({"startingOffsets": "5"}, "startingOffsets", "ISO-8601"),
+    ({"includeHeaders": "yes please"}, "includeHeaders", "true or false"),
+    ({"lockSafetyFraction": "0.95"}, "lockSafetyFraction", "between 0.1 and 0.9"),
+    ({"journalPath": "s3://b/j"}, "journalPath", "atomic"),
+    ({"pollTimeoutMS": "5"}, "pollTimeoutMs", "at least 10"),
+    ({"maxRecordPerTrigger": "5"}, "maxRecordPerTrigger", "did you mean 'maxRecordsPerTrigger'"),
+])
+def test_bad_values_name_option_value_and_fix(extra: dict[str, str], option: str,
+                                              fix: str) -> None:
+    with pytest.raises(OptionError) as info:
+        parse_options({**BASE, **extra})
+    assert info.value.option == option
+    assert fix in str(info.value)
+    assert isinstance(info.value, KafkaShareError) and isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("missing", ["kafka.bootstrap.servers", "kafka.group.id", "subscribe"])
+def test_required_options(missing: str) -> None:
+    with pytest.raises(OptionError, match=missing):
+        parse_options({k: v for k, v in BASE.items() if k != missing})
+
+
+def test_empty_options_explain_the_catalog_table_limitation() -> None:
+    with pytest.raises(OptionError, match="createOrReplaceTempView"):
+        parse_options({})
+
+
+def test_starting_offsets_map_to_group_config() -> None:
+    assert parse_options({**BASE, "startingOffsets": "EARLIEST"}).starting_offsets == "earliest"
+    assert parse_options({**BASE, "startingOffsets": "pt1h"}).starting_offsets == \
+        "by_duration:PT1H"
+    assert parse_options({**BASE, "startingOffsets": "P1DT2H"}).starting_offsets == \
+        "by_duration:P1DT2H"
+
+
+def test_at_most_once_needs_no_journal() -> None:
+    opts = parse_options({**BASE, "journalPath": "", "delivery": "At-Most-Once"})
+    assert not opts.exactly_once and opts.journal_path is None
+
+
+def test_table_properties_are_ignored_and_option_prefix_stripped() -> None:
+    opts = parse_options({"provider": "kafka-share", "owner": "root",
+                          **{f"option.{k}": v for k, v in BASE.items()}})
+    assert opts.group_id == "g"
