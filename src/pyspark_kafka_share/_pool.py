@@ -33,6 +33,7 @@ class PooledConsumer:
     idle_timeout_s: float = 10.0
     uses: int = 0
     fetch_pending: bool = False  # the last poll came back empty: a fetch may still be running
+    errors: list[Any] = field(default_factory=list)  # KafkaErrors from librdkafka's error_cb
 
 
 _LOCK = threading.Lock()
@@ -91,17 +92,22 @@ def acquire(config: dict[str, str], topics: tuple[str, ...],
             if pc.topics == topics and time.monotonic() - pc.last_poll < idle_timeout_s:
                 _STATS["reused"] += 1
                 pc.uses += 1
+                pc.errors.clear()
                 return pc
             _STATS["closed_idle"] += 1
             threading.Thread(target=_close, args=(pc,), daemon=True).start()
         _STATS["created"] += 1
-    consumer = ShareConsumer(config)
+    # Errors such as "all brokers down" reach only error_cb; polls just come back empty.
+    errors: list[Any] = []
+    consumer = ShareConsumer({**config, "error_cb": errors.append})
+    pc = PooledConsumer(consumer, key, topics, idle_timeout_s=idle_timeout_s, uses=1,
+                        errors=errors)
     try:
         consumer.subscribe(list(topics))
     except BaseException:
-        _close(PooledConsumer(consumer, key, topics))
+        _close(pc)
         raise
-    return PooledConsumer(consumer, key, topics, idle_timeout_s=idle_timeout_s, uses=1)
+    return pc
 
 
 def release(pc: PooledConsumer, *, healthy: bool) -> None:
@@ -109,7 +115,10 @@ def release(pc: PooledConsumer, *, healthy: bool) -> None:
     if not healthy or pc.idle_timeout_s <= 0:
         with _LOCK:
             _STATS["closed_broken" if not healthy else "closed_idle"] += 1
-        _close(pc)
+        if healthy:
+            _close(pc)
+        else:  # close() can block for the socket timeout when the broker is gone
+            threading.Thread(target=_close, args=(pc,), daemon=True).start()
         return
     _ensure_reaper()
     with _LOCK:

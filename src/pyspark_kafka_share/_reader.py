@@ -40,6 +40,22 @@ __all__ = ["TaskSpec", "read_partition"]
 # A response's records were acquired at most this long before librdkafka queued them.
 _ACQUIRE_MARGIN_S = 0.5
 
+# librdkafka errors (reported through error_cb only) after which polls would just come back
+# empty: the task fails instead of reading "no data". _TRANSPORT alone is retried inside.
+_FAILING_ERRORS = frozenset({
+    "_ALL_BROKERS_DOWN", "_AUTHENTICATION", "_SSL", "_RESOLVE", "_FATAL",
+    "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "SASL_AUTHENTICATION_FAILED",
+    "CLUSTER_AUTHORIZATION_FAILED", "UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID",
+})
+
+
+def raise_client_errors(errors: list[Any]) -> None:
+    """Raise :class:`BrokerError` if librdkafka reported an error polls would hide."""
+    bad = [e for e in errors if e.fatal() or e.name() in _FAILING_ERRORS]
+    if bad:
+        raise BrokerError(f"the share consumer reported {bad[0].name()}: {bad[0].str()}"
+                          f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -186,6 +202,7 @@ class _Poller:
             wait = min(0.5, opts.poll_timeout_ms / 1000)
             msgs = list(self.pc.consumer.poll(wait))
             self.pc.last_poll = time.monotonic()
+            raise_client_errors(self.pc.errors)
             self.pc.fetch_pending = not msgs
             self.stats["polls"] += 1
             if not msgs:

@@ -1,4 +1,6 @@
-"""Concurrent attempts of one task, as Spark's speculative execution runs them.
+"""The executor-side reader under races and broker failure.
+
+Concurrent attempts of one task, as Spark's speculative execution runs them.
 
 The executor-side reader is called directly (two threads, two pooled share consumers, one real
 broker, one journal): no Spark scheduling decides the interleaving, so the race is real.
@@ -6,6 +8,7 @@ broker, one journal): no Spark scheduling decides the interleaving, so the race 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -13,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from pyspark_kafka_share import _pool
 from pyspark_kafka_share._journal import Journal
 from pyspark_kafka_share._options import parse_options
 from pyspark_kafka_share._reader import TaskSpec, read_partition
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP, LocalKafka, ProducerRecord
 
 Key = tuple[str, int, int]
 
@@ -95,3 +100,35 @@ def test_two_racing_attempts_yield_identical_rows_and_lose_nothing(
     assert not set(remaining) & set(emitted), "a record was both emitted and given back"
     assert sorted(emitted + remaining) == sorted(
         (topic, i % 2, i // 2) for i in range(total)), "a record was lost"
+
+
+@pytest.mark.broker
+@pytest.mark.skipif(bool(os.environ.get(ENV_BOOTSTRAP)), reason="stops its own broker")
+def test_a_broker_that_dies_mid_task_is_an_error_not_an_empty_batch(tmp_path: Path) -> None:
+    with LocalKafka() as own:
+        own.create_topic("dies", 1)
+        own.set_group_config("dies-g", "share.auto.offset.reset", "earliest")
+        own.produce("dies", [b"first"])
+        spec = _spec(own, "dies", "dies-g", tmp_path / "journal", pollTimeoutMs="60000",
+                     maxBatchDurationMs="60000")
+        outcome: list[object] = []
+
+        def task() -> None:
+            try:
+                outcome.append(list(read_partition(spec)))
+            except BaseException as exc:  # noqa: BLE001 - the assertion reads it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=task)
+        thread.start()
+        slot0 = tmp_path / "journal" / "batches" / "000000000001" / "00000" / "000000"
+        deadline = time.monotonic() + 30
+        while not slot0.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert slot0.exists(), "the task never journaled the first record"
+        time.sleep(1)  # acknowledged; the task is now polling an idle topic
+        own.stop()
+        thread.join(45)
+    assert outcome, "the task did not end after its broker died"
+    assert isinstance(outcome[0], BrokerError), f"expected BrokerError, got {outcome[0]!r}"
+    assert "_ALL_BROKERS_DOWN" in str(outcome[0])
