@@ -325,6 +325,15 @@ class Journal:
         except (OSError, ValueError, KeyError) as exc:
             raise JournalError(f"cannot read {self._p('committed')}: {exc}") from exc
 
+    def in_use(self) -> str | None:
+        """What shows that a query already committed batches with this journal, or None.
+
+        Uncommitted batches alone do not count: Spark restarts a query whose first batch
+        never committed from its initial offset, and that batch must replay its journal.
+        """
+        seq = self.committed_seq()
+        return f"it records committed batch {seq}" if seq >= 0 else None
+
     # -- de-duplication -----------------------------------------------------------------
 
     def _slot_keys(self, path: str) -> frozenset[tuple[str, int, int]]:
@@ -496,7 +505,12 @@ class PartLog:
             self._next = slot + 1
             if won:
                 return slot
-            if not self.journal.store.read(self.slot_path(slot)).startswith(_ARROW_MAGIC):
+            taken = self.journal.store.read(self.slot_path(slot))
+            if taken == payload:
+                # Our own create, retried by the filesystem client (NFS, HDFS failover) and
+                # reported as "exists": the payload names this attempt, so it is ours.
+                return slot
+            if not taken.startswith(_ARROW_MAGIC):
                 raise JournalClosed(f"partition {self.part} of batch {self.seq} is closed")
 
     def withdraw(self, slot: int) -> None:

@@ -89,10 +89,12 @@ def acquire(config: dict[str, str], topics: tuple[str, ...],
         idle = _IDLE.get(key)
         while idle:
             pc = idle.pop()
-            if pc.topics == topics and time.monotonic() - pc.last_poll < idle_timeout_s:
+            limit = min(idle_timeout_s, pc.idle_timeout_s)
+            if pc.topics == topics and time.monotonic() - pc.last_poll < limit:
                 _STATS["reused"] += 1
                 pc.uses += 1
                 pc.errors.clear()
+                pc.idle_timeout_s = idle_timeout_s
                 return pc
             _STATS["closed_idle"] += 1
             threading.Thread(target=_close, args=(pc,), daemon=True).start()

@@ -84,6 +84,13 @@ class TaskSpec:
         return min(opts.consumer_idle_timeout_ms, self.lock_ms * opts.lock_safety_fraction / 2) \
             / 1000
 
+    @property
+    def pending_idle_timeout_s(self) -> float:
+        """Idle limit for a consumer whose last poll was empty: librdkafka's fetch is still
+        running and may acquire records nobody polls, so it is closed (releasing them) soon."""
+        lock_budget_s = self.lock_ms * self.options.lock_safety_fraction / 1000
+        return min(self.idle_timeout_s, 2.0, lock_budget_s / 4)
+
 
 def _attempt_identity() -> tuple[int, int]:
     """(taskAttemptId, attemptNumber) from Spark, or a random id outside Spark."""
@@ -334,6 +341,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
                 poller.budget -= len(fresh)
 
         faults.hit("fail-before-end")
+        faults.hit("sleep-before-end")
 
         def marker_for(s: ScanResult) -> EndMarker:
             tables = [own[i] if i in own else log.table(i) for i in s.data_slots]
@@ -352,7 +360,13 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
             _release_quietly(acker, pending)
         raise
     finally:
-        _pool.release(pc, healthy=healthy and not pc.fetch_pending)
+        _release_consumer(spec, pc, healthy)
+
+
+def _release_consumer(spec: TaskSpec, pc: _pool.PooledConsumer, healthy: bool) -> None:
+    if pc.fetch_pending:
+        pc.idle_timeout_s = spec.pending_idle_timeout_s
+    _pool.release(pc, healthy=healthy)
 
 
 def _release_quietly(acker: _Acker, pending: list[Any]) -> None:
@@ -395,7 +409,7 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         healthy = False
         raise
     finally:
-        _pool.release(pc, healthy=healthy and not pc.fetch_pending)
+        _release_consumer(spec, pc, healthy)
     if log is not None:
         log.end(lambda s: EndMarker(attempt=attempt_id, data_slots=0,
                                     records=sum(b.num_rows for b in emitted),

@@ -91,6 +91,21 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     # -- offsets -----------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, int]:
+        # Called for a query without committed batches: a journal that records committed
+        # batches belongs to another query (or to this one before its checkpoint was reset),
+        # and batch numbers would collide with them.
+        if self.options.journal_path is not None:
+            from pyspark_kafka_share._journal import Journal
+            from pyspark_kafka_share.errors import OptionError
+
+            used = Journal(self.options.journal_path).in_use()
+            if used is not None:
+                raise OptionError(
+                    "journalPath", self.options.journal_path,
+                    f"this query has no committed batch, but the journal was used before "
+                    f"({used}). Give every query its own journal, like its checkpoint; if the "
+                    "old query is gone for good, delete the directory",
+                )
         return {"seq": 0, "parts": self.num_partitions, "max": 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -295,6 +295,36 @@ def test_failed_batch_restarted_from_checkpoint_replays_exactly(
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
 
 
+def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+) -> None:
+    topic = topic_factory(2)
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    expected = _produce_spread(kafka, topic, 2, 4000)
+    journal = tmp_path / "journal"
+    # Task 0 of batch 1 is held before END (after journaling and acknowledging what it read)
+    # while the test stops the query.
+    df = _reader(spark, kafka, [topic], group, journal, numPartitions=2,
+                 _faultInjection="sleep-before-end:seq=1:part=0:ms=60000")
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "chk")).start())
+    part1_end = journal / "batches" / "000000000001" / "00001"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+            p.read_bytes().startswith(b"{") for p in part1_end.glob("0*")):
+        time.sleep(0.2)
+    time.sleep(1)
+    assert q.isActive, "the query ended before it could be stopped mid-batch"
+    q.stop()
+    # The file sink commits a batch in its metadata log (Spark batch 0 is our seq 1); files
+    # of finished tasks may be on disk but are not part of the table.
+    assert not (tmp_path / "out" / "_spark_metadata" / "0").exists(), \
+        "the batch was committed to the sink: the stop did not interrupt it"
+    df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2)
+    _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+
+
 def test_foreach_batch_keyed_by_batch_id_is_exactly_once_across_a_crash(
     spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
@@ -350,3 +380,16 @@ def test_bad_input_fails_at_load_with_the_option_and_fix(
         r.load()
     assert time.monotonic() - started < 30
     assert not spark.streams.active
+
+
+def test_a_new_query_refuses_a_journal_another_query_used(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    _produce_spread(kafka, topic, 1, 10)
+    journal = tmp_path / "journal"
+    _run_available_now(_reader(spark, kafka, [topic], group, journal), tmp_path / "o1",
+                       tmp_path / "c1")
+    q = (_reader(spark, kafka, [topic], group, journal).writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "c2")).start())
+    with pytest.raises(Exception, match="the journal was used before"):
+        q.awaitTermination(60)

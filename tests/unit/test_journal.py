@@ -109,3 +109,28 @@ def test_object_store_journal_is_refused() -> None:
             check_journal_uri(uri)
     for uri in ("/tmp/j", "file:///tmp/j", "hdfs://nn/j"):
         check_journal_uri(uri)
+
+
+def test_a_retried_create_reported_as_existing_is_recognised_as_ours(tmp_path: Path) -> None:
+    j = Journal(str(tmp_path))
+    log = j.part_log(1, 0)
+    log.open()
+    real = j.store.create_exclusive
+
+    def retried(path: str, data: bytes, fsync: bool) -> bool:
+        real(path, data, fsync)  # the first try succeeded, the client's retry saw EEXIST
+        return False
+
+    j.store.create_exclusive = retried  # type: ignore[method-assign]
+    assert log.append(_batch("t", [0]), attempt=7) == 0
+    j.store.create_exclusive = real  # type: ignore[method-assign]
+    assert j.part_log(1, 0).scan().data_slots == [0], "the batch was written twice"
+
+
+def test_in_use_tells_a_fresh_journal_from_a_used_one(tmp_path: Path) -> None:
+    j = Journal(str(tmp_path))
+    assert j.in_use() is None
+    j.part_log(3, 0).open()
+    assert j.in_use() is None, "an uncommitted first batch is replayed on restart, not refused"
+    j.commit(3, dedup_retention_ms=0)
+    assert "committed batch 3" in (j.in_use() or "")
