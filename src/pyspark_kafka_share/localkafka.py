@@ -184,8 +184,15 @@ def ensure_jars(version: str = KAFKA_VERSION, *, quiet: bool = True) -> Path:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: URL-safe base64 of 16 random bytes, as Kafka's ``Uuid`` prints it."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    """A KRaft cluster id: URL-safe base64 of 16 random bytes, as Kafka's ``Uuid`` prints it.
+
+    Like Kafka's ``Uuid.randomUuid``, never one starting with '-': the storage tool's argument
+    parser would take it for an option (about 1 start in 64 failed before this).
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _free_port() -> int:

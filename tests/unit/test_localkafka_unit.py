@@ -20,10 +20,12 @@ def test_cache_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert localkafka.cache_dir() == tmp_path / "pyspark-kafka-share"
 
 
-def test_cluster_id_is_kafka_uuid_form() -> None:
-    cid = localkafka._cluster_id()
-    assert len(cid) == 22
-    assert len(base64.urlsafe_b64decode(cid + "==")) == 16
+def test_cluster_id_is_kafka_uuid_form_and_never_looks_like_an_option() -> None:
+    ids = [localkafka._cluster_id() for _ in range(5000)]  # ~78 would start with '-' unchecked
+    for cid in ids:
+        assert len(cid) == 22
+        assert len(base64.urlsafe_b64decode(cid + "==")) == 16
+        assert not cid.startswith("-")
 
 
 def test_single_node_properties() -> None:
