@@ -393,3 +393,23 @@ def test_a_new_query_refuses_a_journal_another_query_used(
          .option("checkpointLocation", str(tmp_path / "c2")).start())
     with pytest.raises(Exception, match="the journal was used before"):
         q.awaitTermination(60)
+
+
+@pytest.mark.parametrize(("starting", "expect_old"), [("earliest", True), ("latest", False)])
+def test_starting_offsets_sets_the_new_groups_reset_policy(
+    spark: Any, kafka: LocalKafka, topic: str, tmp_path: Path, starting: str, expect_old: bool
+) -> None:
+    group = f"g-starting-{starting}-{tmp_path.name}"  # no config yet: broker default 'latest'
+    old = _produce_spread(kafka, topic, 1, 50)
+    df = _reader(spark, kafka, [topic], group, tmp_path / "journal",
+                 startingOffsets=starting.upper())
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    out = tmp_path / "out"
+    got = set(_sink_keys(spark, out)) if list(out.glob("*.parquet")) else set()
+    assert got == (old if expect_old else set())
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = kafka.admin()
+    configs = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)])
+    entry = next(iter(configs.values())).result(timeout=30)["share.auto.offset.reset"]
+    assert entry.value == starting
