@@ -22,7 +22,7 @@ jars: $(STAMP)
 	$(VENV)/bin/kafka-share fetch-jars
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests demo bench
+	$(VENV)/bin/ruff check src tests demo $(wildcard bench)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
