@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark_kafka_share._options import SourceOptions
+from pyspark_kafka_share._protocol import api_versions
 from pyspark_kafka_share.errors import BrokerError
 
 __all__ = ["BrokerFacts", "api_versions", "inspect_broker", "latest_offsets"]
 
-_API_VERSIONS = 18
 _SHARE_GROUP_HEARTBEAT = 76
 _SHARE_FETCH = 78
 
@@ -22,34 +20,6 @@ class BrokerFacts:
     partitions: dict[str, int]
     lock_ms: int
     delivery_limit: int
-
-
-def api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int, int]]:
-    """ApiVersions v0 over a plain socket: {api_key: (min, max)} the broker supports."""
-    client = b"pyspark-kafka-share"
-    body = struct.pack(">hhih", _API_VERSIONS, 0, 1, len(client)) + client
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", _recv(sock, 4))[0]
-        data = _recv(sock, size)
-    _corr, err, count = struct.unpack(">ihi", data[:10])
-    if err not in (0, 35):  # 35 = UNSUPPORTED_VERSION still lists the versions
-        raise BrokerError(f"ApiVersions failed with error code {err}")
-    out: dict[int, tuple[int, int]] = {}
-    for i in range(count):
-        key, lo, hi = struct.unpack(">hhh", data[10 + 6 * i: 16 + 6 * i])
-        out[key] = (lo, hi)
-    return out
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise BrokerError("connection closed during ApiVersions")
-        buf += chunk
-    return buf
 
 
 def _admin(opts: SourceOptions) -> Any:

@@ -1,0 +1,398 @@
+"""Administer Kafka share groups (KIP-932): list, describe, lag, reset, delete, configs.
+
+confluent-kafka's ``AdminClient`` has no share-group APIs, so the group operations speak the
+Kafka protocol directly (:mod:`pyspark_kafka_share._protocol`, plaintext only); group configs
+and the offset look-ups of :meth:`ShareGroupAdmin.reset` use confluent-kafka::
+
+    from pyspark_kafka_share.admin import ShareGroupAdmin
+
+    with ShareGroupAdmin("localhost:9092") as admin:
+        print(admin.list_groups())
+        print(admin.describe("workers"))
+        print(admin.total_lag("workers"))
+        admin.reset("workers", "earliest")          # the group must have no members
+
+Errors are :class:`~pyspark_kafka_share.errors.BrokerError` subclasses (below);
+:class:`GroupNotEmptyError` is raised when an operation needs an empty group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal
+
+from pyspark_kafka_share._protocol import (
+    AuthorizationError,
+    CoordinatorNotAvailableError,
+    GroupNotEmptyError,
+    GroupNotFoundError,
+    KafkaApiError,
+    KafkaConnectionError,
+    KafkaProtocolClient,
+    ProtocolDecodeError,
+    UnknownTopicError,
+    UnsupportedSecurityProtocolError,
+    UnsupportedVersionError,
+    error_for,
+    iter_partitions,
+)
+from pyspark_kafka_share.errors import BrokerError, OptionError
+
+__all__ = [
+    "SHARE_GROUP_CONFIGS",
+    "AuthorizationError",
+    "CoordinatorNotAvailableError",
+    "GroupDescription",
+    "GroupNotEmptyError",
+    "GroupNotFoundError",
+    "KafkaApiError",
+    "KafkaConnectionError",
+    "LagUnavailableError",
+    "Member",
+    "PartitionOffset",
+    "ProtocolDecodeError",
+    "ShareGroupAdmin",
+    "UnknownTopicError",
+    "UnsupportedSecurityProtocolError",
+    "UnsupportedVersionError",
+]
+
+SHARE_GROUP_CONFIGS = (
+    "share.auto.offset.reset",
+    "share.record.lock.duration.ms",
+    "share.delivery.count.limit",
+)
+"""The per-group configs that shape a share group's queue behaviour (see docs/operations.md)."""
+
+ResetTarget = Literal["earliest", "latest"] | datetime
+
+
+class LagUnavailableError(BrokerError):
+    """The broker does not report share-group lag (DescribeShareGroupOffsets v1, Kafka 4.2+)."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One consumer of a share group and the partitions the broker assigned to it."""
+
+    member_id: str
+    client_id: str
+    host: str  # as the broker reports it, e.g. "/127.0.0.1"
+    assignment: dict[str, list[int]] = field(default_factory=dict)  # {topic: [partitions]}
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A share group's state (``Empty``, ``Stable``, ``Dead``, ...) and live members."""
+
+    group: str
+    state: str
+    members: list[Member]
+
+
+@dataclass(frozen=True)
+class PartitionOffset:
+    """Where a share group stands on one topic-partition.
+
+    ``start_offset``: the share-partition start offset: every record before it is done, some
+    after it may be done too (the broker persists it lazily, so it trails behind);
+    ``None`` while the partition has no share state yet (no member has fetched from it).
+    ``lag``: records from the start offset to the end of the partition whose delivery is not
+    complete, i.e. not yet ACCEPTed/REJECTed or archived (KIP-1226); ``None`` while the
+    partition has no share state, or if the broker predates lag reporting (Kafka < 4.2).
+    """
+
+    topic: str
+    partition: int
+    start_offset: int | None
+    lag: int | None
+
+
+class ShareGroupAdmin:
+    """Share-group administration for one cluster. Plaintext only; not thread-safe.
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port...]``.
+        timeout_s: bound on each operation (coordinator moves are retried within it).
+        security_protocol: must be ``PLAINTEXT``; anything else raises
+            :class:`UnsupportedSecurityProtocolError`.
+    """
+
+    def __init__(self, bootstrap_servers: str, *, timeout_s: float = 30.0,
+                 security_protocol: str = "PLAINTEXT") -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout_s = timeout_s
+        self._client = KafkaProtocolClient(bootstrap_servers, timeout_s=timeout_s,
+                                           security_protocol=security_protocol)
+        self._admin: Any = None
+
+    def __enter__(self) -> ShareGroupAdmin:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the protocol sockets and drop the confluent-kafka client."""
+        self._client.close()
+        self._admin = None
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def list_groups(self) -> list[str]:
+        """The ids of every share group in the cluster, sorted (ListGroups v5, type "share")."""
+        return [g.group_id for g in self._client.list_groups(types=("share",))]
+
+    def describe(self, group: str) -> GroupDescription:
+        """The group's state and its members with their assignments (ShareGroupDescribe).
+
+        Raises :class:`GroupNotFoundError` if no share group of that name exists.
+        """
+        described = self._client.describe_share_group(group)
+        members = []
+        for m in described.members:
+            assignment: dict[str, list[int]] = {}
+            for a in m.assignment:
+                assignment.setdefault(a.topic, []).extend(a.partitions)
+            members.append(Member(m.member_id, m.client_id, m.client_host,
+                                  {t: sorted(p) for t, p in sorted(assignment.items())}))
+        members.sort(key=lambda m: m.member_id)
+        return GroupDescription(described.group_id, described.state, members)
+
+    def offsets(self, group: str) -> list[PartitionOffset]:
+        """Start offset and lag of every partition the group has share state for.
+
+        Sorted by topic and partition. An unknown group has none (an empty list).
+        """
+        result = self._client.describe_share_group_offsets(group)
+        out = []
+        for topic, p in iter_partitions(result):
+            if p.error_code:
+                raise error_for(p.error_code, f"offsets of share group {group!r} on "
+                                f"{topic}-{p.partition}", p.error_message)
+            start = p.start_offset if p.start_offset >= 0 else None
+            lag = p.lag if p.lag is not None and p.lag >= 0 and start is not None else None
+            out.append(PartitionOffset(topic, p.partition, start, lag))
+        out.sort(key=lambda o: (o.topic, o.partition))
+        return out
+
+    def total_lag(self, group: str, offsets: list[PartitionOffset] | None = None) -> int:
+        """The sum of :meth:`offsets` lags: records of the group not yet acknowledged for good.
+
+        Pass ``offsets`` already fetched to save a request. Partitions without share state
+        yet (lag ``None``) are not counted. Raises :class:`LagUnavailableError` if the broker
+        does not report lag at all.
+        """
+        if offsets is None:
+            offsets = self.offsets(group)
+        if offsets and all(o.lag is None for o in offsets) and not self._lag_supported():
+            raise LagUnavailableError(
+                f"the broker at {self.bootstrap_servers} does not report share-group lag "
+                "(DescribeShareGroupOffsets v1 is needed: Apache Kafka 4.2 or newer)")
+        return sum(o.lag for o in offsets if o.lag is not None)
+
+    def _lag_supported(self) -> bool:
+        versions = self._client.api_versions()
+        return versions.get(90, (0, 0))[1] >= 1
+
+    # -- changing ----------------------------------------------------------------------------
+
+    def plan_reset(self, group: str, to: ResetTarget,
+                   topics: Sequence[str] | None = None) -> dict[str, dict[int, int]]:
+        """The start offsets :meth:`reset` would set, ``{topic: {partition: offset}}``.
+
+        ``topics=None`` means every partition the group has share state for; naming topics
+        resets all of their partitions. Nothing is changed.
+        """
+        target = _check_target(to)
+        if topics is None:
+            partitions = [(o.topic, o.partition) for o in self.offsets(group)]
+            if not partitions:
+                raise OptionError("topics", None, f"share group {group!r} has no offsets yet; "
+                                  "name the topics to reset")
+        else:
+            if isinstance(topics, str) or not topics:
+                raise OptionError("topics", topics, "give a non-empty list of topic names")
+            partitions = self._topic_partitions(topics)
+        return self._resolve(partitions, target)
+
+    def reset(self, group: str, to: ResetTarget,
+              topics: Sequence[str] | None = None) -> dict[str, dict[int, int]]:
+        """Move the group's start offsets to ``"earliest"``, ``"latest"`` or a time.
+
+        A timezone-aware ``datetime`` selects, per partition, the first record at or after
+        it (the end of the partition if there is none). The group must have no members:
+        otherwise :class:`GroupNotEmptyError`. A group that does not exist yet is created.
+        Returns the offsets set, ``{topic: {partition: offset}}``.
+        """
+        plan = self.plan_reset(group, to, topics)
+        what = _describe_target(to)
+        try:
+            result = self._client.alter_share_group_offsets(group, plan)
+        except GroupNotEmptyError as exc:
+            raise self._not_empty(exc, group, f"cannot reset share group {group!r} to "
+                                  f"{what}") from exc
+        failed = [(t.topic, p) for t in result.topics for p in t.partitions if p.error_code]
+        if failed:
+            topic, p = failed[0]
+            more = f" (and {len(failed) - 1} more partitions)" if len(failed) > 1 else ""
+            raise error_for(p.error_code, f"resetting share group {group!r} on "
+                            f"{topic}-{p.partition} to {what}{more}", p.error_message)
+        return plan
+
+    def delete_offsets(self, group: str, topics: Sequence[str]) -> None:
+        """Forget the group's share state for ``topics`` (DeleteShareGroupOffsets).
+
+        The group must have no members (:class:`GroupNotEmptyError`). Consumption of those
+        topics later starts again from ``share.auto.offset.reset``.
+        """
+        if isinstance(topics, str) or not topics:
+            raise OptionError("topics", topics, "give a non-empty list of topic names")
+        try:
+            result = self._client.delete_share_group_offsets(group, list(topics))
+        except GroupNotEmptyError as exc:
+            raise self._not_empty(exc, group, f"cannot delete the offsets of share group "
+                                  f"{group!r}") from exc
+        failed = [t for t in result.topics if t.error_code]
+        if failed:
+            t = failed[0]
+            raise error_for(t.error_code, f"deleting the offsets of share group {group!r} "
+                            f"for topic {t.topic!r}", t.error_message)
+
+    def delete_group(self, group: str) -> None:
+        """Delete the share group and its state (DeleteGroups); it must have no members."""
+        try:
+            self._client.delete_group(group)
+        except GroupNotEmptyError as exc:
+            raise self._not_empty(exc, group, f"cannot delete share group {group!r}") from exc
+
+    def _not_empty(self, exc: GroupNotEmptyError, group: str, context: str) -> GroupNotEmptyError:
+        """The broker's NON_EMPTY_GROUP, restated with the number of live members if known."""
+        try:
+            count = len(self._client.describe_share_group(group).members)
+            context += f": the group is not empty, it has {count} member(s)"
+        except BrokerError:
+            context += ": the group is not empty"
+        return GroupNotEmptyError(exc.code, context, exc.broker_message)
+
+    # -- configs -----------------------------------------------------------------------------
+
+    def get_config(self, group: str) -> dict[str, str]:
+        """The group's ``share.*`` configs (defaults included), ``{name: value}``."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        resource = ConfigResource(ResourceType.GROUP, group)
+        try:
+            future = next(iter(self._admin_client().describe_configs(
+                [resource], request_timeout=self.timeout_s).values()))
+            entries = future.result(timeout=self.timeout_s)
+        except Exception as exc:
+            raise BrokerError(f"cannot read the configs of group {group!r}: {exc}") from exc
+        return {name: str(entry.value) for name, entry in sorted(entries.items())
+                if name.startswith("share.") and entry.value is not None}
+
+    def set_config(self, group: str, key: str, value: str | int) -> None:
+        """Set one group config, e.g. ``share.record.lock.duration.ms`` (used for later deliveries).
+
+        The broker rejects unknown keys and out-of-range values (a :class:`BrokerError`).
+        """
+        from confluent_kafka.admin import (
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+            ResourceType,
+        )
+
+        if not key:
+            raise OptionError("key", key, "give a config name such as share.auto.offset.reset")
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry(key, str(value), incremental_operation=AlterConfigOpType.SET)])
+        try:
+            futures = self._admin_client().incremental_alter_configs(
+                [resource], request_timeout=self.timeout_s)
+            for fut in futures.values():
+                fut.result(timeout=self.timeout_s)
+        except Exception as exc:
+            raise BrokerError(f"cannot set {key}={value} on group {group!r}: {exc}") from exc
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient({
+                "bootstrap.servers": self.bootstrap_servers,
+                "socket.timeout.ms": int(self.timeout_s * 1000),
+            })
+        return self._admin
+
+    def _topic_partitions(self, topics: Sequence[str]) -> list[tuple[str, int]]:
+        try:
+            md = self._admin_client().list_topics(timeout=self.timeout_s)
+        except Exception as exc:
+            raise BrokerError(f"cannot read topic metadata from {self.bootstrap_servers}: "
+                              f"{exc}") from exc
+        out: list[tuple[str, int]] = []
+        for topic in topics:
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None:
+                raise error_for(3, f"topic {topic!r}",
+                                None if meta is None else str(meta.error))
+            out.extend((topic, p) for p in sorted(meta.partitions))
+        return out
+
+    def _resolve(self, partitions: list[tuple[str, int]],
+                 target: Literal["earliest", "latest"] | int) -> dict[str, dict[int, int]]:
+        """Offsets for ``target`` (a spec name or a timestamp in ms) via ListOffsets."""
+        from confluent_kafka.admin import OffsetSpec
+
+        if target == "earliest":
+            spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        elif target == "latest":
+            spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        else:
+            spec = OffsetSpec.for_timestamp(target)
+        found = self._list_offsets(partitions, spec)
+        beyond = [tp for tp, offset in found.items() if offset < 0]
+        if beyond:  # no record at or after the timestamp: the end of the partition
+            latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            found.update(self._list_offsets(beyond, latest))
+        out: dict[str, dict[int, int]] = {}
+        for (topic, partition), offset in sorted(found.items()):
+            out.setdefault(topic, {})[partition] = offset
+        return out
+
+    def _list_offsets(self, partitions: list[tuple[str, int]],
+                      spec: Any) -> dict[tuple[str, int], int]:
+        from confluent_kafka import TopicPartition
+
+        try:
+            futures = self._admin_client().list_offsets(
+                {TopicPartition(t, p): spec for t, p in partitions},
+                request_timeout=self.timeout_s)
+            return {(tp.topic, tp.partition): int(fut.result(timeout=self.timeout_s).offset)
+                    for tp, fut in futures.items()}
+        except Exception as exc:
+            raise BrokerError(f"cannot look up offsets on {self.bootstrap_servers}: "
+                              f"{exc}") from exc
+
+
+def _check_target(to: object) -> Literal["earliest", "latest"] | int:
+    if to in ("earliest", "latest"):
+        return "earliest" if to == "earliest" else "latest"
+    if isinstance(to, datetime):
+        if to.tzinfo is None or to.utcoffset() is None:
+            raise OptionError("to", to, "give a timezone-aware datetime (e.g. with "
+                              "tzinfo=timezone.utc), 'earliest' or 'latest'")
+        return int(to.timestamp() * 1000)
+    raise OptionError("to", to, "give 'earliest', 'latest' or a timezone-aware datetime")
+
+
+def _describe_target(to: ResetTarget) -> str:
+    return to.isoformat() if isinstance(to, datetime) else to
+
