@@ -130,3 +130,46 @@ def latest_offsets(opts: SourceOptions) -> dict[str, int]:
         out[f"{tp.topic}:{tp.partition}"] = fut.result(
             timeout=opts.broker_timeout_ms / 1000).offset
     return out
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The share group's lag on the subscribed topics, as far as the broker reports it."""
+
+    total: int | None  # None: unknown (no lag API, an error, or a partition without state)
+    by_partition: dict[str, int | None]
+
+    @property
+    def empty(self) -> bool:
+        """Known to be empty: every subscribed partition has share state and lag 0."""
+        return self.total == 0
+
+
+def read_backlog(opts: SourceOptions) -> Backlog:
+    """Lag per subscribed partition via DescribeShareGroupOffsets (bounded by brokerTimeoutMs).
+
+    Any failure gives an *unknown* backlog, never an empty one: the source then plans a
+    batch, whose tasks surface a real broker error.
+    """
+    from pyspark_kafka_share.admin import ShareGroupAdmin
+
+    conf = dict(opts.client_config)
+    if conf.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+        return Backlog(None, {})
+    try:
+        with ShareGroupAdmin(opts.bootstrap_servers,
+                             timeout_s=min(opts.broker_timeout_ms / 1000, 10.0)) as admin:
+            offsets = admin.offsets(opts.group_id)
+            metadata = _admin(opts).list_topics(timeout=opts.broker_timeout_ms / 1000)
+    except Exception:  # noqa: BLE001 - unknown backlog: plan a batch, tasks report errors
+        return Backlog(None, {})
+    lags: dict[str, int | None] = {
+        f"{t}:{p}": None for t in opts.topics
+        for p in (metadata.topics[t].partitions if t in metadata.topics else {})}
+    for o in offsets:
+        key = f"{o.topic}:{o.partition}"
+        if key in lags:
+            lags[key] = o.lag
+    known = [v for v in lags.values() if v is not None]
+    total = sum(known) if lags and len(known) == len(lags) else None
+    return Backlog(total, lags)

@@ -295,6 +295,7 @@ class JournalClosed(Exception):
 _KEY_CACHE: OrderedDict[str, frozenset[tuple[str, int, int]]] = OrderedDict()
 _KEY_CACHE_LOCK = threading.Lock()
 _KEY_CACHE_MAX = 4096
+_CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
 
 
 class Journal:
@@ -324,6 +325,22 @@ class Journal:
             return -1
         except (OSError, ValueError, KeyError) as exc:
             raise JournalError(f"cannot read {self._p('committed')}: {exc}") from exc
+
+    def claim(self, query_id: str) -> None:
+        """Make ``query_id`` (Spark's streaming query id, stable across restarts) the journal's
+        owner, or raise :class:`JournalError` if another query owns it."""
+        if _CLAIMED.get(self.uri) == query_id:
+            return
+        self.store.makedirs(self.root)
+        path = self._p("owner")
+        if not self.store.create_exclusive(path, query_id.encode(), self.fsync):
+            owner = self.store.read(path).decode()
+            if owner != query_id:
+                raise JournalError(
+                    f"journalPath {self.uri!r} belongs to streaming query {owner}, not to this "
+                    f"query ({query_id}). Give every query its own journal, like its "
+                    "checkpoint; if the old query is gone for good, delete the directory")
+        _CLAIMED[self.uri] = query_id
 
     def in_use(self) -> str | None:
         """What shows that a query already committed batches with this journal, or None.

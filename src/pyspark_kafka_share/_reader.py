@@ -92,6 +92,17 @@ class TaskSpec:
         return min(self.idle_timeout_s, 2.0, lock_budget_s / 4)
 
 
+def _query_id() -> str | None:
+    """Spark's id of the running streaming query (stable across restarts), if any."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+    except ImportError:  # pragma: no cover
+        return None
+    return None if ctx is None else ctx.getLocalProperty("sql.streaming.queryId")
+
+
 def _attempt_identity() -> tuple[int, int]:
     """(taskAttemptId, attemptNumber) from Spark, or a random id outside Spark."""
     try:
@@ -262,6 +273,9 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
     attempt_id, attempt_number = _attempt_identity()
     faults = _Faults(spec, attempt_number)
     journal = Journal(opts.journal_path)
+    query_id = _query_id()
+    if query_id:
+        journal.claim(query_id)
     log = journal.part_log(spec.seq, spec.part)
     try:
         scan = log.open()

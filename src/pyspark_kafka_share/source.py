@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -24,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from pyspark_kafka_share._arrow import spark_schema_ddl
+from pyspark_kafka_share._broker import Backlog, read_backlog
 from pyspark_kafka_share._options import SourceOptions, parse_options
 from pyspark_kafka_share._reader import TaskSpec, read_partition
 
@@ -76,6 +78,8 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.num_partitions = options.num_partitions or max(1, sum(facts.partitions.values()))
         self.available_now_target: dict[str, int] | None = None
         self.available_now_first_seq: int | None = None  # first batch this run plans
+        self.backlog: Backlog | None = None  # read at the last latestOffset
+        self.last_batch: dict[str, int] = {}  # metrics of the last finished batch
 
     def _check_lock(self, lock_ms: int) -> None:
         from pyspark_kafka_share.errors import OptionError
@@ -114,6 +118,10 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        self._collect_metrics(start)
+        self.backlog = read_backlog(self.options)
+        if self.backlog.empty:
+            return start  # nothing to read: no (empty) micro-batch
         if self.available_now_target is not None:
             if self.available_now_first_seq is None:
                 # A restarted query's previous batches say nothing about this run's target.
@@ -122,6 +130,35 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 return start
         max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else 0
         return {"seq": int(start["seq"]) + 1, "parts": self.num_partitions, "max": max_rows}
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Shown as ``latestOffset`` of this source in ``StreamingQueryProgress``: the group's
+        backlog (lag) and the metrics of the last finished batch (see docs/operations.md)."""
+        report: dict[str, Any] = {"lastBatch": self.last_batch}
+        if self.backlog is not None:
+            report["lag"] = self.backlog.total
+            report["lagByPartition"] = self.backlog.by_partition
+        return report
+
+    def _collect_metrics(self, start: dict[str, int]) -> None:
+        """Sum the END-marker stats of batch ``start`` (the one that just finished)."""
+        seq = int(start["seq"])
+        if seq <= 0 or self.options.journal_path is None or \
+                self.last_batch.get("batch") == seq:
+            return
+        from pyspark_kafka_share._journal import Journal
+
+        totals: dict[str, int] = {"batch": seq}
+        ends = Journal(self.options.journal_path).batch_ends(seq)
+        for end in ends.values():
+            totals["records"] = totals.get("records", 0) + end.records
+            for key, value in end.stats.items():
+                if key == "join_ms":
+                    totals["consumer_joins"] = totals.get("consumer_joins", 0) + 1
+                    totals["max_join_ms"] = max(totals.get("max_join_ms", 0), value)
+                else:
+                    totals[key] = totals.get(key, 0) + value
+        self.last_batch = totals
 
     def prepareForTriggerAvailableNow(self) -> None:
         from pyspark_kafka_share._broker import latest_offsets

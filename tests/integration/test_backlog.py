@@ -1,0 +1,76 @@
+"""Source behaviour driven by the share group's backlog, and the per-batch metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark_kafka_share.localkafka import LocalKafka
+
+
+def _stream(spark: Any, kafka: LocalKafka, topic: str, group: str, journal: Path) -> Any:
+    return (spark.readStream.format("kafka-share")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("kafka.group.id", group).option("subscribe", topic)
+            .option("journalPath", str(journal)).option("numPartitions", 2)
+            .option("pollTimeoutMs", 1000).load())
+
+
+def _report(progress: Any) -> dict[str, Any]:
+    return dict(json.loads(progress.sources[0].latestOffset or "{}"))
+
+
+def test_lag_falls_to_zero_and_metrics_add_up(
+    spark: Any, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path
+) -> None:
+    topic = topic_factory(2)
+    kafka.produce(topic, (b"%d" % i for i in range(3000)))
+    q = (_stream(spark, kafka, topic, group, tmp_path / "j").writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "c")).start())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            reports = [_report(p) for p in q.recentProgress]
+            if reports and reports[-1].get("lag") == 0 and \
+                    sum(r["lastBatch"].get("records", 0) for r in reports) >= 3000:
+                break
+            time.sleep(1)
+    finally:
+        q.stop()
+    reports = [_report(p) for p in q.recentProgress]
+    lags = [r["lag"] for r in reports if r.get("lag") is not None]
+    assert lags and lags[-1] == 0, f"lag never reached 0: {lags}"
+    assert all(v == 0 for v in reports[-1]["lagByPartition"].values())
+    batches = {r["lastBatch"]["batch"]: r["lastBatch"] for r in reports if r["lastBatch"]}
+    assert sum(b.get("records", 0) for b in batches.values()) == 3000
+    assert sum(b.get("accepted", 0) for b in batches.values()) == 3000
+    assert sum(b.get("records_acquired", 0) for b in batches.values()) == 3000
+    rows = sum(p.numInputRows for p in q.recentProgress)
+    assert rows == 3000
+
+
+def test_no_empty_micro_batches_while_the_queue_is_empty(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    kafka.produce(topic, [b"first"])
+    q = (_stream(spark, kafka, topic, group, tmp_path / "j").writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "c")).start())
+    try:
+        deadline = time.monotonic() + 90
+        while sum(p.numInputRows for p in q.recentProgress) < 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3)  # let the lag settle at 0
+        idle_from = max(p.batchId for p in q.recentProgress)
+        time.sleep(8)
+        idle_to = max(p.batchId for p in q.recentProgress)
+        assert idle_to - idle_from <= 1, \
+            f"batches {idle_from}..{idle_to} ran while the queue was empty"
+        kafka.produce(topic, [b"second"])
+        deadline = time.monotonic() + 60
+        while sum(p.numInputRows for p in q.recentProgress) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert sum(p.numInputRows for p in q.recentProgress) == 2, "new data was not read"
+    finally:
+        q.stop()
