@@ -173,3 +173,21 @@ def read_backlog(opts: SourceOptions) -> Backlog:
     known = [v for v in lags.values() if v is not None]
     total = sum(known) if lags and len(known) == len(lags) else None
     return Backlog(total, lags)
+
+
+def read_start_offsets(opts: SourceOptions) -> dict[str, int] | None:
+    """The group's share-partition start offsets {"topic:partition": offset}, or None when
+    they cannot be read (non-plaintext listener, no share state yet, any error)."""
+    from pyspark_kafka_share.admin import ShareGroupAdmin
+
+    conf = dict(opts.client_config)
+    if conf.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+        return None
+    try:
+        with ShareGroupAdmin(opts.bootstrap_servers,
+                             timeout_s=min(opts.broker_timeout_ms / 1000, 10.0)) as admin:
+            offsets = admin.offsets(opts.group_id)
+    except Exception:  # noqa: BLE001 - unknown: keep entries until the time limit instead
+        return None
+    return {f"{o.topic}:{o.partition}": o.start_offset for o in offsets
+            if o.start_offset is not None}

@@ -413,7 +413,8 @@ class Journal:
                 ends[int(part)] = end
         return ends
 
-    def commit(self, seq: int, dedup_retention_ms: int) -> None:
+    def commit(self, seq: int, dedup_retention_ms: int,
+               start_offsets: dict[str, int] | None = None) -> None:
         """Batch ``seq`` is committed by Spark: keep dedup keys, fence it, delete its data.
 
         Order matters: dedup entries first (``find_journaled`` skips fenced batches), then
@@ -446,13 +447,31 @@ class Journal:
         for name in self.store.listdir(self._p("batches")):
             if name.startswith(".gc-"):
                 self.store.remove_tree(self._p("batches", name))
-        if dedup_retention_ms > 0:
-            horizon = time.time() - dedup_retention_ms / 1000
-            for name in self.store.listdir(self._p("dedup")):
-                path = self._p("dedup", name)
-                with contextlib.suppress(FileNotFoundError):
-                    if self.store.mtime(path) < horizon:
-                        self.store.remove(path)
+        self.prune_dedup(start_offsets, dedup_retention_ms)
+
+    def prune_dedup(self, start_offsets: dict[str, int] | None, retention_ms: int) -> None:
+        """Drop dedup entries that can no longer match a redelivery.
+
+        With the group's share-partition start offsets (``{"topic:partition": offset}``), an
+        entry goes once all its records are below them: records there are acknowledged or
+        archived for good and are never delivered again. That bound is exact, so the time
+        limit ``retention_ms`` applies only when the start offsets could not be read.
+        """
+        for name in self.store.listdir(self._p("dedup")):
+            if name.startswith("."):
+                continue
+            path = self._p("dedup", name)
+            try:
+                if start_offsets is not None:
+                    keys = self._slot_keys(path)
+                    done = all(off < start_offsets.get(f"{t}:{p}", -1) for t, p, off in keys)
+                else:
+                    done = retention_ms > 0 and \
+                        self.store.mtime(path) < time.time() - retention_ms / 1000
+            except FileNotFoundError:
+                continue
+            if done:
+                self.store.remove(path)
 
 
 @dataclass

@@ -211,10 +211,12 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def commit(self, end: dict[str, int]) -> None:
         if self.options.journal_path is None:
             return
+        from pyspark_kafka_share._broker import read_start_offsets
         from pyspark_kafka_share._journal import Journal
 
-        Journal(self.options.journal_path).commit(int(end["seq"]),
-                                                 self.options.dedup_retention_ms)
+        Journal(self.options.journal_path).commit(
+            int(end["seq"]), self.options.dedup_retention_ms,
+            read_start_offsets(self.options))
 
     def stop(self) -> None:
         """Spark may never call this; nothing depends on it."""

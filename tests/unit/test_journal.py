@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -134,3 +135,32 @@ def test_in_use_tells_a_fresh_journal_from_a_used_one(tmp_path: Path) -> None:
     assert j.in_use() is None, "an uncommitted first batch is replayed on restart, not refused"
     j.commit(3, dedup_retention_ms=0)
     assert "committed batch 3" in (j.in_use() or "")
+
+
+def test_dedup_entries_go_once_the_share_partition_start_offset_passes_them(
+    tmp_path: Path,
+) -> None:
+    j = Journal(str(tmp_path))
+    log = j.part_log(1, 0)
+    log.open()
+    log.append(_batch("t", [5, 6]), attempt=1)  # acknowledgement never confirmed
+    log.end(_end(1))
+    old_enough_to_expire = 1  # ms: by time alone the entry would go at once
+    j.commit(1, old_enough_to_expire, start_offsets={"t:0": 6})
+    assert j.find_journaled({("t", 0, 5), ("t", 0, 6)}) == {("t", 0, 5), ("t", 0, 6)}, \
+        "offset 6 is at the start offset: it may still be redelivered"
+    j.prune_dedup({"t:0": 7}, old_enough_to_expire)
+    assert j.find_journaled({("t", 0, 5), ("t", 0, 6)}) == set()
+
+
+def test_without_start_offsets_dedup_entries_expire_by_time(tmp_path: Path) -> None:
+    j = Journal(str(tmp_path))
+    log = j.part_log(1, 0)
+    log.open()
+    log.append(_batch("t", [5]), attempt=1)
+    log.end(_end(1))
+    j.commit(1, dedup_retention_ms=3_600_000, start_offsets=None)
+    assert j.find_journaled({("t", 0, 5)}) == {("t", 0, 5)}
+    time.sleep(0.01)
+    j.prune_dedup(None, retention_ms=1)
+    assert j.find_journaled({("t", 0, 5)}) == set()
