@@ -5,10 +5,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test unit lint typecheck jars bench clean help
+.PHONY: demo demo-workers test unit lint typecheck jars bench clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
+	@echo "make demo-workers - queue workers scoring records (ACCEPT/RELEASE/REJECT, DLQ)"
 	@echo "make test   - lint, type-check and run all tests (real broker, local Spark)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
 
@@ -35,6 +36,9 @@ test: $(STAMP) lint typecheck jars
 
 demo: $(STAMP) jars
 	$(PY) demo/demo.py
+
+demo-workers: $(STAMP) jars
+	$(PY) demo/workers_demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -2,6 +2,9 @@
 
 - ``spark.readStream.format("kafka-share")``: a Structured Streaming source that ACCEPTs a
   record only after it is durable in a journal, so micro-batches replay exactly.
+- :mod:`pyspark_kafka_share.workers`: queue workers on Spark executors; user code decides each
+  record's outcome (ACCEPT, RELEASE, REJECT, dead-letter topic).
+- :mod:`pyspark_kafka_share.admin`: share-group admin (describe, lag, reset).
 - :mod:`pyspark_kafka_share.localkafka`: a real local Kafka broker for development and tests.
 
 Importing this package is cheap: PySpark is imported only when ``DefaultSource`` is used.

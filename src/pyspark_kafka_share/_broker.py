@@ -30,8 +30,12 @@ def _admin(opts: SourceOptions) -> Any:
     return AdminClient(conf)
 
 
-def inspect_broker(opts: SourceOptions) -> BrokerFacts:
-    """Check reachability, topics and share-group support; read the group's lock settings."""
+def inspect_broker(opts: SourceOptions, *, bootstrap_name: str = "kafka.bootstrap.servers",
+                   topics_name: str = "subscribe") -> BrokerFacts:
+    """Check reachability, topics and share-group support; read the group's lock settings.
+
+    ``bootstrap_name``/``topics_name``: what errors call those settings (option or argument).
+    """
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     timeout = opts.broker_timeout_ms / 1000
@@ -40,14 +44,14 @@ def inspect_broker(opts: SourceOptions) -> BrokerFacts:
         md = admin.list_topics(timeout=timeout)
     except Exception as exc:
         raise BrokerError(
-            f"option 'kafka.bootstrap.servers' = {opts.bootstrap_servers!r}: no broker answered "
+            f"option {bootstrap_name!r} = {opts.bootstrap_servers!r}: no broker answered "
             f"within brokerTimeoutMs={opts.broker_timeout_ms} ({exc}). Check the address, the "
             "network and the kafka.security.* settings"
         ) from exc
     missing = [t for t in opts.topics if t not in md.topics or md.topics[t].error is not None]
     if missing:
         raise BrokerError(
-            f"option 'subscribe' = {','.join(opts.topics)!r}: topic(s) {missing} do not exist "
+            f"option {topics_name!r} = {','.join(opts.topics)!r}: topic(s) {missing} do not exist "
             f"on {opts.bootstrap_servers}. Create them first (share consumers do not create "
             "topics)"
         )

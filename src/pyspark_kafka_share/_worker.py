@@ -1,0 +1,525 @@
+"""Executor side of the queue workers: one long-lived share consumer per Spark task.
+
+Per poll (explicit acknowledgement: every record of a poll is acknowledged before the next):
+
+1. The poll's lock deadline is counted from when its records may have been acquired.
+2. Records are handed to the user's function in chunks of ``chunk_size``. Before each chunk the
+   worker checks the stop flag and whether the chunk would end past the lock deadline (from the
+   measured time per record); if so, the rest of the poll is RELEASEd unprocessed, except
+   records on their last delivery, which RELEASE would archive.
+3. Each record's outcome is resolved: ACCEPT (optionally with an output record), RELEASE (retry;
+   on the last allowed attempt it becomes poison), REJECT (poison). Poison goes to the
+   dead-letter topic first when one is set.
+4. Output and dead-letter records are produced and flushed; a record is ACCEPTed or REJECTed
+   only after the broker acknowledged what it produced. A record whose produce failed is
+   RELEASEd instead.
+5. Acknowledgements are committed with ``commit_sync`` per chunk.
+
+The worker's counters travel to the driver over :mod:`_control` and as the task's result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import enum
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from pyspark_kafka_share._arrow import messages_to_batch
+from pyspark_kafka_share._control import ControlClient, Endpoint
+from pyspark_kafka_share._reader import raise_client_errors
+from pyspark_kafka_share.errors import BrokerError, KafkaShareError
+
+__all__ = [
+    "DLQ_HEADERS",
+    "Outcome",
+    "Record",
+    "Result",
+    "WorkerSpec",
+    "run_worker",
+]
+
+BatchFormat = Literal["record", "arrow", "pandas"]
+
+# Records of a poll were acquired at most this long before the poll that returned them began.
+_ACQUIRE_MARGIN_S = 0.5
+# Header names written on dead-letter records (and the origin ones on output records).
+DLQ_HEADERS = (
+    "kafka-share.error", "kafka-share.error.type", "kafka-share.attempts",
+    "kafka-share.origin.topic", "kafka-share.origin.partition", "kafka-share.origin.offset",
+    "kafka-share.origin.group",
+)
+
+
+class Outcome(enum.Enum):
+    """What happens to a record at the broker."""
+
+    ACCEPT = "accept"
+    """Done: never delivered again."""
+    RELEASE = "release"
+    """Retry: the broker redelivers it (to any worker) with ``delivery_count + 1``."""
+    REJECT = "reject"
+    """Poison: written to the dead-letter topic if one is set, then never delivered again."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """A record's outcome, with an optional output record (ACCEPT) or error text."""
+
+    outcome: Outcome = Outcome.ACCEPT
+    value: bytes | str | None = None
+    """Produced to ``output_topic`` before the record is ACCEPTed (ACCEPT only)."""
+    key: bytes | str | None = None
+    """Key of the output record; default: the input record's key."""
+    error: str | None = None
+    """Why (RELEASE/REJECT): goes into the dead-letter record's headers."""
+
+    @staticmethod
+    def accept(value: bytes | str | None = None, key: bytes | str | None = None) -> Result:
+        return Result(Outcome.ACCEPT, value, key)
+
+    @staticmethod
+    def release(error: str | None = None) -> Result:
+        return Result(Outcome.RELEASE, error=error)
+
+    @staticmethod
+    def reject(error: str | None = None) -> Result:
+        return Result(Outcome.REJECT, error=error)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One delivered record, as the per-record function receives it."""
+
+    key: bytes | None
+    value: bytes | None
+    topic: str
+    partition: int
+    offset: int
+    timestamp: dt.datetime | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    delivery_count: int
+    """1 on the first delivery; the attempt number."""
+
+
+UserResult = Result | Outcome | bytes | str | None
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker task needs, pickled from the driver."""
+
+    bootstrap_servers: str
+    group: str
+    topics: tuple[str, ...]
+    batch_format: BatchFormat
+    chunk_size: int
+    max_attempts: int
+    retry_on: tuple[type[BaseException], ...]
+    output_topic: str | None
+    dead_letter_topic: str | None
+    lock_ms: int
+    delivery_limit: int
+    lock_safety_fraction: float = 0.5
+    time_budget_s: float | None = None
+    idle_timeout_s: float | None = None
+    max_records: int | None = None
+    consumer_config: tuple[tuple[str, str], ...] = ()
+    producer_config: tuple[tuple[str, str], ...] = ()
+    broker_timeout_s: float = 30.0
+    control: Endpoint | None = None
+    report_interval_s: float = 1.0
+    job_id: str = ""
+
+    @property
+    def attempts_allowed(self) -> int:
+        """Deliveries a record gets: the broker archives it after ``delivery_limit``."""
+        return min(self.max_attempts, self.delivery_limit)
+
+
+def _identity() -> tuple[int, int]:
+    """(worker index, attempt number) from Spark's TaskContext."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+    except ImportError:  # pragma: no cover
+        ctx = None
+    if ctx is None:
+        return 0, 0
+    return int(ctx.partitionId()), int(ctx.attemptNumber())
+
+
+def _to_bytes(v: bytes | str | None) -> bytes | None:
+    return v.encode() if isinstance(v, str) else v
+
+
+def _record(m: Any) -> Record:
+    ts_type, ts = m.timestamp()
+    stamp = dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc) if ts_type else None
+    return Record(m.key(), m.value(), m.topic(), m.partition(), m.offset(), stamp,
+                  tuple(m.headers() or ()), m.delivery_count())
+
+
+@dataclass
+class _Verdict:
+    outcome: Outcome
+    value: bytes | None = None
+    key: bytes | None = None
+    error: str | None = None
+    error_type: str | None = None
+
+
+def _normalise(r: UserResult) -> _Verdict:
+    if r is None:
+        return _Verdict(Outcome.ACCEPT)
+    if isinstance(r, Outcome):
+        return _Verdict(r)
+    if isinstance(r, bytes | str):
+        return _Verdict(Outcome.ACCEPT, _to_bytes(r))
+    if isinstance(r, Result):
+        return _Verdict(r.outcome, _to_bytes(r.value), _to_bytes(r.key), r.error)
+    raise TypeError(f"a worker function returned {type(r).__name__} for a record; return None, "
+                    "bytes/str (an output value), an Outcome or a Result")
+
+
+class _Worker:
+    def __init__(self, spec: WorkerSpec, fn: Callable[[Any], Any]) -> None:
+        from confluent_kafka import ShareConsumer
+
+        self.spec = spec
+        self.fn = fn
+        self.index, self.attempt = _identity()
+        self.stats: Counter[str] = Counter()
+        self.start = time.monotonic()
+        self.last_record = self.start
+        self.stop_reason: str | None = None
+        self.per_record_s = 0.0  # moving average of the function's time per record
+        self.errors: list[Any] = []
+        self.unacked: list[Any] = []  # polled, not yet acknowledged
+        conf = {**dict(spec.consumer_config), "bootstrap.servers": spec.bootstrap_servers,
+                "group.id": spec.group, "share.acknowledgement.mode": "explicit",
+                "error_cb": self.errors.append}
+        conf.setdefault("max.poll.records", str(spec.chunk_size))
+        conf.setdefault("client.id", f"kafka-share-worker-{self.index}")
+        self.consumer = ShareConsumer(conf)
+        self.consumer.subscribe(list(spec.topics))
+        self.producer: Any = None
+        if spec.output_topic or spec.dead_letter_topic:
+            from confluent_kafka import Producer
+
+            pconf: dict[str, Any] = {"acks": "all", "enable.idempotence": True,
+                                     "linger.ms": 5, **dict(spec.producer_config),
+                                     "bootstrap.servers": spec.bootstrap_servers}
+            self.producer = Producer(pconf)
+        self.control = ControlClient(spec.control, spec.report_interval_s)
+
+    # ---- reporting and stopping -------------------------------------------------------------
+
+    def report(self, state: str = "running") -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "worker": self.index, "attempt": self.attempt, "host": socket.gethostname(),
+            "pid": os.getpid(), "state": state, "elapsed_s": round(now - self.start, 3),
+            "idle_s": round(now - self.last_record, 3), "stop_reason": self.stop_reason,
+            **{k: int(v) for k, v in self.stats.items()},
+        }
+
+    def should_stop(self) -> bool:
+        if self.stop_reason is not None:
+            return True
+        spec = self.spec
+        now = time.monotonic()
+        if self.control.report(self.report()):
+            self.stop_reason = "lost the driver" if self.control.lost else "stopped by driver"
+        elif spec.time_budget_s is not None and now - self.start >= spec.time_budget_s:
+            self.stop_reason = "time budget"
+        elif spec.max_records is not None and self.stats["processed"] >= spec.max_records:
+            self.stop_reason = "record count"
+        elif (spec.idle_timeout_s is not None and now - self.last_record >= spec.idle_timeout_s
+              and self.control.endpoint is None):
+            # With a driver, idleness is judged over all workers (one idle worker may be waiting
+            # for an assignment while others are busy); without one, locally.
+            self.stop_reason = "idle timeout"
+        return self.stop_reason is not None
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        spec = self.spec
+        deadline_s = spec.lock_ms * spec.lock_safety_fraction / 1000
+        prev_poll_start: float | None = None
+        prev_empty = False
+        try:
+            while not self.should_stop():
+                poll_start = time.monotonic()
+                msgs = list(self.consumer.poll(0.5))
+                raise_client_errors(self.errors)
+                self.stats["polls"] += 1
+                # After an empty poll librdkafka keeps fetching: this poll's records may have
+                # been acquired while the previous poll was waiting.
+                origin = (prev_poll_start if prev_empty and prev_poll_start is not None
+                          else poll_start) - _ACQUIRE_MARGIN_S
+                prev_poll_start, prev_empty = poll_start, not msgs
+                if not msgs:
+                    continue
+                self.unacked = msgs
+                bad = [m for m in msgs if m.error() is not None]
+                if bad:
+                    raise BrokerError(f"share consumer poll failed: {bad[0].error()}")
+                self.stats["received"] += len(msgs)
+                self.last_record = time.monotonic()
+                self._work_through([m for m in msgs if m.error() is None], origin + deadline_s)
+        except BaseException:
+            if self.unacked:
+                with contextlib.suppress(Exception):
+                    self._ack([(m, Outcome.RELEASE) for m in self.unacked
+                               if m.error() is None])
+            raise
+        finally:
+            self._close()
+        self.control.report(self.report("stopped"), force=True)
+        self.control.close()
+        return self.report("stopped")
+
+    def _work_through(self, msgs: list[Any], deadline: float) -> None:
+        """Process ``msgs`` chunk by chunk; RELEASE what is left at a stop or the deadline."""
+        spec = self.spec
+        rest = list(msgs)
+        while rest:
+            self.unacked = list(rest)
+            chunk, rest = rest[:spec.chunk_size], rest[spec.chunk_size:]
+            needed = self.per_record_s * len(chunk)
+            reason = None
+            if self.should_stop():
+                reason = "released_on_stop"
+            elif time.monotonic() + needed > deadline:
+                reason = "released_lock_deadline"
+            if reason is not None:
+                # RELEASE would make the broker archive a record on its last delivery
+                # (unprocessed, and without a dead-letter record): those are processed anyway.
+                last = [m for m in chunk + rest if m.delivery_count() >= spec.delivery_limit]
+                give_back = [m for m in chunk + rest
+                             if m.delivery_count() < spec.delivery_limit]
+                self.stats[reason] += len(give_back)
+                self._ack([(m, Outcome.RELEASE) for m in give_back])
+                chunk, rest = last, []
+                self.unacked = list(last)
+                if not chunk:
+                    break
+            self._process(chunk)
+        self.unacked = []
+
+    def _process(self, chunk: list[Any]) -> None:
+        t0 = time.monotonic()
+        verdicts = self._call(chunk)
+        took = time.monotonic() - t0
+        per = took / len(chunk)
+        self.per_record_s = per if self.stats["processed"] == 0 \
+            else 0.7 * self.per_record_s + 0.3 * per
+        self.stats["processed"] += len(chunk)
+        self.stats["function_ms"] += int(took * 1000)
+        self._settle(chunk, verdicts)
+
+    def _call(self, chunk: list[Any]) -> list[_Verdict]:
+        spec = self.spec
+        if spec.batch_format == "record":
+            out = []
+            for m in chunk:
+                try:
+                    out.append(_normalise(self.fn(_record(m))))
+                except spec.retry_on as exc:
+                    out.append(_failed(Outcome.RELEASE, exc))
+                except Exception as exc:  # noqa: BLE001 - the user's failure is the record's
+                    out.append(_failed(Outcome.REJECT, exc))
+            return out
+        table: Any = pa.Table.from_batches([messages_to_batch(chunk, include_headers=True)])
+        if spec.batch_format == "pandas":
+            table = table.to_pandas()
+        try:
+            results = self.fn(table)
+        except spec.retry_on as exc:
+            return [_failed(Outcome.RELEASE, exc) for _ in chunk]
+        except Exception as exc:  # noqa: BLE001 - the user's failure is the records'
+            return [_failed(Outcome.REJECT, exc) for _ in chunk]
+        if results is None:
+            return [_Verdict(Outcome.ACCEPT) for _ in chunk]
+        if isinstance(results, pa.Array | pa.ChunkedArray):
+            results = results.to_pylist()
+        elif hasattr(results, "tolist"):  # pandas Series, numpy array
+            results = results.tolist()
+        results = list(results)
+        if len(results) != len(chunk):
+            raise TypeError(f"the worker function returned {len(results)} results for a batch "
+                            f"of {len(chunk)} records; return one per row, in order, or None")
+        return [_normalise(r) for r in results]
+
+    def _settle(self, chunk: list[Any], verdicts: list[_Verdict]) -> None:
+        """Produce outputs, then dead letters, wait for the broker each time, then acknowledge.
+
+        An output the broker did not acknowledge turns its record into a retry (RELEASE), or
+        into poison on its last attempt. A dead letter the broker did not acknowledge turns its
+        record into a RELEASE: nothing is REJECTed without its dead-letter record.
+        """
+        spec = self.spec
+        if spec.output_topic is None and any(v.outcome is Outcome.ACCEPT and v.value is not None
+                                             for v in verdicts):
+            raise KafkaShareError("the worker function returned an output value but "
+                                  "run_workers got no output_topic; pass output_topic=... or "
+                                  "return None")
+        final = [(m, self._resolve(m, v), v) for m, v in zip(chunk, verdicts, strict=True)]
+        # 1. outputs
+        sent = self._produce_all([
+            (i, spec.output_topic, v.key if v.key is not None else m.key(), v.value,
+             _origin_headers(m, spec.group))
+            for i, (m, outcome, v) in enumerate(final)
+            if outcome is Outcome.ACCEPT and v.value is not None and spec.output_topic])
+        for i, err in sent.items():
+            m = final[i][0]
+            if err is None:
+                self.stats["outputs"] += 1
+                continue
+            self.stats["produce_failures"] += 1
+            retry = _Verdict(Outcome.RELEASE, error=f"output not delivered: {err}",
+                             error_type="OutputNotDelivered")
+            final[i] = (m, self._resolve(m, retry), retry)
+        # 2. dead letters
+        dlq = spec.dead_letter_topic
+        sent = self._produce_all([
+            (i, dlq, m.key(), m.value(),
+             [*(m.headers() or ()), *_dlq_headers(m, spec.group, v)])
+            for i, (m, outcome, v) in enumerate(final)
+            if outcome is Outcome.REJECT and dlq is not None])
+        for i, err in sent.items():
+            m, _, _v = final[i]
+            if err is None:
+                self.stats["dead_lettered"] += 1
+            else:
+                self.stats["produce_failures"] += 1
+                final[i] = (m, Outcome.RELEASE, final[i][2])
+        self._ack([(m, outcome) for m, outcome, _ in final])
+
+    def _resolve(self, m: Any, v: _Verdict) -> Outcome:
+        """A RELEASE on the record's last allowed attempt becomes poison."""
+        if v.outcome is Outcome.RELEASE and m.delivery_count() >= self.spec.attempts_allowed:
+            v.error = f"gave up after {m.delivery_count()} attempts: {v.error or 'released'}"
+            self.stats["exhausted"] += 1
+            return Outcome.REJECT
+        return v.outcome
+
+    def _produce_all(self, items: list[tuple[int, str | None, bytes | None, bytes | None,
+                                             list[tuple[str, bytes | None]]]]) \
+            -> dict[int, str | None]:
+        """Produce ``items`` (index, topic, key, value, headers) and flush; errors by index."""
+        if not items:
+            return {}
+        assert self.producer is not None
+        reports: dict[int, list[Any]] = {}
+        for i, topic, key, value, headers in items:
+            assert topic is not None
+            self._produce(topic, key, value, headers=headers, produced=reports, i=i)
+        self.producer.flush(self.spec.broker_timeout_s)
+        return {i: (None if errs and errs[0] is None
+                    else str(errs[0]) if errs else "not delivered within the broker timeout")
+                for i, errs in reports.items()}
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes | None, *,
+                 headers: list[tuple[str, bytes | None]], produced: dict[int, list[Any]],
+                 i: int) -> None:
+        errs: list[Any] = []
+        produced[i] = errs
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            errs.append(err)
+
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers,
+                                      on_delivery=on_delivery)
+                break
+            except BufferError:
+                self.producer.poll(0.1)
+
+    def _ack(self, acks: list[tuple[Any, Outcome]]) -> None:
+        from confluent_kafka import AcknowledgeType
+
+        if not acks:
+            return
+        kinds = {Outcome.ACCEPT: AcknowledgeType.ACCEPT, Outcome.RELEASE: AcknowledgeType.RELEASE,
+                 Outcome.REJECT: AcknowledgeType.REJECT}
+        for m, outcome in acks:
+            self.consumer.acknowledge(m, kinds[outcome])
+        results = self.consumer.commit_sync(self.spec.broker_timeout_s)
+        confirmed = {(tp.topic, tp.partition) for tp, err in results.items() if err is None}
+        done = {id(m) for m, _ in acks}
+        self.unacked = [m for m in self.unacked if id(m) not in done]
+        for m, outcome in acks:
+            if (m.topic(), m.partition()) in confirmed:
+                self.stats[_COUNTER[outcome]] += 1
+            else:
+                self.stats["ack_failures"] += 1
+
+    def _close(self) -> None:
+        # close() RELEASEs records a background fetch acquired after the last poll.
+        with contextlib.suppress(Exception):
+            self.consumer.close()
+        if self.producer is not None:
+            with contextlib.suppress(Exception):
+                self.producer.flush(self.spec.broker_timeout_s)
+
+
+_COUNTER = {Outcome.ACCEPT: "accepted", Outcome.RELEASE: "released",
+            Outcome.REJECT: "rejected"}
+
+
+def _failed(outcome: Outcome, exc: BaseException) -> _Verdict:
+    return _Verdict(outcome, error=f"{type(exc).__name__}: {exc}"[:2000],
+                    error_type=type(exc).__qualname__)
+
+
+def _origin_headers(m: Any, group: str) -> list[tuple[str, bytes | None]]:
+    return [("kafka-share.origin.topic", m.topic().encode()),
+            ("kafka-share.origin.partition", str(m.partition()).encode()),
+            ("kafka-share.origin.offset", str(m.offset()).encode()),
+            ("kafka-share.origin.group", group.encode())]
+
+
+def _dlq_headers(m: Any, group: str, v: _Verdict) -> list[tuple[str, bytes | None]]:
+    return [("kafka-share.error", (v.error or "rejected").encode()),
+            ("kafka-share.error.type", (v.error_type or "Reject").encode()),
+            ("kafka-share.attempts", str(m.delivery_count()).encode()),
+            *_origin_headers(m, group)]
+
+
+def run_worker(spec: WorkerSpec, fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """Run one worker until a stop condition; return its final counters."""
+    return _Worker(spec, fn).run()
+
+
+def worker_task(spec: WorkerSpec, fn: Callable[[Any], Any]) \
+        -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function that runs one worker per Spark partition."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import json
+
+        for _ in batches:  # the single input row of this partition
+            pass
+        summary = run_worker(spec, fn)
+        yield pa.RecordBatch.from_pydict({"summary": [json.dumps(summary)]})
+
+    return task
+
+
+def results_of(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(r["summary"]) for r in rows]

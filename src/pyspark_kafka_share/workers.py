@@ -1,0 +1,475 @@
+"""Queue workers: user code decides each record's outcome, on Spark executors.
+
+In a share group only the consumer that acquired a record may acknowledge it, so the function
+that decides a record's fate must run where the consumer runs. :func:`run_workers` starts
+``workers`` Spark tasks, each a long-lived share consumer that hands records to ``fn`` and
+acknowledges each one as ``fn`` decides::
+
+    from pyspark_kafka_share.workers import Result, run_workers
+
+    def score(record):                        # or a whole batch: batch_format="pandas"
+        label = model.predict(record.value)    # an exception -> RELEASE (retried)
+        return Result.accept(label)            # produced to output_topic, then ACCEPTed
+
+    summary = run_workers(spark, score, topics=["requests"], group="scorers",
+                          bootstrap_servers="broker:9092", workers=8,
+                          output_topic="scores", dead_letter_topic="requests-dlq",
+                          max_attempts=3, idle_timeout_s=60)
+
+Guarantees and limits: ``docs/workers.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kafka_share._control import ControlServer
+from pyspark_kafka_share._options import CLIENT_OPTIONS_REJECTED, parse_options
+from pyspark_kafka_share._worker import (
+    DLQ_HEADERS,
+    BatchFormat,
+    Outcome,
+    Record,
+    Result,
+    WorkerSpec,
+    results_of,
+    worker_task,
+)
+from pyspark_kafka_share.errors import BrokerError, OptionError
+
+__all__ = [
+    "DLQ_HEADERS",
+    "Outcome",
+    "Record",
+    "Result",
+    "WorkerJob",
+    "WorkerProgress",
+    "WorkerSummary",
+    "run_workers",
+    "start_workers",
+]
+
+_COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_lettered",
+             "outputs", "exhausted", "released_on_stop", "released_lock_deadline",
+             "produce_failures", "ack_failures")
+
+# Names of the source options parse_options validates, as run_workers calls them.
+_ARG_NAMES = {"kafka.bootstrap.servers": "bootstrap_servers", "kafka.group.id": "group",
+              "subscribe": "topics", "startingOffsets": "starting_offsets"}
+
+
+@dataclass(frozen=True)
+class WorkerProgress:
+    """A snapshot of the running workers (from their latest reports)."""
+
+    elapsed_s: float
+    totals: dict[str, int]
+    workers: dict[int, dict[str, Any]]
+    records_per_s: float
+    """Processed records per second since the previous snapshot."""
+
+    def line(self) -> str:
+        t = self.totals
+        if not self.workers:
+            return (f"[kafka-share workers] {self.elapsed_s:6.1f}s  waiting for the workers to "
+                    "start and join the share group")
+        busy = sum(1 for w in self.workers.values() if w.get("state") == "running")
+        return (f"[kafka-share workers] {self.elapsed_s:6.1f}s  processed={t['processed']} "
+                f"({self.records_per_s:.0f}/s)  accepted={t['accepted']} "
+                f"released={t['released']} rejected={t['rejected']} "
+                f"dead-lettered={t['dead_lettered']}  workers running={busy}/"
+                f"{len(self.workers)}  per worker=" +
+                ",".join(str(self.workers[k].get("processed", 0))
+                         for k in sorted(self.workers)))
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """What the workers did, from each worker's final counters."""
+
+    elapsed_s: float
+    stop_reason: str
+    totals: dict[str, int]
+    workers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.totals["processed"] / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def __str__(self) -> str:
+        t = self.totals
+        lines = [
+            f"kafka-share workers stopped ({self.stop_reason}) after {self.elapsed_s:.1f}s: "
+            f"{t['processed']} records processed ({self.records_per_s:.0f}/s)",
+            f"  accepted={t['accepted']} released={t['released']} rejected={t['rejected']} "
+            f"dead-lettered={t['dead_lettered']} outputs={t['outputs']} "
+            f"gave-up={t['exhausted']}",
+            f"  released unprocessed: on stop={t['released_on_stop']} "
+            f"at lock deadline={t['released_lock_deadline']}; produce failures="
+            f"{t['produce_failures']} acknowledgement failures={t['ack_failures']}",
+        ]
+        for w in self.workers:
+            lines.append(f"  worker {w['worker']} (attempt {w['attempt']}, {w['host']}): "
+                         f"processed={w.get('processed', 0)} accepted={w.get('accepted', 0)} "
+                         f"released={w.get('released', 0)} rejected={w.get('rejected', 0)} "
+                         f"stop={w.get('stop_reason')}")
+        return "\n".join(lines)
+
+
+def _totals(reports: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    out = dict.fromkeys(_COUNTERS, 0)
+    for r in reports:
+        for k in _COUNTERS:
+            out[k] += int(r.get(k, 0))
+    return out
+
+
+class WorkerJob:
+    """Running workers: :meth:`progress`, :meth:`stop`, :meth:`wait`."""
+
+    def __init__(self, spark: Any, spec: WorkerSpec, fn: Callable[[Any], Any], *, workers: int,
+                 server: ControlServer, on_progress: Callable[[WorkerProgress], None] | None,
+                 progress_interval_s: float) -> None:
+        self._spark = spark
+        self._spec = spec
+        self._workers = workers
+        self._server = server
+        self._on_progress = on_progress
+        self._interval = progress_interval_s
+        self._start = time.monotonic()
+        self._done = threading.Event()
+        self._result: list[dict[str, Any]] | None = None
+        self._error: BaseException | None = None
+        self._last_progress = (self._start, 0)
+        self._job_group = f"kafka-share-workers-{spec.job_id}"
+        task = worker_task(spec, fn)
+        self._runner = threading.Thread(target=self._run, args=(task,), daemon=True,
+                                        name="kafka-share-workers-job")
+        self._monitor = threading.Thread(target=self._watch, daemon=True,
+                                         name="kafka-share-workers-monitor")
+        self._runner.start()
+        self._monitor.start()
+
+    # ---- driver threads ----------------------------------------------------------------------
+
+    def _run(self, task: Callable[..., Any]) -> None:
+        try:
+            sc = self._spark.sparkContext
+            sc.setJobGroup(self._job_group, f"kafka-share workers: {self._workers} on "
+                           f"{','.join(self._spec.topics)} (group {self._spec.group})",
+                           interruptOnCancel=True)
+            df = self._spark.range(0, self._workers, 1, self._workers) \
+                .mapInArrow(task, "summary STRING")
+            self._result = results_of(df.collect())
+        except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller's thread
+            self._error = exc
+        finally:
+            self._server.request_stop("job ended")
+            self._done.set()
+
+    def _watch(self) -> None:
+        spec = self._spec
+        next_progress = self._start + self._interval
+        while not self._done.wait(0.25):
+            now = time.monotonic()
+            reports = self._server.reports()
+            elapsed = now - self._start
+            if spec.time_budget_s is not None and elapsed >= spec.time_budget_s:
+                self._server.request_stop("time budget")
+            if spec.max_records is not None and \
+                    _totals(reports.values())["processed"] >= spec.max_records:
+                self._server.request_stop("record count")
+            if spec.idle_timeout_s is not None and elapsed >= spec.idle_timeout_s \
+                    and reports and all(r.get("idle_s", 0) >= spec.idle_timeout_s
+                                        or r.get("state") != "running"
+                                        for r in reports.values()):
+                self._server.request_stop("idle timeout")
+            if self._on_progress is not None and now >= next_progress:
+                next_progress = now + self._interval
+                with contextlib.suppress(Exception):
+                    self._on_progress(self.progress())
+
+    # ---- public ------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def progress(self) -> WorkerProgress:
+        now = time.monotonic()
+        reports = self._server.reports()
+        totals = _totals(reports.values())
+        t0, n0 = self._last_progress
+        rate = (totals["processed"] - n0) / (now - t0) if now > t0 else 0.0
+        self._last_progress = (now, totals["processed"])
+        return WorkerProgress(now - self._start, totals, reports, rate)
+
+    def stop(self, reason: str = "stopped by user", *, wait: bool = True,
+             grace_s: float = 60.0) -> WorkerSummary | None:
+        """Ask every worker to stop: each finishes its current chunk and RELEASEs the rest.
+
+        With ``wait``, waits up to ``grace_s`` and then cancels the Spark job (records held by a
+        killed worker come back when their lock expires).
+        """
+        self._server.request_stop(reason)
+        if not wait:
+            return None
+        if not self._done.wait(grace_s):
+            with contextlib.suppress(Exception):
+                self._spark.sparkContext.cancelJobGroup(self._job_group)
+        return self.wait()
+
+    def wait(self, timeout: float | None = None) -> WorkerSummary:
+        """Wait for the workers to stop; the summary, or the job's error raised."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the workers are still running after {timeout}s")
+        self._monitor.join(1)
+        self._server.close()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        workers = sorted(self._result, key=lambda r: r["worker"])
+        return WorkerSummary(elapsed_s=time.monotonic() - self._start,
+                             stop_reason=self._server.stop_reason or "job ended",
+                             totals=_totals(workers), workers=workers)
+
+
+def _print_progress(p: WorkerProgress) -> None:
+    print(p.line(), file=sys.stderr, flush=True)
+
+
+def start_workers(
+    spark: Any,
+    fn: Callable[[Any], Any],
+    *,
+    topics: str | Iterable[str],
+    group: str,
+    bootstrap_servers: str,
+    workers: int = 1,
+    batch_format: BatchFormat = "record",
+    chunk_size: int = 100,
+    output_topic: str | None = None,
+    dead_letter_topic: str | None = None,
+    max_attempts: int = 3,
+    retry_on: tuple[type[BaseException], ...] = (Exception,),
+    time_budget_s: float | None = None,
+    idle_timeout_s: float | None = None,
+    max_records: int | None = None,
+    starting_offsets: str | None = None,
+    consumer_config: Mapping[str, str] | None = None,
+    producer_config: Mapping[str, str] | None = None,
+    lock_safety_fraction: float = 0.5,
+    on_progress: Callable[[WorkerProgress], None] | bool | None = True,
+    progress_interval_s: float = 10.0,
+    broker_timeout_s: float = 30.0,
+) -> WorkerJob:
+    """Start the workers and return at once; see :func:`run_workers` for the arguments."""
+    spec = _validate(
+        spark, topics=topics, group=group, bootstrap_servers=bootstrap_servers, workers=workers,
+        batch_format=batch_format, chunk_size=chunk_size, output_topic=output_topic,
+        dead_letter_topic=dead_letter_topic, max_attempts=max_attempts, retry_on=retry_on,
+        time_budget_s=time_budget_s, idle_timeout_s=idle_timeout_s, max_records=max_records,
+        starting_offsets=starting_offsets, consumer_config=consumer_config or {},
+        producer_config=producer_config or {}, lock_safety_fraction=lock_safety_fraction,
+        broker_timeout_s=broker_timeout_s,
+    )
+    if not callable(fn):
+        raise OptionError("fn", fn, "pass a function of one record (or one batch)")
+    host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+    server = ControlServer(host)
+    from dataclasses import replace
+
+    spec = replace(spec, control=server.endpoint,
+                   report_interval_s=min(1.0, progress_interval_s))
+    printer: Callable[[WorkerProgress], None] | None
+    if on_progress is True:
+        printer = _print_progress
+    elif on_progress is False or on_progress is None:
+        printer = None
+    else:
+        printer = on_progress
+    return WorkerJob(spark, spec, fn, workers=workers, server=server, on_progress=printer,
+                     progress_interval_s=progress_interval_s)
+
+
+def run_workers(
+    spark: Any,
+    fn: Callable[[Any], Any],
+    *,
+    topics: str | Iterable[str],
+    group: str,
+    bootstrap_servers: str,
+    workers: int = 1,
+    batch_format: BatchFormat = "record",
+    chunk_size: int = 100,
+    output_topic: str | None = None,
+    dead_letter_topic: str | None = None,
+    max_attempts: int = 3,
+    retry_on: tuple[type[BaseException], ...] = (Exception,),
+    time_budget_s: float | None = None,
+    idle_timeout_s: float | None = None,
+    max_records: int | None = None,
+    starting_offsets: str | None = None,
+    consumer_config: Mapping[str, str] | None = None,
+    producer_config: Mapping[str, str] | None = None,
+    lock_safety_fraction: float = 0.5,
+    on_progress: Callable[[WorkerProgress], None] | bool | None = True,
+    progress_interval_s: float = 10.0,
+    broker_timeout_s: float = 30.0,
+) -> WorkerSummary:
+    """Run ``workers`` share consumers as Spark tasks until a stop condition; the summary.
+
+    ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
+    :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to
+    ``chunk_size`` rows (the ``kafka-share`` source's columns, with headers) and returns one
+    result per row (or None: all ACCEPT). A result is None (ACCEPT), bytes/str (ACCEPT with that
+    output value), an :class:`Outcome` or a :class:`Result`. An exception of a ``retry_on`` type
+    means RELEASE (retry); any other exception means REJECT (poison). A record RELEASEd on its
+    ``max_attempts``-th delivery is poison too. Poison is written to ``dead_letter_topic`` (with
+    the headers in :data:`DLQ_HEADERS`) before it is REJECTed; outputs go to ``output_topic``
+    and are acknowledged by the broker before the record is ACCEPTed.
+
+    Stops when ``time_budget_s`` has passed, when no worker got a record for
+    ``idle_timeout_s``, after ``max_records`` records (overshoot: at most one poll per worker),
+    on Ctrl-C, or when the Spark job is cancelled. On a stop, records not yet processed are
+    RELEASEd. Progress goes to ``on_progress`` (default: a line on stderr every
+    ``progress_interval_s``).
+    """
+    job = start_workers(
+        spark, fn, topics=topics, group=group, bootstrap_servers=bootstrap_servers,
+        workers=workers, batch_format=batch_format, chunk_size=chunk_size,
+        output_topic=output_topic, dead_letter_topic=dead_letter_topic,
+        max_attempts=max_attempts, retry_on=retry_on, time_budget_s=time_budget_s,
+        idle_timeout_s=idle_timeout_s, max_records=max_records,
+        starting_offsets=starting_offsets, consumer_config=consumer_config,
+        producer_config=producer_config, lock_safety_fraction=lock_safety_fraction,
+        on_progress=on_progress, progress_interval_s=progress_interval_s,
+        broker_timeout_s=broker_timeout_s,
+    )
+    try:
+        return job.wait()
+    except KeyboardInterrupt:
+        job.stop("interrupted", grace_s=30.0)
+        raise
+
+
+def _validate(
+    spark: Any, *, topics: str | Iterable[str], group: str, bootstrap_servers: str,
+    workers: int, batch_format: str, chunk_size: int, output_topic: str | None,
+    dead_letter_topic: str | None, max_attempts: int, retry_on: Any,
+    time_budget_s: float | None, idle_timeout_s: float | None, max_records: int | None,
+    starting_offsets: str | None, consumer_config: Mapping[str, str],
+    producer_config: Mapping[str, str], lock_safety_fraction: float, broker_timeout_s: float,
+) -> WorkerSpec:
+    """Check every argument and the broker before any task starts."""
+    from pyspark_kafka_share._broker import inspect_broker, set_starting_offsets
+
+    topic_list = [topics] if isinstance(topics, str) else list(topics)
+    if not isinstance(workers, int) or workers < 1:
+        raise OptionError("workers", workers, "must be a whole number >= 1")
+    if batch_format not in ("record", "arrow", "pandas"):
+        raise OptionError("batch_format", batch_format, "use 'record', 'arrow' or 'pandas'")
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise OptionError("chunk_size", chunk_size, "must be a whole number >= 1")
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise OptionError("max_attempts", max_attempts, "must be a whole number >= 1")
+    if not (isinstance(retry_on, tuple)
+            and all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_on)):
+        raise OptionError("retry_on", retry_on,
+                          "must be a tuple of exception types, e.g. (TimeoutError,) or ()")
+    for name, value in (("time_budget_s", time_budget_s), ("idle_timeout_s", idle_timeout_s),
+                        ("max_records", max_records)):
+        if value is not None and value <= 0:
+            raise OptionError(name, value, "must be > 0, or None for no limit")
+    if not 0.1 <= lock_safety_fraction <= 0.9:
+        raise OptionError("lock_safety_fraction", lock_safety_fraction,
+                          "must be between 0.1 and 0.9")
+    if output_topic is not None and output_topic in topic_list:
+        raise OptionError("output_topic", output_topic,
+                          "must differ from the input topics (the workers would feed themselves)")
+    if dead_letter_topic is not None and dead_letter_topic in topic_list:
+        raise OptionError("dead_letter_topic", dead_letter_topic,
+                          "must differ from the input topics")
+    for key in consumer_config:
+        if key.lower() in CLIENT_OPTIONS_REJECTED or key.lower() == "max.poll.records":
+            raise OptionError(f"consumer_config[{key!r}]", consumer_config[key],
+                              "is set by run_workers (use chunk_size for max.poll.records, "
+                              "group/bootstrap_servers/topics for the rest); remove it")
+    raw: dict[str, str] = {
+        "kafka.bootstrap.servers": bootstrap_servers, "kafka.group.id": group,
+        "subscribe": ",".join(topic_list), "delivery": "at-most-once",
+        "brokerTimeoutMs": str(int(broker_timeout_s * 1000)),
+        **{f"kafka.{k}": str(v) for k, v in consumer_config.items()},
+    }
+    if starting_offsets is not None:
+        raw["startingOffsets"] = starting_offsets
+    try:
+        opts = parse_options(raw)
+    except OptionError as exc:
+        name = _ARG_NAMES.get(exc.option, exc.option)
+        raise OptionError(name, exc.value, exc.fix) from None
+
+    slots = _task_slots(spark)
+    if slots is not None and workers > slots:
+        raise OptionError(
+            "workers", workers,
+            f"Spark has {slots} task slots, and every worker is a task that runs until it "
+            "stops: the extra workers would only start when others end. Lower workers, or give "
+            f"Spark more slots (e.g. master local[{workers}] or more executor cores)")
+
+    facts = inspect_broker(opts, bootstrap_name="bootstrap_servers", topics_name="topics")
+    if max_attempts > facts.delivery_limit:
+        raise OptionError(
+            "max_attempts", max_attempts,
+            f"the broker archives a record after {facts.delivery_limit} deliveries (group "
+            f"config share.delivery.count.limit of {group!r}), so it would never reach "
+            f"attempt {max_attempts}. Lower max_attempts or raise the group's limit")
+    _check_out_topics(opts, output_topic, dead_letter_topic, broker_timeout_s)
+    set_starting_offsets(opts)
+    return WorkerSpec(
+        bootstrap_servers=opts.bootstrap_servers, group=opts.group_id, topics=opts.topics,
+        batch_format=batch_format,  # type: ignore[arg-type]
+        chunk_size=chunk_size, max_attempts=max_attempts, retry_on=retry_on,
+        output_topic=output_topic, dead_letter_topic=dead_letter_topic,
+        lock_ms=facts.lock_ms, delivery_limit=facts.delivery_limit,
+        lock_safety_fraction=lock_safety_fraction, time_budget_s=time_budget_s,
+        idle_timeout_s=idle_timeout_s, max_records=max_records,
+        consumer_config=tuple(sorted((k, str(v)) for k, v in consumer_config.items())),
+        producer_config=tuple(sorted((k, str(v)) for k, v in producer_config.items())),
+        broker_timeout_s=broker_timeout_s, job_id=uuid.uuid4().hex[:12],
+    )
+
+
+def _task_slots(spark: Any) -> int | None:
+    try:
+        sc = spark.sparkContext
+        cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+        return int(sc.defaultParallelism) // max(cpus, 1)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: no check
+        return None
+
+
+def _check_out_topics(opts: Any, output_topic: str | None, dead_letter_topic: str | None,
+                      timeout_s: float) -> None:
+    wanted = {"output_topic": output_topic, "dead_letter_topic": dead_letter_topic}
+    wanted = {k: v for k, v in wanted.items() if v is not None}
+    if not wanted:
+        return
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        md = AdminClient(dict(opts.admin_config())).list_topics(timeout=timeout_s)
+    except Exception as exc:
+        raise BrokerError(f"cannot list topics on {opts.bootstrap_servers}: {exc}") from exc
+    for name, t in wanted.items():
+        if t not in md.topics or md.topics[t].error is not None:
+            raise OptionError(name, t, f"topic does not exist on {opts.bootstrap_servers}; "
+                              "create it first")
+

@@ -1,0 +1,352 @@
+"""Queue workers against a real broker and local Spark: outcomes, dead letters, stops, crashes.
+
+Worker functions run in Spark's Python workers on this machine, so they leave evidence of each
+call in files under ``tmp_path`` (one line per call), which the tests read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, Consumer
+from pyspark import cloudpickle
+
+from pyspark_kafka_share.errors import BrokerError, OptionError
+from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.workers import Outcome, Record, Result, run_workers, start_workers
+
+# The worker functions below (and the helpers they call) run in Spark's Python workers, which
+# cannot import this test module: ship it by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,
+                settle_s: float = 2.0) -> list[Any]:
+    """Every record of ``topic`` (classic consumer from the start), waiting for ``expect``."""
+    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
+                  "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    quiet_until = None
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                if len(out) >= expect:
+                    quiet_until = quiet_until or time.monotonic() + settle_s
+                    if time.monotonic() >= quiet_until:
+                        break
+                continue
+            assert m.error() is None, m.error()
+            out.append(m)
+    finally:
+        c.close()
+    return out
+
+
+def _drain_share(share_consumer: Callable[..., Any], group: str, topic: str,
+                 seconds: float) -> list[Any]:
+    """What a fresh member of ``group`` receives within ``seconds`` (ACCEPTed)."""
+    c = share_consumer(group, [topic])
+    got: list[Any] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        msgs = list(c.poll(0.5))
+        for m in msgs:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if msgs:
+            c.commit_sync()
+        got.extend(msgs)
+    return got
+
+
+def _calls(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def _log_call(path: str, rec: Record, **extra: Any) -> None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    line = json.dumps({"value": (rec.value or b"").decode(), "dc": rec.delivery_count,
+                       "worker": ctx.partitionId() if ctx else -1, **extra})
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+def _headers(m: Any) -> dict[str, bytes]:
+    return {k: v for k, v in (m.headers() or [])}
+
+
+def test_outcomes_dead_letters_and_outputs_reach_the_broker(
+    kafka: LocalKafka, topic_factory: Callable[..., str], group: str, spark: Any,
+    share_consumer: Callable[..., Any], tmp_path: Path,
+) -> None:
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    records = [ProducerRecord(value=f"{kind}-{i}".encode(), key=f"k{i}".encode(),
+                              headers=[("trace", f"t{i}".encode())])
+               for i in range(10) for kind in ("ok", "retry", "poison")]
+    kafka.produce(src, records)
+    log = str(tmp_path / "calls.jsonl")
+
+    def handle(rec: Record) -> Result | Outcome:
+        _log_call(log, rec)
+        kind = (rec.value or b"").decode().split("-")[0]
+        if kind == "poison":
+            return Result.reject("unparseable order")
+        if kind == "retry" and rec.delivery_count == 1:
+            raise TimeoutError("enrichment service timed out")
+        return Result.accept(f"{(rec.value or b'').decode()}:dc={rec.delivery_count}")
+
+    summary = run_workers(spark, handle, topics=[src], group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                          output_topic=out, dead_letter_topic=dlq, idle_timeout_s=6,
+                          on_progress=False)
+
+    t = summary.totals
+    assert (t["accepted"], t["released"], t["rejected"], t["dead_lettered"], t["outputs"]) \
+        == (20, 10, 10, 10, 20), str(summary)
+    assert summary.stop_reason == "idle timeout"
+    outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, 20))
+    assert outputs == Counter([f"ok-{i}:dc=1" for i in range(10)]
+                              + [f"retry-{i}:dc=2" for i in range(10)])
+    dead = _read_topic(kafka, dlq, 10)
+    assert sorted((m.value() or b"").decode() for m in dead) == \
+        sorted(f"poison-{i}" for i in range(10))
+    for m in dead:
+        h = _headers(m)
+        i = (m.value() or b"").decode().split("-")[1]
+        assert m.key() == f"k{i}".encode()
+        assert h["trace"] == f"t{i}".encode()  # the original headers travel along
+        assert h["kafka-share.error"] == b"unparseable order"
+        assert h["kafka-share.attempts"] == b"1"
+        assert h["kafka-share.origin.topic"] == src.encode()
+        assert h["kafka-share.origin.group"] == group.encode()
+        assert int(h["kafka-share.origin.offset"]) >= 0
+    calls = Counter(c["value"] for c in _calls(Path(log)))
+    assert all(calls[f"ok-{i}"] == 1 and calls[f"poison-{i}"] == 1 and calls[f"retry-{i}"] == 2
+               for i in range(10)), calls
+    # ACCEPTed and REJECTed records are never delivered again.
+    assert _drain_share(share_consumer, group, src, 4.0) == []
+
+
+def test_max_attempts_then_dead_letter_and_non_retryable_errors(
+    kafka: LocalKafka, topic: str, topic_factory: Callable[..., str], group: str, spark: Any,
+    tmp_path: Path,
+) -> None:
+    dlq = topic_factory(1)
+    kafka.produce(topic, [b"flaky", b"broken", b"fine"])
+    log = str(tmp_path / "calls.jsonl")
+
+    def handle(rec: Record) -> None:
+        _log_call(log, rec)
+        if rec.value == b"flaky":
+            raise TimeoutError("still down")
+        if rec.value == b"broken":
+            raise KeyError("no such field")  # not in retry_on: poison at once
+
+    summary = run_workers(spark, handle, topics=topic, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, dead_letter_topic=dlq,
+                          max_attempts=3, retry_on=(TimeoutError,), idle_timeout_s=6,
+                          on_progress=False)
+    calls = [(c["value"], c["dc"]) for c in _calls(Path(log))]
+    assert sorted(calls) == sorted([("flaky", 1), ("flaky", 2), ("flaky", 3), ("broken", 1),
+                                    ("fine", 1)])
+    dead = {(m.value() or b"").decode(): _headers(m) for m in _read_topic(kafka, dlq, 2)}
+    assert set(dead) == {"flaky", "broken"}
+    assert dead["flaky"]["kafka-share.attempts"] == b"3"
+    assert dead["flaky"]["kafka-share.error"].startswith(b"gave up after 3 attempts: Timeout")
+    assert dead["broken"]["kafka-share.attempts"] == b"1"
+    assert dead["broken"]["kafka-share.error.type"] == b"KeyError"
+    t = summary.totals
+    assert (t["accepted"], t["released"], t["rejected"], t["exhausted"]) == (1, 2, 2, 1)
+
+
+def test_batch_form_with_pandas_and_arrow(
+    kafka: LocalKafka, topic: str, topic_factory: Callable[..., str], group: str, spark: Any,
+) -> None:
+    out = topic_factory(1)
+    kafka.produce(topic, [str(i).encode() for i in range(50)])
+
+    def square(df: Any) -> list[Any]:
+        # A pandas frame with the kafka-share source's columns.
+        assert {"key", "value", "offset", "deliveryCount", "headers"} <= set(df.columns)
+        return [str(int(v) ** 2) if int(v) % 10 else Outcome.REJECT for v in df["value"]]
+
+    summary = run_workers(spark, square, topics=topic, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, batch_format="pandas",
+                          output_topic=out, idle_timeout_s=5, on_progress=False)
+    assert (summary.totals["accepted"], summary.totals["rejected"]) == (45, 5)
+    got = sorted(int(m.value()) for m in _read_topic(kafka, out, 45))
+    assert got == sorted(i * i for i in range(50) if i % 10)
+
+    # Arrow: a None result accepts the whole batch.
+    kafka.produce(topic, [b"x"] * 7)
+    summary = run_workers(spark, lambda table: None, topics=topic, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, batch_format="arrow",
+                          idle_timeout_s=5, on_progress=False)
+    assert summary.totals["accepted"] == 7
+
+
+def test_more_workers_than_partitions_all_get_work(
+    kafka: LocalKafka, topic: str, group: str, spark: Any, tmp_path: Path,
+) -> None:
+    slots = spark.sparkContext.defaultParallelism
+    kafka.produce(topic, [f"{i}".encode() for i in range(300)],
+                  producer_config={"batch.size": "400"})  # small batches: work to share
+    log = str(tmp_path / "calls.jsonl")
+
+    def slow(rec: Record) -> None:
+        _log_call(log, rec)
+        time.sleep(0.02)
+
+    summary = run_workers(spark, slow, topics=topic, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, workers=slots,
+                          chunk_size=10, idle_timeout_s=6, on_progress=False)
+    assert summary.totals["accepted"] == 300
+    per_worker = {w["worker"]: w.get("processed", 0) for w in summary.workers}
+    assert len(per_worker) == slots > 1
+    assert all(n > 0 for n in per_worker.values()), per_worker
+    assert Counter(c["worker"] for c in _calls(Path(log))) == Counter(
+        {w: n for w, n in per_worker.items()})
+
+
+def test_killed_worker_loses_nothing(
+    kafka: LocalKafka, topic_factory: Callable[..., str], group: str, spark: Any,
+    tmp_path: Path,
+) -> None:
+    src, out = topic_factory(2), topic_factory(1)
+    n = 400
+    kafka.produce(src, [f"{i}".encode() for i in range(n)],
+                  producer_config={"batch.size": "800"})
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 8000)
+    log = str(tmp_path / "calls.jsonl")
+
+    def work(rec: Record) -> bytes:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None
+        _log_call(log, rec, attempt=ctx.attemptNumber())
+        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and \
+                len(Path(log).read_text().splitlines()) > 60:
+            os._exit(137)  # the Python worker dies mid-chunk: no RELEASE, no ACCEPT
+        time.sleep(0.01)
+        return rec.value or b""
+
+    summary = run_workers(spark, work, topics=src, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
+                          output_topic=out, idle_timeout_s=15, on_progress=False)
+    calls = _calls(Path(log))
+    assert any(c["worker"] == 0 and c["attempt"] == 1 for c in calls), "no retried attempt"
+    outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, n))
+    assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
+    # The killed chunk produced nothing, so no output is duplicated either.
+    assert max(outputs.values()) == 1, outputs.most_common(3)
+    # The records the dead worker held came back: delivered more than once.
+    assert any(c["dc"] > 1 for c in calls)
+    assert summary.totals["accepted"] >= n - 60
+
+
+@pytest.mark.parametrize("how", ["stop", "time_budget", "max_records"])
+def test_stopping_releases_records_in_flight(
+    how: str, kafka: LocalKafka, topic: str, group: str, spark: Any,
+    share_consumer: Callable[..., Any],
+) -> None:
+    n = 200
+    # One producer batch: the broker hands the whole batch to one poll.
+    kafka.produce(topic, [f"{i}".encode() for i in range(n)],
+                  producer_config={"linger.ms": "50"})
+
+    def slow(rec: Record) -> None:
+        time.sleep(0.05)
+
+    kwargs: dict[str, Any] = {"time_budget_s": 4} if how == "time_budget" else \
+        {"max_records": 20} if how == "max_records" else {}
+    job = start_workers(spark, slow, topics=topic, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, chunk_size=5,
+                        on_progress=False, **kwargs)
+    if how == "stop":
+        deadline = time.monotonic() + 60
+        while job.progress().totals["processed"] < 20 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        summary = job.stop()
+        assert summary is not None
+        assert summary.stop_reason == "stopped by user"
+    else:
+        summary = job.wait(120)
+        assert summary.stop_reason == {"time_budget": "time budget",
+                                       "max_records": "record count"}[how]
+    t = summary.totals
+    assert 0 < t["accepted"] < n
+    assert t["released_on_stop"] > 0
+    # The released records are available at once (the lock is 30 s), with one more delivery.
+    rest = _drain_share(share_consumer, group, topic, 8.0)
+    assert len(rest) == n - t["accepted"], (len(rest), str(summary))
+    assert {m.delivery_count() for m in rest} <= {1, 2}
+    assert sum(1 for m in rest if m.delivery_count() == 2) >= t["released_on_stop"] - 5
+
+
+def test_bad_arguments_fail_before_any_task(
+    kafka: LocalKafka, topic: str, group: str, spark: Any,
+) -> None:
+    common: dict[str, Any] = {"topics": topic, "group": group,
+                              "bootstrap_servers": kafka.bootstrap_servers,
+                              "on_progress": False}
+    with pytest.raises(OptionError, match="'workers' = 64: Spark has"):
+        run_workers(spark, print, **{**common, "workers": 64})
+    with pytest.raises(OptionError, match="'max_attempts' = 9: the broker archives"):
+        run_workers(spark, print, **{**common, "max_attempts": 9})
+    with pytest.raises(OptionError, match=r"'output_topic' = 'nope-.*does not exist"):
+        run_workers(spark, print, **{**common, "output_topic": f"nope-{uuid.uuid4().hex}"})
+    with pytest.raises(OptionError, match=r"'output_topic'.*must differ"):
+        run_workers(spark, print, **{**common, "output_topic": topic})
+    with pytest.raises(OptionError, match="'batch_format' = 'csv'"):
+        run_workers(spark, print, **{**common, "batch_format": "csv"})
+    with pytest.raises(OptionError, match="'topics' = ''"):
+        run_workers(spark, print, **{**common, "topics": []})
+    with pytest.raises(BrokerError, match=r"'topics' = 'missing-.*do not exist"):
+        run_workers(spark, print, **{**common, "topics": f"missing-{uuid.uuid4().hex[:6]}"})
+    with pytest.raises(OptionError, match=r"consumer_config\['enable.auto.commit'\]"):
+        run_workers(spark, print, **{**common,
+                                     "consumer_config": {"enable.auto.commit": "true"}})
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+
+
+def test_output_the_broker_refuses_is_never_accepted(
+    kafka: LocalKafka, topic: str, topic_factory: Callable[..., str], group: str, spark: Any,
+) -> None:
+    dlq = topic_factory(1)
+    small = f"small-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(small, 1, config={"max.message.bytes": "1024"})
+    kafka.produce(topic, [b"tiny", b"huge"])
+
+    def enlarge(rec: Record) -> bytes:
+        return (rec.value or b"") * (1 if rec.value == b"tiny" else 2000)
+
+    summary = run_workers(spark, enlarge, topics=topic, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, output_topic=small,
+                          # one record per chunk: the broker refuses whole producer batches
+                          dead_letter_topic=dlq, max_attempts=2, chunk_size=1, idle_timeout_s=6,
+                          on_progress=False)
+    t = summary.totals
+    # "huge": output refused -> RELEASE (attempt 1) -> refused again -> dead letter, REJECT.
+    assert (t["accepted"], t["released"], t["rejected"], t["produce_failures"]) == (1, 1, 1, 2)
+    assert [m.value() for m in _read_topic(kafka, small, 1)] == [b"tiny"]
+    dead = _read_topic(kafka, dlq, 1)
+    assert [m.value() for m in dead] == [b"huge"]
+    error = _headers(dead[0])["kafka-share.error"].decode()
+    assert error.startswith("gave up after 2 attempts: output not delivered"), error
