@@ -42,6 +42,8 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         owner = self.server.owner
+        with owner._lock:
+            owner._conns.add(self.request)
         for raw in self.rfile:
             try:
                 msg = json.loads(raw)
@@ -75,6 +77,7 @@ class ControlServer:
                                  secrets.token_hex(16))
         self._lock = threading.Lock()
         self._reports: dict[int, dict[str, Any]] = {}
+        self._conns: set[socket.socket] = set()
         self._stop_reason: str | None = None
         self._on_report = on_report
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -114,32 +117,61 @@ class ControlServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            conns, self._conns = self._conns, set()
+        for conn in conns:  # workers still connected see the driver go
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
 
 
 class ControlClient:
-    """Worker side: sends reports, learns whether to stop. Never raises."""
+    """Worker side: sends reports, learns whether to stop. Never raises.
+
+    :meth:`start` reports from a daemon thread, so a slow or silent driver never delays the
+    worker's processing loop; the loop only reads :attr:`stop`.
+    """
 
     def __init__(self, endpoint: Endpoint | None, interval_s: float) -> None:
         self.endpoint = endpoint
         self.interval_s = interval_s
         self._sock: socket.socket | None = None
         self._reader: Any = None
-        self._ever_connected = False
+        self.ever_connected = False
         self._last_ok = time.monotonic()
         self._next = 0.0
         self.stop = False
         self.lost = False
+        self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    def start(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Report ``snapshot()`` every ``interval_s`` from a daemon thread until :meth:`close`."""
+        if self.endpoint is None:
+            return
+
+        def loop() -> None:
+            while not self._closed.wait(self.interval_s):
+                try:
+                    report = snapshot()
+                except RuntimeError:  # a counter changed size while copied: next time
+                    continue
+                self.report(report, force=True)
+
+        self._thread = threading.Thread(target=loop, name="kafka-share-worker-report",
+                                        daemon=True)
+        self._thread.start()
 
     def _connect(self) -> bool:
         assert self.endpoint is not None
         try:
-            sock = socket.create_connection((self.endpoint.host, self.endpoint.port), timeout=5)
+            sock = socket.create_connection((self.endpoint.host, self.endpoint.port), timeout=2)
         except OSError:
             return False
         sock.settimeout(5)
         self._sock = sock
         self._reader = sock.makefile("rb")
-        self._ever_connected = True
+        self.ever_connected = True
         return True
 
     def _drop(self) -> None:
@@ -177,10 +209,13 @@ class ControlClient:
                 self.stop = self.stop or bool(json.loads(reply).get("stop"))
             self._last_ok = time.monotonic()
             return self.stop
-        if self._ever_connected and time.monotonic() - self._last_ok > _LOST_AFTER_S:
+        if self.ever_connected and time.monotonic() - self._last_ok > _LOST_AFTER_S:
             self.lost = True
             self.stop = True
         return self.stop
 
     def close(self) -> None:
+        self._closed.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
         self._drop()

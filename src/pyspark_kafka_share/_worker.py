@@ -36,7 +36,7 @@ import pyarrow as pa
 from pyspark_kafka_share._arrow import messages_to_batch
 from pyspark_kafka_share._control import ControlClient, Endpoint
 from pyspark_kafka_share._reader import raise_client_errors
-from pyspark_kafka_share.errors import BrokerError, KafkaShareError
+from pyspark_kafka_share.errors import BrokerError
 
 __all__ = [
     "DLQ_HEADERS",
@@ -192,7 +192,9 @@ def _normalise(r: UserResult) -> _Verdict:
 
 
 class _Worker:
-    def __init__(self, spec: WorkerSpec, fn: Callable[[Any], Any]) -> None:
+    def __init__(self, spec: WorkerSpec, fn: Callable[[Any], Any], *, consumer: Any = None,
+                 producer: Any = None) -> None:
+        """``consumer``/``producer``: injected by unit tests; built from ``spec`` otherwise."""
         from confluent_kafka import ShareConsumer
 
         self.spec = spec
@@ -200,9 +202,12 @@ class _Worker:
         self.index, self.attempt = _identity()
         self.stats: Counter[str] = Counter()
         self.start = time.monotonic()
-        self.last_record = self.start
+        self.last_active = self.start  # last record received or chunk finished
         self.stop_reason: str | None = None
         self.per_record_s = 0.0  # moving average of the function's time per record
+        self.settle_s = 0.0  # moving average of produce + flush + commit time per chunk
+        self.produce_failure_streak = 0
+        self.down_since: float | None = None  # first "all brokers down" not followed by records
         self.errors: list[Any] = []
         self.unacked: list[Any] = []  # polled, not yet acknowledged
         conf = {**dict(spec.consumer_config), "bootstrap.servers": spec.bootstrap_servers,
@@ -210,17 +215,15 @@ class _Worker:
                 "error_cb": self.errors.append}
         conf.setdefault("max.poll.records", str(spec.chunk_size))
         conf.setdefault("client.id", f"kafka-share-worker-{self.index}")
-        self.consumer = ShareConsumer(conf)
+        self.consumer = consumer if consumer is not None else ShareConsumer(conf)
         self.consumer.subscribe(list(spec.topics))
-        self.producer: Any = None
-        if spec.output_topic or spec.dead_letter_topic:
+        self.producer: Any = producer
+        if producer is None and (spec.output_topic or spec.dead_letter_topic):
             from confluent_kafka import Producer
 
-            pconf: dict[str, Any] = {"acks": "all", "enable.idempotence": True,
-                                     "linger.ms": 5, **dict(spec.producer_config),
-                                     "bootstrap.servers": spec.bootstrap_servers}
-            self.producer = Producer(pconf)
+            self.producer = Producer(producer_settings(spec))
         self.control = ControlClient(spec.control, spec.report_interval_s)
+        self.control.start(self.report)
 
     # ---- reporting and stopping -------------------------------------------------------------
 
@@ -229,8 +232,8 @@ class _Worker:
         return {
             "worker": self.index, "attempt": self.attempt, "host": socket.gethostname(),
             "pid": os.getpid(), "state": state, "elapsed_s": round(now - self.start, 3),
-            "idle_s": round(now - self.last_record, 3), "stop_reason": self.stop_reason,
-            **{k: int(v) for k, v in self.stats.items()},
+            "idle_s": round(now - self.last_active, 3), "stop_reason": self.stop_reason,
+            **{k: int(v) for k, v in self.stats.copy().items()},
         }
 
     def should_stop(self) -> bool:
@@ -238,18 +241,36 @@ class _Worker:
             return True
         spec = self.spec
         now = time.monotonic()
-        if self.control.report(self.report()):
+        if self.control.stop:
             self.stop_reason = "lost the driver" if self.control.lost else "stopped by driver"
         elif spec.time_budget_s is not None and now - self.start >= spec.time_budget_s:
             self.stop_reason = "time budget"
         elif spec.max_records is not None and self.stats["processed"] >= spec.max_records:
             self.stop_reason = "record count"
-        elif (spec.idle_timeout_s is not None and now - self.last_record >= spec.idle_timeout_s
-              and self.control.endpoint is None):
+        elif (spec.idle_timeout_s is not None and now - self.last_active >= spec.idle_timeout_s
+              and not self.control.ever_connected):
             # With a driver, idleness is judged over all workers (one idle worker may be waiting
             # for an assignment while others are busy); without one, locally.
             self.stop_reason = "idle timeout"
         return self.stop_reason is not None
+
+    def _check_client_errors(self, got_records: bool) -> None:
+        """Fatal client errors fail the worker; brokers down fail it after broker_timeout_s.
+
+        A long-lived worker rides out a rolling restart: "all brokers down" only fails it if
+        no record arrives for ``broker_timeout_s`` after it.
+        """
+        errors, self.errors[:] = list(self.errors), []
+        transient = [e for e in errors if not e.fatal() and e.name() == "_ALL_BROKERS_DOWN"]
+        raise_client_errors([e for e in errors if e not in transient])
+        now = time.monotonic()
+        if got_records:
+            self.down_since = None
+        elif transient and self.down_since is None:
+            self.down_since = now
+        if self.down_since is not None and now - self.down_since > self.spec.broker_timeout_s:
+            raise BrokerError(f"all brokers down for more than {self.spec.broker_timeout_s:.0f}s "
+                              f"({transient[0].str() if transient else 'no records since'})")
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -262,7 +283,8 @@ class _Worker:
             while not self.should_stop():
                 poll_start = time.monotonic()
                 msgs = list(self.consumer.poll(0.5))
-                raise_client_errors(self.errors)
+                self.unacked = [m for m in msgs if m.error() is None]
+                self._check_client_errors(bool(self.unacked))
                 self.stats["polls"] += 1
                 # After an empty poll librdkafka keeps fetching: this poll's records may have
                 # been acquired while the previous poll was waiting.
@@ -271,24 +293,26 @@ class _Worker:
                 prev_poll_start, prev_empty = poll_start, not msgs
                 if not msgs:
                     continue
-                self.unacked = msgs
                 bad = [m for m in msgs if m.error() is not None]
                 if bad:
                     raise BrokerError(f"share consumer poll failed: {bad[0].error()}")
                 self.stats["received"] += len(msgs)
-                self.last_record = time.monotonic()
-                self._work_through([m for m in msgs if m.error() is None], origin + deadline_s)
+                self.last_active = time.monotonic()
+                self._work_through(msgs, origin + deadline_s)
         except BaseException:
             if self.unacked:
+                # Records on their last delivery are archived by the broker either way (RELEASE
+                # now, or the lock expiring); the others come back at once.
                 with contextlib.suppress(Exception):
-                    self._ack([(m, Outcome.RELEASE) for m in self.unacked
-                               if m.error() is None])
+                    self._ack([(m, Outcome.RELEASE) for m in self.unacked])
             raise
         finally:
+            self.control.close()
             self._close()
-        self.control.report(self.report("stopped"), force=True)
+        final = self.report("stopped")
+        self.control.report(final, force=True)
         self.control.close()
-        return self.report("stopped")
+        return final
 
     def _work_through(self, msgs: list[Any], deadline: float) -> None:
         """Process ``msgs`` chunk by chunk; RELEASE what is left at a stop or the deadline."""
@@ -297,7 +321,7 @@ class _Worker:
         while rest:
             self.unacked = list(rest)
             chunk, rest = rest[:spec.chunk_size], rest[spec.chunk_size:]
-            needed = self.per_record_s * len(chunk)
+            needed = self.per_record_s * len(chunk) + self.settle_s
             reason = None
             if self.should_stop():
                 reason = "released_on_stop"
@@ -315,31 +339,38 @@ class _Worker:
                 self.unacked = list(last)
                 if not chunk:
                     break
-            self._process(chunk)
+            self._process(chunk, deadline)
         self.unacked = []
 
-    def _process(self, chunk: list[Any]) -> None:
+    def _process(self, chunk: list[Any], deadline: float) -> None:
         t0 = time.monotonic()
         verdicts = self._call(chunk)
-        took = time.monotonic() - t0
-        per = took / len(chunk)
-        self.per_record_s = per if self.stats["processed"] == 0 \
-            else 0.7 * self.per_record_s + 0.3 * per
+        t1 = time.monotonic()
+        per = (t1 - t0) / len(chunk)
+        first = self.stats["processed"] == 0
+        self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
         self.stats["processed"] += len(chunk)
-        self.stats["function_ms"] += int(took * 1000)
-        self._settle(chunk, verdicts)
+        self.stats["function_ms"] += int((t1 - t0) * 1000)
+        self._settle(chunk, verdicts, deadline)
+        took = time.monotonic() - t1
+        self.settle_s = took if first else 0.7 * self.settle_s + 0.3 * took
+        self.last_active = time.monotonic()
 
     def _call(self, chunk: list[Any]) -> list[_Verdict]:
+        """The function's verdict per record; its mistakes are the records' poison."""
         spec = self.spec
         if spec.batch_format == "record":
             out = []
             for m in chunk:
                 try:
-                    out.append(_normalise(self.fn(_record(m))))
+                    result = self.fn(_record(m))
                 except spec.retry_on as exc:
                     out.append(_failed(Outcome.RELEASE, exc))
+                    continue
                 except Exception as exc:  # noqa: BLE001 - the user's failure is the record's
                     out.append(_failed(Outcome.REJECT, exc))
+                    continue
+                out.append(self._checked(result))
             return out
         table: Any = pa.Table.from_batches([messages_to_batch(chunk, include_headers=True)])
         if spec.batch_format == "pandas":
@@ -352,30 +383,44 @@ class _Worker:
             return [_failed(Outcome.REJECT, exc) for _ in chunk]
         if results is None:
             return [_Verdict(Outcome.ACCEPT) for _ in chunk]
-        if isinstance(results, pa.Array | pa.ChunkedArray):
-            results = results.to_pylist()
-        elif hasattr(results, "tolist"):  # pandas Series, numpy array
-            results = results.tolist()
-        results = list(results)
+        try:
+            if isinstance(results, pa.Array | pa.ChunkedArray):
+                results = results.to_pylist()
+            elif hasattr(results, "tolist"):  # pandas Series, numpy array
+                results = results.tolist()
+            results = list(results)
+        except TypeError as exc:
+            return [_invalid(f"the batch function returned {type(results).__name__}: {exc}")
+                    for _ in chunk]
         if len(results) != len(chunk):
-            raise TypeError(f"the worker function returned {len(results)} results for a batch "
-                            f"of {len(chunk)} records; return one per row, in order, or None")
-        return [_normalise(r) for r in results]
+            return [_invalid(f"the batch function returned {len(results)} results for "
+                             f"{len(chunk)} rows; return one per row, in order, or None")
+                    for _ in chunk]
+        return [self._checked(r) for r in results]
 
-    def _settle(self, chunk: list[Any], verdicts: list[_Verdict]) -> None:
+    def _checked(self, result: Any) -> _Verdict:
+        """A result as a verdict; a result that cannot be honoured is poison, not a crash."""
+        try:
+            v = _normalise(result)
+        except TypeError as exc:
+            return _invalid(str(exc))
+        if v.value is not None and v.outcome is Outcome.ACCEPT and self.spec.output_topic is None:
+            return _invalid("the function returned an output value but run_workers has no "
+                            "output_topic; pass output_topic=... or return None")
+        return v
+
+    def _settle(self, chunk: list[Any], verdicts: list[_Verdict], deadline: float) -> None:
         """Produce outputs, then dead letters, wait for the broker each time, then acknowledge.
 
         An output the broker did not acknowledge turns its record into a retry (RELEASE), or
         into poison on its last attempt. A dead letter the broker did not acknowledge turns its
-        record into a RELEASE: nothing is REJECTed without its dead-letter record.
+        record into a RELEASE, except on the record's last delivery (a RELEASE would archive
+        it): that dead letter is retried until the lock deadline, then the worker fails.
+        Repeated produce failures fail the worker rather than burn every record's deliveries.
         """
         spec = self.spec
-        if spec.output_topic is None and any(v.outcome is Outcome.ACCEPT and v.value is not None
-                                             for v in verdicts):
-            raise KafkaShareError("the worker function returned an output value but "
-                                  "run_workers got no output_topic; pass output_topic=... or "
-                                  "return None")
         final = [(m, self._resolve(m, v), v) for m, v in zip(chunk, verdicts, strict=True)]
+        failed_any = False
         # 1. outputs
         sent = self._produce_all([
             (i, spec.output_topic, v.key if v.key is not None else m.key(), v.value,
@@ -387,25 +432,49 @@ class _Worker:
             if err is None:
                 self.stats["outputs"] += 1
                 continue
+            failed_any = True
             self.stats["produce_failures"] += 1
             retry = _Verdict(Outcome.RELEASE, error=f"output not delivered: {err}",
                              error_type="OutputNotDelivered")
             final[i] = (m, self._resolve(m, retry), retry)
         # 2. dead letters
         dlq = spec.dead_letter_topic
-        sent = self._produce_all([
-            (i, dlq, m.key(), m.value(),
-             [*(m.headers() or ()), *_dlq_headers(m, spec.group, v)])
-            for i, (m, outcome, v) in enumerate(final)
-            if outcome is Outcome.REJECT and dlq is not None])
-        for i, err in sent.items():
-            m, _, _v = final[i]
-            if err is None:
-                self.stats["dead_lettered"] += 1
-            else:
+        todo = [i for i, (_m, outcome, _v) in enumerate(final)
+                if outcome is Outcome.REJECT and dlq is not None]
+        while todo:
+            sent = self._produce_all([
+                (i, dlq, final[i][0].key(), final[i][0].value(),
+                 [*(final[i][0].headers() or ()), *_dlq_headers(final[i][0], spec.group,
+                                                                final[i][2])])
+                for i in todo])
+            todo = []
+            for i, err in sent.items():
+                m, _, v = final[i]
+                if err is None:
+                    self.stats["dead_lettered"] += 1
+                    continue
+                failed_any = True
                 self.stats["produce_failures"] += 1
-                final[i] = (m, Outcome.RELEASE, final[i][2])
+                if m.delivery_count() < spec.delivery_limit:
+                    final[i] = (m, Outcome.RELEASE, v)
+                elif time.monotonic() < deadline:
+                    todo.append(i)  # the last delivery: a RELEASE would lose it
+                    time.sleep(0.5)
+                else:
+                    raise BrokerError(
+                        f"the dead-letter topic {dlq!r} did not take record "
+                        f"{m.topic()}-{m.partition()}@{m.offset()} on its last delivery "
+                        f"({m.delivery_count()}, the group's share.delivery.count.limit) "
+                        f"before its lock deadline: {err}. The broker archives the record")
         self._ack([(m, outcome) for m, outcome, _ in final])
+        self.produce_failure_streak = self.produce_failure_streak + 1 if failed_any else 0
+        if self.produce_failure_streak >= _PRODUCE_FAILURE_LIMIT:
+            raise BrokerError(
+                f"producing to {spec.output_topic or dlq!r} failed in "
+                f"{self.produce_failure_streak} chunks in a row (last: "
+                f"{next((v.error for _, _, v in final if v.error), 'see the worker log')}); "
+                "stopping rather than spend every record's deliveries. Check the topic, the "
+                "producer_config and the brokers")
 
     def _resolve(self, m: Any, v: _Verdict) -> Outcome:
         """A RELEASE on the record's last allowed attempt becomes poison."""
@@ -418,7 +487,11 @@ class _Worker:
     def _produce_all(self, items: list[tuple[int, str | None, bytes | None, bytes | None,
                                              list[tuple[str, bytes | None]]]]) \
             -> dict[int, str | None]:
-        """Produce ``items`` (index, topic, key, value, headers) and flush; errors by index."""
+        """Produce ``items`` (index, topic, key, value, headers) and flush; errors by index.
+
+        The producer's ``message.timeout.ms`` is below the flush timeout, so a record not
+        reported delivered when flush returns has failed for good (no late duplicate).
+        """
         if not items:
             return {}
         assert self.producer is not None
@@ -426,7 +499,7 @@ class _Worker:
         for i, topic, key, value, headers in items:
             assert topic is not None
             self._produce(topic, key, value, headers=headers, produced=reports, i=i)
-        self.producer.flush(self.spec.broker_timeout_s)
+        self.producer.flush(self.spec.broker_timeout_s + 5)
         return {i: (None if errs and errs[0] is None
                     else str(errs[0]) if errs else "not delivered within the broker timeout")
                 for i, errs in reports.items()}
@@ -440,12 +513,16 @@ class _Worker:
         def on_delivery(err: Any, _msg: Any) -> None:
             errs.append(err)
 
+        give_up = time.monotonic() + self.spec.broker_timeout_s
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, headers=headers,
                                       on_delivery=on_delivery)
                 break
             except BufferError:
+                if time.monotonic() > give_up:
+                    raise BrokerError(f"the producer's queue stayed full for "
+                                      f"{self.spec.broker_timeout_s:.0f}s") from None
                 self.producer.poll(0.1)
 
     def _ack(self, acks: list[tuple[Any, Outcome]]) -> None:
@@ -474,6 +551,29 @@ class _Worker:
         if self.producer is not None:
             with contextlib.suppress(Exception):
                 self.producer.flush(self.spec.broker_timeout_s)
+
+
+_PRODUCE_FAILURE_LIMIT = 3  # chunks in a row with a failed produce: the worker fails
+
+
+def producer_settings(spec: WorkerSpec) -> dict[str, Any]:
+    """The output / dead-letter producer's settings.
+
+    Connection and security settings come from ``consumer_config`` (same cluster), then
+    ``producer_config``. ``acks=all`` and idempotence are fixed: a record is acknowledged only
+    after its output is durable. ``message.timeout.ms`` stays below the flush timeout.
+    """
+    shared = {k: v for k, v in spec.consumer_config
+              if k.startswith(("security.", "sasl.", "ssl.", "socket.", "client.dns"))}
+    conf: dict[str, Any] = {"linger.ms": 5, **shared, **dict(spec.producer_config)}
+    conf.update({"bootstrap.servers": spec.bootstrap_servers, "acks": "all",
+                 "enable.idempotence": True})
+    conf.setdefault("message.timeout.ms", int(spec.broker_timeout_s * 1000))
+    return conf
+
+
+def _invalid(why: str) -> _Verdict:
+    return _Verdict(Outcome.REJECT, error=why, error_type="InvalidResult")
 
 
 _COUNTER = {Outcome.ACCEPT: "accepted", Outcome.RELEASE: "released",

@@ -22,10 +22,13 @@ Guarantees and limits: ``docs/workers.md``.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import threading
 import time
 import uuid
+import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +42,7 @@ from pyspark_kafka_share._worker import (
     Record,
     Result,
     WorkerSpec,
+    producer_settings,
     results_of,
     worker_task,
 )
@@ -59,6 +63,13 @@ __all__ = [
 _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_lettered",
              "outputs", "exhausted", "released_on_stop", "released_lock_deadline",
              "produce_failures", "ack_failures")
+
+# Producer settings run_workers fixes, and why.
+_PRODUCER_FIXED = {
+    "acks": "is always 'all': a record is ACCEPTed only once its output is durable",
+    "enable.idempotence": "is always on (no duplicates from producer retries)",
+    "bootstrap.servers": "comes from bootstrap_servers",
+}
 
 # Names of the source options parse_options validates, as run_workers calls them.
 _ARG_NAMES = {"kafka.bootstrap.servers": "bootstrap_servers", "kafka.group.id": "group",
@@ -148,6 +159,7 @@ class WorkerJob:
         self._result: list[dict[str, Any]] | None = None
         self._error: BaseException | None = None
         self._last_progress = (self._start, 0)
+        self._progress_lock = threading.Lock()
         self._job_group = f"kafka-share-workers-{spec.job_id}"
         task = worker_task(spec, fn)
         self._runner = threading.Thread(target=self._run, args=(task,), daemon=True,
@@ -171,7 +183,6 @@ class WorkerJob:
         except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller's thread
             self._error = exc
         finally:
-            self._server.request_stop("job ended")
             self._done.set()
 
     def _watch(self) -> None:
@@ -203,13 +214,14 @@ class WorkerJob:
         return self._done.is_set()
 
     def progress(self) -> WorkerProgress:
-        now = time.monotonic()
-        reports = self._server.reports()
-        totals = _totals(reports.values())
-        t0, n0 = self._last_progress
-        rate = (totals["processed"] - n0) / (now - t0) if now > t0 else 0.0
-        self._last_progress = (now, totals["processed"])
-        return WorkerProgress(now - self._start, totals, reports, rate)
+        with self._progress_lock:
+            now = time.monotonic()
+            reports = self._server.reports()
+            totals = _totals(reports.values())
+            t0, n0 = self._last_progress
+            rate = (totals["processed"] - n0) / (now - t0) if now > t0 else 0.0
+            self._last_progress = (now, totals["processed"])
+            return WorkerProgress(now - self._start, totals, reports, rate)
 
     def stop(self, reason: str = "stopped by user", *, wait: bool = True,
              grace_s: float = 60.0) -> WorkerSummary | None:
@@ -226,6 +238,36 @@ class WorkerJob:
                 self._spark.sparkContext.cancelJobGroup(self._job_group)
         return self.wait()
 
+    def wait_interruptibly(self) -> WorkerSummary:
+        """:meth:`wait`, where Ctrl-C stops the workers gracefully (a second Ctrl-C cancels).
+
+        PySpark's own SIGINT handler cancels every Spark job, which kills the workers before
+        they can RELEASE their records; while this waits (main thread only) ours replaces it.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return self.wait()
+        presses = 0
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            nonlocal presses
+            presses += 1
+            if presses == 1:
+                print("[kafka-share workers] stopping: each worker finishes its chunk and "
+                      "RELEASEs the rest (Ctrl-C again to cancel the Spark job)",
+                      file=sys.stderr, flush=True)
+                self._server.request_stop("interrupted")
+            else:
+                with contextlib.suppress(Exception):
+                    self._spark.sparkContext.cancelJobGroup(self._job_group)
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            while not self._done.wait(0.2):
+                pass
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return self.wait()
+
     def wait(self, timeout: float | None = None) -> WorkerSummary:
         """Wait for the workers to stop; the summary, or the job's error raised."""
         if not self._done.wait(timeout):
@@ -236,8 +278,11 @@ class WorkerJob:
             raise self._error
         assert self._result is not None
         workers = sorted(self._result, key=lambda r: r["worker"])
+        # The driver's reason if it stopped them; else what the workers stopped on themselves.
+        own = Counter(str(w.get("stop_reason")) for w in workers if w.get("stop_reason"))
+        reason = self._server.stop_reason or (own.most_common(1)[0][0] if own else "job ended")
         return WorkerSummary(elapsed_s=time.monotonic() - self._start,
-                             stop_reason=self._server.stop_reason or "job ended",
+                             stop_reason=reason,
                              totals=_totals(workers), workers=workers)
 
 
@@ -271,6 +316,7 @@ def start_workers(
     broker_timeout_s: float = 30.0,
 ) -> WorkerJob:
     """Start the workers and return at once; see :func:`run_workers` for the arguments."""
+    _check_function(spark, fn, retry_on)
     spec = _validate(
         spark, topics=topics, group=group, bootstrap_servers=bootstrap_servers, workers=workers,
         batch_format=batch_format, chunk_size=chunk_size, output_topic=output_topic,
@@ -278,10 +324,8 @@ def start_workers(
         time_budget_s=time_budget_s, idle_timeout_s=idle_timeout_s, max_records=max_records,
         starting_offsets=starting_offsets, consumer_config=consumer_config or {},
         producer_config=producer_config or {}, lock_safety_fraction=lock_safety_fraction,
-        broker_timeout_s=broker_timeout_s,
+        broker_timeout_s=broker_timeout_s, progress_interval_s=progress_interval_s,
     )
-    if not callable(fn):
-        raise OptionError("fn", fn, "pass a function of one record (or one batch)")
     host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
     server = ControlServer(host)
     from dataclasses import replace
@@ -353,11 +397,34 @@ def run_workers(
         on_progress=on_progress, progress_interval_s=progress_interval_s,
         broker_timeout_s=broker_timeout_s,
     )
+    return job.wait_interruptibly()
+
+
+def _check_function(spark: Any, fn: Any, retry_on: Any) -> None:
+    """Spark session kind, ``fn`` and ``retry_on``: checked before anything is changed."""
     try:
-        return job.wait()
-    except KeyboardInterrupt:
-        job.stop("interrupted", grace_s=30.0)
-        raise
+        spark.sparkContext  # noqa: B018 - Spark Connect raises here
+    except Exception as exc:  # noqa: BLE001
+        raise OptionError(
+            "spark", type(spark).__name__,
+            "queue workers need a classic SparkSession (with a SparkContext): they run as "
+            "long-lived tasks that report to a port on the driver, which Spark Connect clients "
+            f"do not have ({exc})") from None
+    if not callable(fn):
+        raise OptionError("fn", fn, "pass a function of one record (or one batch)")
+    if not (isinstance(retry_on, tuple)
+            and all(isinstance(t, type) and issubclass(t, Exception) for t in retry_on)):
+        raise OptionError("retry_on", retry_on, "must be a tuple of Exception subclasses, e.g. "
+                          "(TimeoutError,), or () to treat every exception as poison")
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.dumps((fn, retry_on))  # type: ignore[no-untyped-call]
+    except Exception as exc:  # noqa: BLE001 - any pickling failure is the same user error
+        raise OptionError(
+            "fn", fn, f"cannot be pickled to the executors ({type(exc).__name__}: {exc}); "
+            "create clients such as model sessions or HTTP pools inside the function (e.g. "
+            "cached in a module-level variable), not in the enclosing scope") from None
 
 
 def _validate(
@@ -367,6 +434,7 @@ def _validate(
     time_budget_s: float | None, idle_timeout_s: float | None, max_records: int | None,
     starting_offsets: str | None, consumer_config: Mapping[str, str],
     producer_config: Mapping[str, str], lock_safety_fraction: float, broker_timeout_s: float,
+    progress_interval_s: float,
 ) -> WorkerSpec:
     """Check every argument and the broker before any task starts."""
     from pyspark_kafka_share._broker import inspect_broker, set_starting_offsets
@@ -380,14 +448,18 @@ def _validate(
         raise OptionError("chunk_size", chunk_size, "must be a whole number >= 1")
     if not isinstance(max_attempts, int) or max_attempts < 1:
         raise OptionError("max_attempts", max_attempts, "must be a whole number >= 1")
-    if not (isinstance(retry_on, tuple)
-            and all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_on)):
-        raise OptionError("retry_on", retry_on,
-                          "must be a tuple of exception types, e.g. (TimeoutError,) or ()")
     for name, value in (("time_budget_s", time_budget_s), ("idle_timeout_s", idle_timeout_s),
                         ("max_records", max_records)):
         if value is not None and value <= 0:
             raise OptionError(name, value, "must be > 0, or None for no limit")
+    for name, value in (("progress_interval_s", progress_interval_s),
+                        ("broker_timeout_s", broker_timeout_s)):
+        if not isinstance(value, int | float) or value <= 0:
+            raise OptionError(name, value, "must be a number of seconds > 0")
+    for key in producer_config:
+        if key.lower() in _PRODUCER_FIXED:
+            raise OptionError(f"producer_config[{key!r}]", producer_config[key],
+                              _PRODUCER_FIXED[key.lower()])
     if not 0.1 <= lock_safety_fraction <= 0.9:
         raise OptionError("lock_safety_fraction", lock_safety_fraction,
                           "must be between 0.1 and 0.9")
@@ -418,11 +490,14 @@ def _validate(
 
     slots = _task_slots(spark)
     if slots is not None and workers > slots:
-        raise OptionError(
-            "workers", workers,
-            f"Spark has {slots} task slots, and every worker is a task that runs until it "
-            "stops: the extra workers would only start when others end. Lower workers, or give "
-            f"Spark more slots (e.g. master local[{workers}] or more executor cores)")
+        why = (f"Spark has {slots} task slots, and every worker is a task that runs until it "
+               "stops: the extra workers would only start when others end")
+        if str(spark.sparkContext.master).startswith("local"):
+            raise OptionError("workers", workers, f"{why}. Lower workers, or give Spark more "
+                              f"slots (master local[{workers}])")
+        # On a cluster defaultParallelism may be stale (executors still registering).
+        warnings.warn(f"workers={workers}: {why} (if defaultParallelism is current)",
+                      stacklevel=3)
 
     facts = inspect_broker(opts, bootstrap_name="bootstrap_servers", topics_name="topics")
     if max_attempts > facts.delivery_limit:
@@ -431,9 +506,7 @@ def _validate(
             f"the broker archives a record after {facts.delivery_limit} deliveries (group "
             f"config share.delivery.count.limit of {group!r}), so it would never reach "
             f"attempt {max_attempts}. Lower max_attempts or raise the group's limit")
-    _check_out_topics(opts, output_topic, dead_letter_topic, broker_timeout_s)
-    set_starting_offsets(opts)
-    return WorkerSpec(
+    spec = WorkerSpec(
         bootstrap_servers=opts.bootstrap_servers, group=opts.group_id, topics=opts.topics,
         batch_format=batch_format,  # type: ignore[arg-type]
         chunk_size=chunk_size, max_attempts=max_attempts, retry_on=retry_on,
@@ -445,6 +518,9 @@ def _validate(
         producer_config=tuple(sorted((k, str(v)) for k, v in producer_config.items())),
         broker_timeout_s=broker_timeout_s, job_id=uuid.uuid4().hex[:12],
     )
+    _check_out_topics(spec, opts.bootstrap_servers)
+    set_starting_offsets(opts)
+    return spec
 
 
 def _task_slots(spark: Any) -> int | None:
@@ -456,20 +532,20 @@ def _task_slots(spark: Any) -> int | None:
         return None
 
 
-def _check_out_topics(opts: Any, output_topic: str | None, dead_letter_topic: str | None,
-                      timeout_s: float) -> None:
-    wanted = {"output_topic": output_topic, "dead_letter_topic": dead_letter_topic}
+def _check_out_topics(spec: WorkerSpec, bootstrap: str) -> None:
+    """The output and dead-letter topics exist, seen by a producer with the workers' settings
+    (so security settings are checked too)."""
+    wanted = {"output_topic": spec.output_topic, "dead_letter_topic": spec.dead_letter_topic}
     wanted = {k: v for k, v in wanted.items() if v is not None}
     if not wanted:
         return
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import Producer
 
     try:
-        md = AdminClient(dict(opts.admin_config())).list_topics(timeout=timeout_s)
+        md = Producer(producer_settings(spec)).list_topics(timeout=spec.broker_timeout_s)
     except Exception as exc:
-        raise BrokerError(f"cannot list topics on {opts.bootstrap_servers}: {exc}") from exc
+        raise BrokerError(f"a producer with the workers' settings cannot reach {bootstrap}: "
+                          f"{exc}. Check consumer_config/producer_config") from exc
     for name, t in wanted.items():
         if t not in md.topics or md.topics[t].error is not None:
-            raise OptionError(name, t, f"topic does not exist on {opts.bootstrap_servers}; "
-                              "create it first")
-
+            raise OptionError(name, t, f"topic does not exist on {bootstrap}; create it first")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -22,7 +24,14 @@ from pyspark import cloudpickle
 
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
-from pyspark_kafka_share.workers import Outcome, Record, Result, run_workers, start_workers
+from pyspark_kafka_share.workers import (
+    Outcome,
+    Record,
+    Result,
+    WorkerProgress,
+    run_workers,
+    start_workers,
+)
 
 # The worker functions below (and the helpers they call) run in Spark's Python workers, which
 # cannot import this test module: ship it by value.
@@ -205,7 +214,7 @@ def test_more_workers_than_partitions_all_get_work(
     kafka: LocalKafka, topic: str, group: str, spark: Any, tmp_path: Path,
 ) -> None:
     slots = spark.sparkContext.defaultParallelism
-    kafka.produce(topic, [f"{i}".encode() for i in range(300)],
+    kafka.produce(topic, [f"{i}".encode() for i in range(600)],
                   producer_config={"batch.size": "400"})  # small batches: work to share
     log = str(tmp_path / "calls.jsonl")
 
@@ -216,7 +225,7 @@ def test_more_workers_than_partitions_all_get_work(
     summary = run_workers(spark, slow, topics=topic, group=group,
                           bootstrap_servers=kafka.bootstrap_servers, workers=slots,
                           chunk_size=10, idle_timeout_s=6, on_progress=False)
-    assert summary.totals["accepted"] == 300
+    assert summary.totals["accepted"] == 600
     per_worker = {w["worker"]: w.get("processed", 0) for w in summary.workers}
     assert len(per_worker) == slots > 1
     assert all(n > 0 for n in per_worker.values()), per_worker
@@ -254,14 +263,12 @@ def test_killed_worker_loses_nothing(
     assert any(c["worker"] == 0 and c["attempt"] == 1 for c in calls), "no retried attempt"
     outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, n))
     assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
-    # The killed chunk produced nothing, so no output is duplicated either.
-    assert max(outputs.values()) == 1, outputs.most_common(3)
     # The records the dead worker held came back: delivered more than once.
     assert any(c["dc"] > 1 for c in calls)
     assert summary.totals["accepted"] >= n - 60
 
 
-@pytest.mark.parametrize("how", ["stop", "time_budget", "max_records"])
+@pytest.mark.parametrize("how", ["stop", "ctrl_c", "time_budget", "max_records"])
 def test_stopping_releases_records_in_flight(
     how: str, kafka: LocalKafka, topic: str, group: str, spark: Any,
     share_consumer: Callable[..., Any],
@@ -272,14 +279,33 @@ def test_stopping_releases_records_in_flight(
                   producer_config={"linger.ms": "50"})
 
     def slow(rec: Record) -> None:
-        time.sleep(0.05)
+        time.sleep(0.1)
 
-    kwargs: dict[str, Any] = {"time_budget_s": 4} if how == "time_budget" else \
+    # The budget counts from the start, so it includes starting the task and joining the group.
+    kwargs: dict[str, Any] = {"time_budget_s": 10} if how == "time_budget" else \
         {"max_records": 20} if how == "max_records" else {}
-    job = start_workers(spark, slow, topics=topic, group=group,
-                        bootstrap_servers=kafka.bootstrap_servers, chunk_size=5,
-                        on_progress=False, **kwargs)
-    if how == "stop":
+    if how == "ctrl_c":
+        interrupted: list[bool] = []
+
+        def press_ctrl_c(p: WorkerProgress) -> None:
+            if p.totals["processed"] >= 20 and not interrupted:
+                interrupted.append(True)
+                os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in a notebook or shell does
+
+        before = signal.getsignal(signal.SIGINT)
+        summary = run_workers(spark, slow, topics=topic, group=group,
+                              bootstrap_servers=kafka.bootstrap_servers, chunk_size=5,
+                              on_progress=press_ctrl_c, progress_interval_s=0.5)
+        assert summary.stop_reason == "interrupted"
+        assert signal.getsignal(signal.SIGINT) is before  # PySpark's handler is back
+        job = None
+    else:
+        job = start_workers(spark, slow, topics=topic, group=group,
+                            bootstrap_servers=kafka.bootstrap_servers, chunk_size=5,
+                            on_progress=False, **kwargs)
+    if job is None:
+        pass
+    elif how == "stop":
         deadline = time.monotonic() + 60
         while job.progress().totals["processed"] < 20 and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -323,6 +349,13 @@ def test_bad_arguments_fail_before_any_task(
     with pytest.raises(OptionError, match=r"consumer_config\['enable.auto.commit'\]"):
         run_workers(spark, print, **{**common,
                                      "consumer_config": {"enable.auto.commit": "true"}})
+    with pytest.raises(OptionError, match=r"'retry_on'.*Exception subclasses"):
+        run_workers(spark, print, **{**common, "retry_on": (BaseException,)})
+    lock = threading.Lock()
+    with pytest.raises(OptionError, match=r"'fn'.*cannot be pickled"):
+        run_workers(spark, lambda r: lock.locked(), **common)
+    with pytest.raises(OptionError, match=r"producer_config\['acks'\].*always 'all'"):
+        run_workers(spark, print, **{**common, "producer_config": {"acks": "1"}})
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
 
 

@@ -67,16 +67,21 @@ def test_unreachable_driver_means_local_stop_conditions_only() -> None:
         port = s.getsockname()[1]
     client = ControlClient(Endpoint("127.0.0.1", port, "t"), interval_s=0.0)
     assert client.report({"worker": 0}) is False
-    assert not client.lost
+    assert not client.lost and not client.ever_connected  # the worker's local idle stop applies
 
 
 def test_losing_the_driver_stops_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_control, "_LOST_AFTER_S", 0.2)
     server = ControlServer("127.0.0.1")
-    client = ControlClient(server.endpoint, interval_s=0.0)
-    assert client.report({"worker": 0, "attempt": 0}) is False
-    server.close()
-    client._drop()  # the connection the server had accepted is gone with it
-    time.sleep(0.3)
-    assert client.report({"worker": 0, "attempt": 0}) is True
-    assert client.lost
+    client = ControlClient(server.endpoint, interval_s=0.05)
+    client.start(lambda: {"worker": 0, "attempt": 0})
+    deadline = time.monotonic() + 5
+    while not client.ever_connected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.ever_connected and not client.stop
+    server.close()  # also drops the connections it had accepted
+    deadline = time.monotonic() + 5
+    while not client.stop and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.stop and client.lost
+    client.close()

@@ -1,0 +1,235 @@
+"""The queue worker's poll loop against a scripted consumer and producer (no broker).
+
+These cover the paths a real broker makes hard to reach on purpose: a dead-letter topic that
+refuses a record on its last delivery, a producer that keeps failing, a function returning
+nonsense, stops and lock deadlines in the middle of a poll. Integration tests cover the same
+loop end to end (tests/integration/test_workers.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pyspark_kafka_share._worker import Outcome, Record, Result, WorkerSpec, _Worker
+from pyspark_kafka_share.errors import BrokerError
+
+
+class Msg:
+    def __init__(self, offset: int, dc: int = 1, value: bytes = b"v") -> None:
+        self._offset, self._dc, self._value = offset, dc, value
+
+    def topic(self) -> str:
+        return "in"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k%d" % self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("h", b"1")]
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
+
+    def delivery_count(self) -> int:
+        return self._dc
+
+    def error(self) -> None:
+        return None
+
+
+class TP:
+    def __init__(self) -> None:
+        self.topic, self.partition = "in", 0
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TP)
+
+
+class FakeConsumer:
+    """Returns the scripted polls, then nothing; records every acknowledgement."""
+
+    def __init__(self, polls: list[list[Msg]]) -> None:
+        self.polls = list(polls)
+        self.acks: dict[int, str] = {}
+        self.pending: list[Msg] = []
+        self.closed = False
+
+    def subscribe(self, topics: list[str]) -> None:
+        pass
+
+    def poll(self, timeout: float) -> list[Msg]:
+        assert not self.pending, "polled with unacknowledged records"
+        if not self.polls:
+            time.sleep(0.01)
+            return []
+        self.pending = list(self.polls.pop(0))
+        return list(self.pending)
+
+    def acknowledge(self, m: Msg, kind: Any) -> None:
+        assert m.offset() not in self.acks, f"acknowledged twice: {m.offset()}"
+        self.acks[m.offset()] = kind.name
+        self.pending = [p for p in self.pending if p is not m]
+
+    def commit_sync(self, timeout: float) -> dict[TP, None]:
+        return {TP(): None}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeProducer:
+    """Delivers to ``sent`` unless ``refuse(topic, value)`` says no."""
+
+    def __init__(self, refuse: Callable[[str, bytes | None], bool] = lambda t, v: False) -> None:
+        self.refuse = refuse
+        self.sent: list[tuple[str, bytes | None, dict[str, bytes]]] = []
+        self.queue: list[tuple[Any, str, bytes | None, Any]] = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                headers: Any = None, on_delivery: Any = None) -> None:
+        self.queue.append((on_delivery, topic, value, headers))
+
+    def flush(self, timeout: float) -> int:
+        for cb, topic, value, headers in self.queue:
+            if self.refuse(topic, value):
+                cb("MSG_SIZE_TOO_LARGE", None)
+            else:
+                self.sent.append((topic, value, dict(headers or [])))
+                cb(None, None)
+        self.queue = []
+        return 0
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def _spec(**kw: Any) -> WorkerSpec:
+    base: dict[str, Any] = {
+        "bootstrap_servers": "unused:9092", "group": "g", "topics": ("in",),
+        "batch_format": "record", "chunk_size": 2, "max_attempts": 3,
+        "retry_on": (TimeoutError,), "output_topic": "out", "dead_letter_topic": "dlq",
+        "lock_ms": 30_000, "delivery_limit": 5, "max_records": None, "time_budget_s": 1.0}
+    base.update(kw)
+    return WorkerSpec(**base)
+
+
+def _run(spec: WorkerSpec, fn: Callable[[Any], Any], polls: list[list[Msg]],
+         producer: FakeProducer | None = None) -> tuple[FakeConsumer, FakeProducer,
+                                                        dict[str, Any]]:
+    consumer = FakeConsumer(polls)
+    producer = producer or FakeProducer()
+    summary = _Worker(spec, fn, consumer=consumer, producer=producer).run()
+    assert consumer.closed
+    return consumer, producer, summary
+
+
+def test_outcomes_outputs_and_dead_letters() -> None:
+    def fn(r: Record) -> Any:
+        return {0: Result.accept("o0"), 1: None, 2: Outcome.RELEASE,
+                3: Result.reject("bad")}[r.offset]
+
+    c, p, s = _run(_spec(), fn, [[Msg(0), Msg(1), Msg(2), Msg(3)]])
+    assert c.acks == {0: "ACCEPT", 1: "ACCEPT", 2: "RELEASE", 3: "REJECT"}
+    assert [(t, v) for t, v, _ in p.sent] == [("out", b"o0"), ("dlq", b"v")]
+    dead = p.sent[1][2]
+    assert dead["h"] == b"1" and dead["kafka-share.error"] == b"bad"
+    assert (s["accepted"], s["released"], s["rejected"], s["dead_lettered"]) == (2, 1, 1, 1)
+
+
+def test_nonsense_results_are_poison_not_crashes() -> None:
+    def fn(r: Record) -> Any:
+        return 42 if r.offset == 0 else b"output"
+
+    c, p, _ = _run(_spec(output_topic=None), fn, [[Msg(0), Msg(1)]])
+    assert c.acks == {0: "REJECT", 1: "REJECT"}
+    errors = sorted(h["kafka-share.error"].decode() for _, _, h in p.sent)
+    assert "returned int" in errors[0] and "no output_topic" in errors[1]
+    assert all(h["kafka-share.error.type"] == b"InvalidResult" for _, _, h in p.sent)
+
+
+def test_a_batch_function_returning_the_wrong_count_poisons_its_batch() -> None:
+    c, p, _ = _run(_spec(batch_format="arrow", chunk_size=3), lambda t: [None],
+                   [[Msg(0), Msg(1), Msg(2)]])
+    assert set(c.acks.values()) == {"REJECT"}
+    assert b"returned 1 results for 3 rows" in p.sent[0][2]["kafka-share.error"]
+
+
+def test_refused_output_is_retried_then_dead_lettered_on_the_last_attempt() -> None:
+    producer = FakeProducer(refuse=lambda topic, v: topic == "out")
+    c, p, s = _run(_spec(), lambda r: b"x", [[Msg(0, dc=1)], [Msg(1, dc=3)]], producer)
+    assert c.acks == {0: "RELEASE", 1: "REJECT"}
+    assert [t for t, _, _ in p.sent] == ["dlq"]
+    assert p.sent[0][2]["kafka-share.error"].startswith(b"gave up after 3 attempts: output")
+    assert s["produce_failures"] == 2
+
+
+def test_refused_dead_letter_releases_below_the_delivery_limit() -> None:
+    producer = FakeProducer(refuse=lambda topic, v: topic == "dlq")
+    c, _, _ = _run(_spec(), lambda r: Outcome.REJECT, [[Msg(0, dc=2)]], producer)
+    assert c.acks == {0: "RELEASE"}  # not REJECTed without its dead letter
+
+
+def test_refused_dead_letter_on_the_last_delivery_fails_the_worker() -> None:
+    producer = FakeProducer(refuse=lambda topic, v: topic == "dlq")
+    spec = _spec(lock_ms=2_000)  # deadline: 1 s after the poll
+    start = time.monotonic()
+    with pytest.raises(BrokerError, match="did not take record in-0@0 on its last delivery"):
+        _run(spec, lambda r: Outcome.REJECT, [[Msg(0, dc=5)]], producer)
+    assert time.monotonic() - start >= 0.4  # kept trying until the lock deadline
+
+
+def test_repeated_produce_failures_fail_the_worker() -> None:
+    producer = FakeProducer(refuse=lambda topic, v: True)
+    polls = [[Msg(i, dc=1)] for i in range(5)]
+    with pytest.raises(BrokerError, match="failed in 3 chunks in a row"):
+        _run(_spec(), lambda r: b"x", polls, producer)
+
+
+def test_a_stop_releases_the_rest_of_the_poll_but_not_last_deliveries() -> None:
+    def fn(r: Record) -> None:
+        time.sleep(0.4)
+
+    spec = _spec(time_budget_s=0.2, chunk_size=1)
+    c, _, s = _run(spec, fn, [[Msg(0), Msg(1), Msg(2, dc=5), Msg(3)]])
+    # Offset 0 was processed before the budget ran out; 2 is on its last delivery.
+    assert c.acks == {0: "ACCEPT", 1: "RELEASE", 2: "ACCEPT", 3: "RELEASE"}
+    assert s["released_on_stop"] == 2 and s["stop_reason"] == "time budget"
+
+
+def test_the_lock_deadline_releases_what_would_not_finish_in_time() -> None:
+    def fn(r: Record) -> None:
+        time.sleep(0.3)
+
+    spec = _spec(lock_ms=2_000, chunk_size=1, time_budget_s=3.0)  # deadline 1 s - 0.5 s margin
+    c, _, s = _run(spec, fn, [[Msg(i) for i in range(6)]])
+    assert s["released_lock_deadline"] > 0
+    assert set(c.acks) == set(range(6))
+    assert list(c.acks.values()).count("ACCEPT") < 6
+
+
+def test_an_exception_mid_poll_releases_every_unacknowledged_record() -> None:
+    def fn(r: Record) -> None:
+        if r.offset == 2:
+            raise KeyboardInterrupt
+
+    consumer = FakeConsumer([[Msg(0), Msg(1), Msg(2), Msg(3)]])
+    with pytest.raises(KeyboardInterrupt):
+        _Worker(_spec(), fn, consumer=consumer, producer=FakeProducer()).run()
+    assert consumer.acks == {0: "ACCEPT", 1: "ACCEPT", 2: "RELEASE", 3: "RELEASE"}
+    assert consumer.closed
