@@ -42,6 +42,8 @@ CLIENT_OPTIONS_REJECTED: dict[str, str] = {
     "bootstrap.servers": "use the source option 'kafka.bootstrap.servers'",
 }
 
+DEFAULT_MAX_POLL_RECORDS = 2000
+
 SOURCE_OPTIONS = (
     "kafka.bootstrap.servers", "kafka.group.id", "subscribe", "journalPath", "delivery",
     "numPartitions", "maxRecordsPerTrigger", "startingOffsets", "includeHeaders",
@@ -92,6 +94,10 @@ class SourceOptions:
             "share.acknowledgement.mode": "explicit",
         })
         conf.setdefault("client.id", "pyspark-kafka-share")
+        # librdkafka's default (500) costs half the throughput: each poll is a broker round
+        # trip, a journal slot and a commit. 2000 is the broker's default lock limit per
+        # share partition (group.share.partition.max.record.locks); see docs/benchmarks.
+        conf.setdefault("max.poll.records", str(DEFAULT_MAX_POLL_RECORDS))
         return conf
 
     def admin_config(self) -> dict[str, str]:

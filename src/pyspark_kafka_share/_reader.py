@@ -68,13 +68,15 @@ class TaskSpec:
     max_records: int | None
     lock_ms: int
     delivery_limit: int = 5
+    # Partitions of the subscribed topics at planning, for the drained-group check (None: skip).
+    topic_partitions: int | None = None
 
     def consumer_config(self) -> dict[str, str]:
         conf = self.options.consumer_config()
         if self.max_records is not None:
             # Sent as ShareFetch MaxRecords; the broker still acquires whole producer batches.
             conf["max.poll.records"] = str(min(self.max_records,
-                                               int(conf.get("max.poll.records", "500"))))
+                                               int(conf["max.poll.records"])))
         return conf
 
     @property
@@ -202,6 +204,7 @@ class _Poller:
         self.deadline_s = spec.lock_ms * spec.options.lock_safety_fraction / 1000
         # Lowest offset acquired per "topic:partition" (emitted or not), for AvailableNow.
         self.acquired_low: dict[str, int] = {}
+        self.probe = _DrainProbe(spec)
 
     def next_poll(self) -> tuple[list[Any], float] | None:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
@@ -224,6 +227,9 @@ class _Poller:
             self.pc.fetch_pending = not msgs
             self.stats["polls"] += 1
             if not msgs:
+                if self.probe.drained(self.last_record):
+                    self.stats["ended_drained"] = 1
+                    return None
                 continue
             if self.stats["records_acquired"] == 0 and self.pc.uses == 1:
                 self.stats["join_ms"] = int((self.pc.last_poll - self.pc.created) * 1000)
@@ -236,6 +242,56 @@ class _Poller:
                         self.acquired_low[tp] = m.offset()
             self.last_record = self.pc.last_poll
             return msgs, origin + self.deadline_s
+
+
+class _DrainProbe:
+    """Ends a task early, instead of after ``pollTimeoutMs`` without records, once the share
+    group's lag on every subscribed partition is 0: every record is acknowledged for good, so
+    no poll can return one until new records are produced (those go to the next batch).
+
+    Lag over-counts records other tasks still hold (they keep this task waiting, as before);
+    it never under-counts. Plaintext listeners only (the protocol client); any error turns the
+    probe off for the task, which then ends by the timeout.
+    """
+
+    _QUIET_S = 0.25  # no record for this long before asking
+    _EVERY_S = 0.5
+
+    def __init__(self, spec: TaskSpec) -> None:
+        opts = spec.options
+        conf = dict(opts.client_config)
+        self.enabled = spec.topic_partitions is not None and \
+            conf.get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT"
+        self.spec = spec
+        self.admin: Any = None
+        self.last_check = 0.0
+
+    def drained(self, last_record: float) -> bool:
+        if not self.enabled:
+            return False
+        now = time.monotonic()
+        if now - last_record < self._QUIET_S or now - self.last_check < self._EVERY_S:
+            return False
+        self.last_check = now
+        opts = self.spec.options
+        try:
+            if self.admin is None:
+                from pyspark_kafka_share.admin import ShareGroupAdmin
+
+                self.admin = ShareGroupAdmin(opts.bootstrap_servers, timeout_s=min(
+                    opts.broker_timeout_ms / 1000, 5.0))
+            lags = [o.lag for o in self.admin.offsets(opts.group_id) if o.topic in opts.topics]
+        except Exception:  # noqa: BLE001 - an optimisation only: fall back to the timeout
+            self.close()
+            self.enabled = False
+            return False
+        return len(lags) == self.spec.topic_partitions and all(lag == 0 for lag in lags)
+
+    def close(self) -> None:
+        if self.admin is not None:
+            with contextlib.suppress(Exception):
+                self.admin.close()
+            self.admin = None
 
 
 def _raise_on_errors(msgs: list[Any], acker: _Acker) -> None:
@@ -374,6 +430,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
             _release_quietly(acker, pending)
         raise
     finally:
+        poller.probe.close()
         _release_consumer(spec, pc, healthy)
 
 
@@ -423,6 +480,7 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         healthy = False
         raise
     finally:
+        poller.probe.close()
         _release_consumer(spec, pc, healthy)
     if log is not None:
         log.end(lambda s: EndMarker(attempt=attempt_id, data_slots=0,

@@ -200,9 +200,16 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             KafkaSharePartition(TaskSpec(options=self.options, seq=int(end["seq"]), part=i,
                                          parts=parts, max_records=per_task,
                                          lock_ms=self.lock_ms,
-                                         delivery_limit=self.delivery_limit))
+                                         delivery_limit=self.delivery_limit,
+                                         topic_partitions=self._topic_partitions()))
             for i in range(parts)
         ]
+
+    def _topic_partitions(self) -> int | None:
+        """Partitions of the subscribed topics, as the last backlog read saw them."""
+        if self.backlog is None or not self.backlog.by_partition:
+            return None
+        return len(self.backlog.by_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaSharePartition)

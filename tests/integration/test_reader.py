@@ -8,6 +8,7 @@ broker, one journal): no Spark scheduling decides the interleaving, so the race 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -132,3 +133,29 @@ def test_a_broker_that_dies_mid_task_is_an_error_not_an_empty_batch(tmp_path: Pa
     assert outcome, "the task did not end after its broker died"
     assert isinstance(outcome[0], BrokerError), f"expected BrokerError, got {outcome[0]!r}"
     assert "_ALL_BROKERS_DOWN" in str(outcome[0])
+
+
+@pytest.mark.parametrize("probe", [True, False])
+def test_a_task_ends_once_the_group_is_drained(
+    probe: bool, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
+) -> None:
+    topic = topic_factory(2)
+    kafka.produce(topic, (ProducerRecord(value=b"%d" % i, partition=i % 2) for i in range(500)))
+    spec = _spec(kafka, topic, group, tmp_path / "journal", pollTimeoutMs="6000",
+                 joinTimeoutMs="0")
+    if probe:
+        spec = dataclasses.replace(spec, topic_partitions=2)
+    start = time.monotonic()
+    rows = sum(b.num_rows for b in read_partition(spec))
+    took = time.monotonic() - start
+    _pool.close_all()
+    assert rows == 500
+    end = Journal(str(tmp_path / "journal")).part_log(1, 0).scan().end
+    assert end is not None
+    if probe:
+        # Ends within about a second of the last record, not pollTimeoutMs later.
+        assert end.stats.get("ended_drained") == 1
+        assert took < 6.0, took
+    else:
+        assert "ended_drained" not in end.stats
+        assert took >= 6.0, took
