@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
+QUICK ?=
+BENCH_ARGS ?=
 
 .PHONY: demo demo-workers test unit lint typecheck jars bench clean help
 
@@ -12,6 +15,7 @@ help:
 	@echo "make demo-workers - queue workers scoring records (ACCEPT/RELEASE/REJECT, DLQ)"
 	@echo "make test   - lint, type-check and run all tests (real broker, local Spark)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
+	@echo "make bench  - benchmark (~30-40 min; QUICK=1: a few minutes) -> docs/benchmarks/"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +25,10 @@ $(STAMP): pyproject.toml
 
 jars: $(STAMP)
 	$(VENV)/bin/kafka-share fetch-jars
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests demo $(wildcard bench)
@@ -36,6 +44,11 @@ test: $(STAMP) lint typecheck jars
 
 demo: $(STAMP) jars
 	$(PY) demo/demo.py
+
+# make bench QUICK=1 for the quick mode; BENCH_ARGS="--only share-*,kafka --rounds 1" etc.
+bench: $(BENCH_STAMP) jars
+	$(PY) bench/_jars.py >/dev/null
+	$(PY) bench/run.py $(if $(filter-out 0 no false,$(QUICK)),--quick) $(BENCH_ARGS)
 
 demo-workers: $(STAMP) jars
 	$(PY) demo/workers_demo.py

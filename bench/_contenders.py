@@ -1,0 +1,502 @@
+"""The contenders: each drains a topic (or follows a live one) once and returns a :class:`Run`.
+
+Every run checks its record count and raises :class:`BenchError` when a contender read fewer or
+more records than were produced: a fast wrong answer is not a result.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+
+VALUE_BYTES = 200
+KEY_SPACE = 100_000  # keys b"k00000".."k99999": 6 bytes, spread evenly over partitions
+KEY_BYTES = 6
+
+# Producer settings of the datasets. The broker hands a share consumer whole producer batches,
+# so batch.size also sets how many records one ShareFetch acquires (about 300 here).
+PRODUCER_CONFIG: dict[str, str | int] = {
+    "linger.ms": 20,
+    "batch.size": 65_536,
+    "acks": "all",
+    "enable.idempotence": "true",
+    "compression.type": "none",
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+}
+# The paced producer of the latency runs sends each record as soon as it can.
+LATENCY_PRODUCER_CONFIG: dict[str, str | int] = {
+    "linger.ms": 5, "acks": "all", "enable.idempotence": "true",
+}
+# kafka-share options of the latency runs: a task polls for at most maxBatchDurationMs, and
+# rows reach the sink only after the task ends, so this bounds the batch-induced latency.
+LATENCY_SHARE_OPTIONS = {"maxBatchDurationMs": "500", "pollTimeoutMs": "200"}
+
+
+class BenchError(RuntimeError):
+    """A contender failed or read a wrong number of records."""
+
+
+@dataclass
+class Run:
+    """One measurement of one contender."""
+
+    suite: str
+    case: str
+    round: int
+    records: int
+    record_bytes: int
+    wall_s: float
+    steady_s: float | None
+    params: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rps_wall(self) -> float:
+        return self.records / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def rps_steady(self) -> float | None:
+        if self.steady_s is None or self.steady_s <= 0:
+            return None
+        return self.records / self.steady_s
+
+    def as_dict(self) -> dict[str, Any]:
+        steady = self.rps_steady
+        return {
+            "suite": self.suite, "case": self.case, "round": self.round,
+            "records": self.records, "record_bytes": self.record_bytes,
+            "wall_s": round(self.wall_s, 3),
+            "steady_s": None if self.steady_s is None else round(self.steady_s, 3),
+            "records_per_s_wall": round(self.rps_wall, 1),
+            "records_per_s_steady": None if steady is None else round(steady, 1),
+            "mb_per_s_wall": round(self.rps_wall * self.record_bytes / 1e6, 3),
+            "mb_per_s_steady": None if steady is None
+            else round(steady * self.record_bytes / 1e6, 3),
+            "params": self.params, "extra": self.extra,
+        }
+
+
+def fresh_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# -- datasets ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A topic holding ``records`` records of ``VALUE_BYTES``-byte values and small keys."""
+
+    name: str
+    topic: str
+    partitions: int
+    records: int
+
+    @property
+    def record_bytes(self) -> int:
+        return VALUE_BYTES + KEY_BYTES
+
+
+def _values(n: int) -> Iterator[tuple[bytes, bytes]]:
+    filler = bytes((i * 7 + 13) % 256 for i in range(VALUE_BYTES - 12))
+    for i in range(n):
+        yield b"k%05d" % (i % KEY_SPACE), b"%012d" % i + filler
+
+
+def _high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": fresh_name("bench-wm")})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)]
+    finally:
+        consumer.close()
+
+
+def produce_dataset(kafka: LocalKafka, name: str, partitions: int, records: int) -> tuple[
+        Dataset, dict[str, Any]]:
+    """Create a fresh topic and fill it as fast as the Python producer goes."""
+    from confluent_kafka import KafkaError, Producer
+
+    topic = kafka.create_topic(fresh_name(f"bench-{name}"), partitions)
+    failed: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **PRODUCER_CONFIG,
+                         "error_cb": failed.append})
+    start = time.monotonic()
+    for i, (key, value) in enumerate(_values(records)):
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 20_000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    seconds = time.monotonic() - start
+    marks = _high_watermarks(kafka.bootstrap_servers, topic, partitions)
+    if left or sum(marks) != records:
+        raise BenchError(f"producing {records} records to {topic} failed: {left} undelivered, "
+                         f"offsets {marks}, errors {failed[:3]}")
+    info = {"topic": topic, "partitions": partitions, "records": records,
+            "per_partition": marks, "produce_s": round(seconds, 2),
+            "produce_records_per_s": round(records / seconds, 1)}
+    return Dataset(name, topic, partitions, records), info
+
+
+# -- the raw clients --------------------------------------------------------------------------
+
+
+def python_client(kafka: LocalKafka, data: Dataset, *, threads: int, commit: str,
+                  idle_timeout_s: float = 30.0) -> tuple[int, float, float, dict[str, Any]]:
+    """Drain ``data`` with ``threads`` explicit-mode ``ShareConsumer``s, one per thread.
+
+    Per poll: acknowledge every record with ACCEPT, then ``commit_sync`` (``commit="sync"``,
+    what the source does) or ``commit_async`` (``"async"``: acknowledgements also ride on the
+    next poll). Returns (records, wall seconds from creating the consumers until the last record
+    was acknowledged, seconds from the first record to the last, extra).
+    """
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    group = fresh_name("bench-py")
+    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+    lock = threading.Lock()
+    state: dict[str, Any] = {"count": 0, "first": None, "last": None, "polls": 0,
+                             "commit_failures": 0}
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def drain(index: int) -> None:
+        consumer = ShareConsumer({
+            "bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
+            "share.acknowledgement.mode": "explicit", "client.id": f"bench-py-{index}",
+        })
+        try:
+            consumer.subscribe([data.topic])
+            idle_since = time.monotonic()
+            while not done.is_set():
+                msgs = consumer.poll(0.2)
+                now = time.monotonic()
+                if not msgs:
+                    if now - idle_since > idle_timeout_s:
+                        return
+                    continue
+                idle_since = now
+                for m in msgs:
+                    if m.error() is not None:
+                        raise BenchError(f"poll returned an error: {m.error()}")
+                    consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+                failures = 0
+                if commit == "sync":
+                    results = consumer.commit_sync(30.0)
+                    failures = sum(1 for err in results.values() if err is not None)
+                else:
+                    consumer.commit_async()
+                now = time.monotonic()
+                with lock:
+                    state["count"] += len(msgs)
+                    state["polls"] += 1
+                    state["commit_failures"] += failures
+                    state["first"] = state["first"] or now
+                    state["last"] = now
+                    if state["count"] >= data.records:
+                        done.set()
+            if commit == "async":
+                consumer.commit_sync(30.0)  # flush the last acknowledgements before closing
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            errors.append(exc)
+            done.set()
+        finally:
+            consumer.close()
+
+    start = time.monotonic()
+    workers = [threading.Thread(target=drain, args=(i,), name=f"bench-py-{i}", daemon=True)
+               for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise BenchError(f"python client failed: {errors[0]!r}") from errors[0]
+    count = int(state["count"])
+    if count != data.records or state["first"] is None:
+        raise BenchError(f"python client read {count} records, expected {data.records}")
+    wall = state["last"] - start
+    steady = state["last"] - state["first"]
+    extra = {"polls": state["polls"], "records_per_poll": round(count / state["polls"], 1),
+             "commit_failures": state["commit_failures"],
+             "join_s": round(state["first"] - start, 2)}
+    return count, wall, steady, extra
+
+
+def _perf_time(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.strptime(text.strip(), "%Y-%m-%d %H:%M:%S:%f").timestamp()
+
+
+def java_perf(kafka: LocalKafka, data: Dataset, *, threads: int) -> tuple[
+        int, float, float, dict[str, Any]]:
+    """Kafka's ``ShareConsumerPerformance`` (Java client, implicit acknowledgement).
+
+    Returns (records, wall seconds of the tool's JVM including its start, the tool's own
+    start-to-end seconds, extra). The tool's clock starts before its consumers join.
+    """
+    group = fresh_name("bench-java")
+    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+    start = time.monotonic()
+    proc = kafka.run_tool(
+        "ShareConsumerPerformance", "--bootstrap-server", kafka.bootstrap_servers,
+        "--topic", data.topic, "--group", group, "--num-records", str(data.records),
+        "--threads", str(threads), "--timeout", "30000", "--hide-header",
+        timeout_s=600.0,
+    )
+    wall = time.monotonic() - start
+    # "start.time, end.time, data.consumed.in.MB, MB.sec, nMsg.sec, data.consumed.in.nMsg,
+    #  fetch.time.ms": the total line is the one not prefixed by "Share consumer N ...".
+    total = None
+    for line in proc.stdout.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 7 and fields[0][:2] == "20" and fields[0][4:5] == "-":
+            total = fields
+    if total is None:
+        raise BenchError(f"no result line in ShareConsumerPerformance output:\n"
+                         f"{proc.stdout[-2000:]}")
+    count = int(total[5])
+    tool_s = _perf_time(total[1]) - _perf_time(total[0])
+    if count != data.records:
+        raise BenchError(f"ShareConsumerPerformance read {count} records, "
+                         f"expected {data.records}")
+    return count, wall, tool_s, {"tool_mb": float(total[2]), "tool_records_per_s":
+                                 float(total[4]), "tool_fetch_ms": int(total[6])}
+
+
+# -- Spark ------------------------------------------------------------------------------------
+
+
+def _sleeper(cost_s: float) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A mapInArrow function costing ``cost_s`` seconds per row (a stand-in for real work)."""
+
+    def work(batches: Iterator[Any]) -> Iterator[Any]:
+        import time as _time
+
+        for batch in batches:
+            _time.sleep(cost_s * batch.num_rows)
+            yield batch
+
+    return work
+
+
+class SparkBench:
+    """Runs Spark queries over the datasets in one SparkSession."""
+
+    def __init__(self, spark: Any, kafka: LocalKafka, tmp: Path, *, timeout_s: float = 900.0):
+        self.spark = spark
+        self.kafka = kafka
+        self.tmp = tmp
+        self.timeout_s = timeout_s
+
+    def _dir(self, kind: str) -> str:
+        path = self.tmp / fresh_name(kind)
+        return str(path)
+
+    def _share_reader(self, topic: str, *, delivery: str, num_partitions: int | None,
+                      extra: dict[str, str] | None = None) -> Any:
+        group = fresh_name("bench-ks")
+        self.kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+        reader = (self.spark.readStream.format("kafka-share")
+                  .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
+                  .option("kafka.group.id", group)
+                  .option("subscribe", topic)
+                  .option("delivery", delivery)
+                  .option("journalPath", self._dir("journal")))
+        if num_partitions is not None:
+            reader = reader.option("numPartitions", num_partitions)
+        for key, value in (extra or {}).items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    def _kafka_reader(self, topic: str) -> Any:
+        return (self.spark.readStream.format("kafka")
+                .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .load())
+
+    def source(self, kind: str, data: Dataset, *, num_partitions: int | None = None) -> Any:
+        if kind == "kafka":
+            return self._kafka_reader(data.topic)
+        delivery = {"share-eo": "exactly-once", "share-amo": "at-most-once"}[kind]
+        return self._share_reader(data.topic, delivery=delivery, num_partitions=num_partitions)
+
+    def drain(self, df: Any, data: Dataset, *, cost_s: float = 0.0) -> tuple[
+            int, float, float, dict[str, Any]]:
+        """Run ``df`` → noop sink with Trigger.AvailableNow; verify it read every record once.
+
+        Returns (records, wall seconds from start() to termination, the sum of the batches'
+        triggerExecution seconds, extra).
+        """
+        if cost_s > 0:
+            df = df.select("offset").mapInArrow(_sleeper(cost_s), "offset long")
+        start = time.monotonic()
+        query = (df.writeStream.format("noop")
+                 .option("checkpointLocation", self._dir("checkpoint"))
+                 .trigger(availableNow=True).start())
+        try:
+            finished = query.awaitTermination(self.timeout_s)
+        except Exception as exc:
+            raise BenchError(f"query failed: {exc}") from exc
+        wall = time.monotonic() - start
+        if not finished:
+            query.stop()
+            raise BenchError(f"query did not finish within {self.timeout_s:.0f}s")
+        progress = list(query.recentProgress)
+        rows = sum(int(p.numInputRows) for p in progress)
+        steady = sum(int(p.durationMs.get("triggerExecution", 0)) for p in progress) / 1000
+        if rows != data.records:
+            raise BenchError(f"query read {rows} records, expected {data.records} "
+                             f"(batches: {[int(p.numInputRows) for p in progress]})")
+        extra: dict[str, Any] = {
+            "batches": sum(1 for p in progress if int(p.numInputRows) > 0),
+            "batch_rows": [int(p.numInputRows) for p in progress if int(p.numInputRows) > 0],
+        }
+        with_data = [p for p in progress if int(p.numInputRows) > 0]
+        if with_data and with_data[-1].sources:
+            metrics = with_data[-1].sources[0].metrics
+            if metrics:
+                extra["last_batch_source_metrics"] = dict(metrics)
+        return rows, wall, steady, extra
+
+    # -- latency ---------------------------------------------------------------------------
+
+    def latency(self, kind: str, *, partitions: int, rate: int, seconds: float,
+                warmup_s: float) -> tuple[int, float, dict[str, Any]]:
+        """Produce ``rate`` records/s for ``seconds`` into a fresh topic while a query with a
+        foreachBatch sink follows it; per row, latency = time in foreachBatch - Kafka timestamp.
+
+        Returns (records, produce seconds, extra with percentiles over the rows produced after
+        ``warmup_s``).
+        """
+        import numpy as np
+        from pyspark.sql import functions as F
+
+        topic = self.kafka.create_topic(fresh_name("bench-latency"), partitions)
+        if kind == "kafka":
+            df = self._kafka_reader(topic)
+        else:
+            delivery = {"share-eo": "exactly-once", "share-amo": "at-most-once"}[kind]
+            df = self._share_reader(topic, delivery=delivery, num_partitions=None,
+                                    extra=LATENCY_SHARE_OPTIONS)
+        lock = threading.Lock()
+        stamps: list[Any] = []
+        lags: list[Any] = []
+        seen = [0]
+
+        def on_batch(batch_df: Any, _batch_id: int) -> None:
+            table = batch_df.select(F.unix_millis("timestamp").alias("ts")).toArrow()
+            now_ms = time.time() * 1000
+            ts = table.column("ts").to_numpy().astype("float64")
+            with lock:
+                stamps.append(ts)
+                lags.append(now_ms - ts)
+                seen[0] += len(ts)
+
+        # One record per partition before the query starts: every share partition then has
+        # state after the first batch, so the source knows the backlog is 0 and idles (on a
+        # never-written topic it plans back-to-back empty batches instead).
+        primed = self.kafka.produce(topic, [ProducerRecord(value=b"prime", partition=p)
+                                            for p in range(partitions)])
+        query = (df.writeStream.foreachBatch(on_batch)
+                 .option("checkpointLocation", self._dir("checkpoint")).start())
+        try:
+            idle = self._await_ready(query, seen, primed)
+            produced, produce_s, prod_start = _paced_produce(
+                self.kafka, topic, rate=rate, seconds=seconds)
+            deadline = time.monotonic() + 120
+            while seen[0] < produced + primed and time.monotonic() < deadline:
+                if query.exception() is not None:
+                    raise BenchError(f"latency query failed: {query.exception()}")
+                if not query.isActive:
+                    raise BenchError("the latency query stopped by itself")
+                time.sleep(0.1)
+        finally:
+            query.stop()
+        if seen[0] != produced + primed:
+            raise BenchError(f"latency run ({kind}) saw {seen[0]} records, produced "
+                             f"{produced} (+{primed} before the start)")
+        ts_all = np.concatenate(stamps)
+        lag_all = np.concatenate(lags)
+        keep = ts_all >= (prod_start + warmup_s) * 1000
+        sample = lag_all[keep]
+        pct = np.percentile(sample, [50, 90, 99, 100]) if len(sample) else [0, 0, 0, 0]
+        cdf = np.percentile(sample, list(range(101))) if len(sample) else []
+        extra = {
+            "p50_ms": round(float(pct[0]), 1), "p90_ms": round(float(pct[1]), 1),
+            "p99_ms": round(float(pct[2]), 1), "max_ms": round(float(pct[3]), 1),
+            "measured_records": int(keep.sum()),
+            "warmup_p50_ms": round(float(np.percentile(lag_all[~keep], 50)), 1)
+            if (~keep).any() else None,
+            "cdf_ms": [round(float(v), 1) for v in cdf],
+            "idle_before_producing": idle,
+            "batches": len(stamps),
+        }
+        return produced, produce_s, extra
+
+    @staticmethod
+    def _await_ready(query: Any, seen: list[int], primed: int, *,
+                     timeout_s: float = 90.0, idle_timeout_s: float = 15.0) -> bool:
+        """Wait until the query has delivered the priming records, then (for at most
+        ``idle_timeout_s``) until it waits for data. Returns whether it went idle."""
+        deadline = time.monotonic() + timeout_s
+        while seen[0] < primed:
+            if query.exception() is not None or not query.isActive:
+                raise BenchError(f"latency query failed: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"the latency query read {seen[0]} of the {primed} priming "
+                                 f"records in {timeout_s:.0f}s")
+            time.sleep(0.1)
+        deadline = time.monotonic() + idle_timeout_s
+        while time.monotonic() < deadline:
+            status = query.status
+            if status.get("message") == "Waiting for data to arrive" \
+                    and not status.get("isTriggerActive"):
+                time.sleep(1.0)
+                return True
+            time.sleep(0.1)
+        return False
+
+
+def _paced_produce(kafka: LocalKafka, topic: str, *, rate: int, seconds: float) -> tuple[
+        int, float, float]:
+    """Send ``rate`` records/s for ``seconds`` in 10 ms ticks; return (count, seconds, start)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                         **LATENCY_PRODUCER_CONFIG})
+    values = _values(int(rate * seconds) + 1)
+    tick = 0.01
+    start_wall = time.time()
+    start = time.monotonic()
+    sent = 0
+    total = int(rate * seconds)
+    while sent < total:
+        due = min(total, int((time.monotonic() - start) * rate) + 1)
+        while sent < due:
+            key, value = next(values)
+            producer.produce(topic, value, key)
+            sent += 1
+        producer.poll(0)
+        time.sleep(tick)
+    left = producer.flush(60)
+    if left:
+        raise BenchError(f"{left} latency records were not delivered")
+    return sent, time.monotonic() - start, start_wall
