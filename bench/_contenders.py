@@ -368,6 +368,8 @@ class SparkBench:
         extra: dict[str, Any] = {
             "batches": sum(1 for p in progress if int(p.numInputRows) > 0),
             "batch_rows": [int(p.numInputRows) for p in progress if int(p.numInputRows) > 0],
+            # Where each trigger's time went (Spark's phases), for docs/benchmarks.
+            "durations_ms": [dict(p.durationMs) for p in progress],
         }
         with_data = [p for p in progress if int(p.numInputRows) > 0]
         if with_data and with_data[-1].sources:

@@ -199,8 +199,8 @@ class _Poller:
         # A consumer that just joined gets its assignment only after a heartbeat round or two.
         join = spec.options.join_timeout_ms / 1000 if pc.uses == 1 else 0.0
         self.last_record = self.start + join
-        self.time_cap_s = max(spec.options.max_batch_duration_ms / 1000,
-                              join + spec.options.poll_timeout_ms / 1000)
+        self.max_batch_s = spec.options.max_batch_duration_ms / 1000
+        self.time_cap_s = max(self.max_batch_s, join + spec.options.poll_timeout_ms / 1000)
         self.deadline_s = spec.lock_ms * spec.options.lock_safety_fraction / 1000
         # Lowest offset acquired per "topic:partition" (emitted or not), for AvailableNow.
         self.acquired_low: dict[str, int] = {}
@@ -213,14 +213,18 @@ class _Poller:
             now = time.monotonic()
             if self.budget is not None and self.budget <= 0:
                 return None
-            if now - self.start >= self.time_cap_s:
+            elapsed = now - self.start
+            # maxBatchDurationMs bounds a task once records flow; a consumer still joining may
+            # wait up to joinTimeoutMs + pollTimeoutMs for its first records.
+            if elapsed >= self.time_cap_s or (elapsed >= self.max_batch_s
+                                              and self.stats["records_acquired"] > 0):
                 return None
             if now - self.last_record >= opts.poll_timeout_ms / 1000:
                 return None
             # Records of this poll may have been acquired by a fetch still running since the
             # previous poll (librdkafka keeps fetching after an empty poll).
             origin = (self.pc.last_poll if self.pc.fetch_pending else now) - _ACQUIRE_MARGIN_S
-            wait = min(0.5, opts.poll_timeout_ms / 1000)
+            wait = min(0.2, opts.poll_timeout_ms / 1000)
             msgs = list(self.pc.consumer.poll(wait))
             self.pc.last_poll = time.monotonic()
             raise_client_errors(self.pc.errors)
@@ -255,7 +259,7 @@ class _DrainProbe:
     """
 
     _QUIET_S = 0.25  # no record for this long before asking
-    _EVERY_S = 0.5
+    _EVERY_S = 0.25
 
     def __init__(self, spec: TaskSpec) -> None:
         opts = spec.options
@@ -306,9 +310,13 @@ def _min_offsets(tables: list[pa.Table | pa.RecordBatch],
     """Lowest offset per "topic:partition" among ``tables`` and ``acquired``."""
     low = dict(acquired)
     for t in tables:
-        for topic, part, off in zip(t.column("topic").to_pylist(),
-                                    t.column("partition").to_pylist(),
-                                    t.column("offset").to_pylist(), strict=True):
+        if t.num_rows == 0:
+            continue
+        table = t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
+        mins = table.group_by(["topic", "partition"]).aggregate([("offset", "min")])
+        for topic, part, off in zip(mins.column("topic").to_pylist(),
+                                    mins.column("partition").to_pylist(),
+                                    mins.column("offset_min").to_pylist(), strict=True):
             k = f"{topic}:{part}"
             if k not in low or off < low[k]:
                 low[k] = off
@@ -337,15 +345,22 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         scan = log.open()
     except JournalClosed:
         return  # a late attempt of a batch Spark already committed: its output is unused
+    own: dict[int, pa.RecordBatch] = {}
     if scan.end is None:
-        scan = _fill(spec, journal, log, scan, attempt_id=attempt_id, faults=faults)
+        scan, own = _fill(spec, journal, log, scan, attempt_id=attempt_id, faults=faults)
     faults.hit("kill-after-end")
-    yield from log.read(scan)
+    for slot in scan.data_slots:
+        # What this attempt published is still in memory, byte for byte the slot's content.
+        if slot in own:
+            yield own[slot]
+        else:
+            yield from log.table(slot).to_batches()
 
 
 def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
-          attempt_id: int, faults: _Faults) -> ScanResult:
-    """Poll, journal and acknowledge until the budget is spent; END the log; return it."""
+          attempt_id: int, faults: _Faults) -> tuple[ScanResult, dict[int, pa.RecordBatch]]:
+    """Poll, journal and acknowledge until the budget is spent; END the log; return it and
+    the batches this attempt published, by slot."""
     opts = spec.options
     stats: Counter[str] = Counter()
     own: dict[int, pa.RecordBatch] = {}
@@ -423,7 +438,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
                 min_offsets=_min_offsets(tables, poller.acquired_low),
             )
 
-        return log.end(marker_for)
+        return log.end(marker_for), own
     except BaseException:
         healthy = False
         if pending:

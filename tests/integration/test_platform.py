@@ -100,3 +100,23 @@ def test_unacknowledged_record_is_redelivered_after_lock_expiry(
     waited = time.monotonic() - acquired_at
     assert [(m.value(), m.delivery_count()) for m in again] == [(b"slow", 2)]
     assert waited >= 1.5, f"redelivered after {waited:.1f}s, before the 2 s lock expired"
+
+
+def test_an_idle_consumer_holds_one_fetch_response_and_closing_spends_a_delivery(
+    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+) -> None:
+    """Why pooled consumers are closed soon after an empty poll (docs/design.md)."""
+    idle, other = share_consumer(group, [topic]), share_consumer(group, [topic])
+    kafka.produce(topic, [b"warm-up"])
+    assert len(_poll_until(idle, lambda s: len(s) >= 1)) == 1
+    assert len(idle.poll(0.5)) == 0  # an empty poll: librdkafka keeps a fetch running
+    kafka.produce(topic, [b"first-%d" % i for i in range(50)])
+    time.sleep(3)  # nobody polls `idle`; its fetch acquires the 50 records meanwhile
+    held = _poll_until(other, lambda s: False, timeout_s=5)
+    assert held == [], "the idle consumer's fetch should have acquired them"
+    kafka.produce(topic, [b"second-%d" % i for i in range(50)])
+    assert len(_poll_until(other, lambda s: len(s) >= 50, timeout_s=20)) == 50  # only one fetch
+    idle.close()  # releases what it held: one delivery spent
+    back = _poll_until(other, lambda s: len(s) >= 50, timeout_s=20)
+    assert sorted(m.value() for m in back) == sorted(b"first-%d" % i for i in range(50))
+    assert {m.delivery_count() for m in back} == {2}

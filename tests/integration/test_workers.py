@@ -243,24 +243,35 @@ def test_killed_worker_loses_nothing(
                   producer_config={"batch.size": "800"})
     kafka.set_group_config(group, "share.record.lock.duration.ms", 8000)
     log = str(tmp_path / "calls.jsonl")
+    killed = str(tmp_path / "killed")
 
     def work(rec: Record) -> bytes:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         assert ctx is not None
+        me = ctx.partitionId()
         _log_call(log, rec, attempt=ctx.attemptNumber())
-        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and \
-                len(Path(log).read_text().splitlines()) > 60:
-            os._exit(137)  # the Python worker dies mid-chunk: no RELEASE, no ACCEPT
+        mine = sum(1 for c in _calls(Path(log)) if c["worker"] == me)
+        if ctx.attemptNumber() == 0 and mine >= 30:
+            try:  # the first worker to make its 30th call dies, once
+                fd = os.open(killed, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, str(me).encode())
+                os.close(fd)
+                os._exit(137)  # the Python worker dies mid-chunk: no RELEASE, no ACCEPT
         time.sleep(0.01)
         return rec.value or b""
 
     summary = run_workers(spark, work, topics=src, group=group,
                           bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
                           output_topic=out, idle_timeout_s=15, on_progress=False)
+    victim = int(Path(killed).read_text())
     calls = _calls(Path(log))
-    assert any(c["worker"] == 0 and c["attempt"] == 1 for c in calls), "no retried attempt"
+    assert any(c["worker"] == victim and c["attempt"] == 1 for c in calls), \
+        "Spark did not retry the killed worker's task"
     outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, n))
     assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
     # The records the dead worker held came back: delivered more than once.
