@@ -335,8 +335,11 @@ class SparkBench:
     def source(self, kind: str, data: Dataset, *, num_partitions: int | None = None) -> Any:
         if kind == "kafka":
             return self._kafka_reader(data.topic)
-        delivery = {"share-eo": "exactly-once", "share-amo": "at-most-once"}[kind]
-        return self._share_reader(data.topic, delivery=delivery, num_partitions=num_partitions)
+        delivery = {"share-eo": "exactly-once", "share-eo-nofsync": "exactly-once",
+                    "share-amo": "at-most-once"}[kind]
+        extra = {"journalFsync": "false"} if kind == "share-eo-nofsync" else None
+        return self._share_reader(data.topic, delivery=delivery, num_partitions=num_partitions,
+                                  extra=extra)
 
     def drain(self, df: Any, data: Dataset, *, cost_s: float = 0.0) -> tuple[
             int, float, float, dict[str, Any]]:

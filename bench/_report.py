@@ -106,6 +106,12 @@ def derive(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "wall": _ratio(eo["wall_s"], amo["wall_s"]),
             "steady": _ratio(amo["records_per_s_steady"], eo["records_per_s_steady"]),
         }
+    nofsync = summary.get("share-eo-nofsync")
+    if nofsync and amo:
+        derived["journal_overhead_nofsync"] = {
+            "wall": _ratio(nofsync["wall_s"], amo["wall_s"]),
+            "steady": _ratio(amo["records_per_s_steady"], nofsync["records_per_s_steady"]),
+        }
     return derived
 
 
@@ -143,7 +149,8 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
             "vs Python client | runs |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-amo", "kafka"]
+        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-nofsync",
+                 "share-amo", "kafka"]
         for name in sorted(thr, key=lambda n: order.index(n) if n in order else 99):
             s, r = thr[name], derived["ratios"].get(name, {})
             lines.append(
@@ -165,11 +172,14 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
             "",
         ]
         jo = derived.get("journal_overhead")
+        nf = derived.get("journal_overhead_nofsync")
         if jo:
             lines += [
                 "**Journal overhead** (exactly-once vs at-most-once, same records): "
                 f"exactly-once takes {_pct(jo['wall'])} wall time and "
-                f"{_pct(jo['steady'])} steady-state time.",
+                f"{_pct(jo['steady'])} steady-state time"
+                + (f"; with `journalFsync=false` {_pct(nf['wall'])} wall and "
+                   f"{_pct(nf['steady'])} steady." if nf else "."),
                 "",
             ]
     for suite, title, records_key in (
@@ -241,7 +251,8 @@ def plots(summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
     written: list[str] = []
     thr = [(k, s) for k, s in summary.items() if s["suite"] == "throughput"]
     if thr:
-        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-amo", "kafka"]
+        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-nofsync",
+                 "share-amo", "kafka"]
         thr.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
         fig, ax = plt.subplots(figsize=(9, 0.6 * len(thr) + 1.5))
         ys = range(len(thr))

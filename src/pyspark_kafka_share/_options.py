@@ -48,7 +48,7 @@ SOURCE_OPTIONS = (
     "kafka.bootstrap.servers", "kafka.group.id", "subscribe", "journalPath", "delivery",
     "numPartitions", "maxRecordsPerTrigger", "startingOffsets", "includeHeaders",
     "pollTimeoutMs", "joinTimeoutMs", "maxBatchDurationMs", "consumerIdleTimeoutMs",
-    "lockSafetyFraction", "dedupRetentionMs", "brokerTimeoutMs",
+    "lockSafetyFraction", "dedupRetentionMs", "brokerTimeoutMs", "journalFsync",
 )
 # Options Spark may add on its own (e.g. for CREATE TABLE ... USING); ignored.
 _SPARK_INJECTED = ("path", "paths", "provider")
@@ -71,6 +71,7 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     starting_offsets: str | None = None
     include_headers: bool = False
+    journal_fsync: bool = True
     poll_timeout_ms: int = 2_000
     join_timeout_ms: int = 6_000
     max_batch_duration_ms: int = 10_000
@@ -260,6 +261,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, minimum=1),
         starting_offsets=_starting_offsets(opts.get("startingoffsets")),
         include_headers=_bool(opts, "includeHeaders", False),
+        journal_fsync=_bool(opts, "journalFsync", True),
         poll_timeout_ms=_int(opts, "pollTimeoutMs", 2_000, minimum=10) or 2_000,
         join_timeout_ms=_int(opts, "joinTimeoutMs", 6_000, minimum=0) or 0,
         max_batch_duration_ms=_int(opts, "maxBatchDurationMs", 10_000, minimum=100) or 10_000,

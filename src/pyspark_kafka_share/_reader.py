@@ -161,23 +161,30 @@ class _Acker:
         self.stats = stats
         self.timeout_s = timeout_s
 
-    def settle(self, accept: list[Any], release: list[Any]) -> bool:
-        """ACCEPT ``accept`` and RELEASE ``release``, commit; True if the broker confirmed."""
+    def settle(self, accept: list[Any], release: list[Any],
+               partitions: set[tuple[str, int]] | None = None) -> bool:
+        """ACCEPT ``accept`` and RELEASE ``release``, commit; True if the broker confirmed.
+
+        ``partitions``: the (topic, partition)s of ``accept`` + ``release`` when the caller
+        knows them already (from an Arrow batch); worked out per message otherwise.
+        """
         from confluent_kafka import AcknowledgeType
 
+        ack = self.consumer.acknowledge
         for m in accept:
-            self.consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+            ack(m, AcknowledgeType.ACCEPT)
         for m in release:
-            self.consumer.acknowledge(m, AcknowledgeType.RELEASE)
+            ack(m, AcknowledgeType.RELEASE)
         if not accept and not release:
             return True
         results = self.consumer.commit_sync(self.timeout_s)
         failed = {f"{tp.topic}-{tp.partition}": str(err) for tp, err in results.items()
                   if err is not None}
         confirmed = {(tp.topic, tp.partition) for tp, err in results.items() if err is None}
-        for m in (*accept, *release):
-            if (m.topic(), m.partition()) not in confirmed:
-                failed.setdefault(f"{m.topic()}-{m.partition()}", "no result")
+        if partitions is None:
+            partitions = {(m.topic(), m.partition()) for m in (*accept, *release)}
+        for topic, part in partitions - confirmed:
+            failed.setdefault(f"{topic}-{part}", "no result")
         self.stats["accepted"] += len(accept)
         self.stats["released"] += len(release)
         if failed:
@@ -202,9 +209,18 @@ class _Poller:
         self.max_batch_s = spec.options.max_batch_duration_ms / 1000
         self.time_cap_s = max(self.max_batch_s, join + spec.options.poll_timeout_ms / 1000)
         self.deadline_s = spec.lock_ms * spec.options.lock_safety_fraction / 1000
-        # Lowest offset acquired per "topic:partition" (emitted or not), for AvailableNow.
+        # Lowest offset per "topic:partition" of records acquired but not emitted (emitted
+        # ones are in the END marker's tables), for AvailableNow.
         self.acquired_low: dict[str, int] = {}
         self.probe = _DrainProbe(spec)
+
+    def note_unemitted(self, msgs: list[Any]) -> None:
+        """Remember the offsets of acquired records that this task does not emit."""
+        for m in msgs:
+            tp = f"{m.topic()}:{m.partition()}"
+            low = self.acquired_low.get(tp)
+            if low is None or m.offset() < low:
+                self.acquired_low[tp] = m.offset()
 
     def next_poll(self) -> tuple[list[Any], float] | None:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
@@ -238,12 +254,6 @@ class _Poller:
             if self.stats["records_acquired"] == 0 and self.pc.uses == 1:
                 self.stats["join_ms"] = int((self.pc.last_poll - self.pc.created) * 1000)
             self.stats["records_acquired"] += len(msgs)
-            for m in msgs:
-                if m.error() is None:
-                    tp = f"{m.topic()}:{m.partition()}"
-                    low = self.acquired_low.get(tp)
-                    if low is None or m.offset() < low:
-                        self.acquired_low[tp] = m.offset()
             self.last_record = self.pc.last_poll
             return msgs, origin + self.deadline_s
 
@@ -305,6 +315,13 @@ def _raise_on_errors(msgs: list[Any], acker: _Acker) -> None:
         raise BrokerError(f"share consumer poll failed: {errors[0].error()}")
 
 
+def _partitions_of(batch: pa.RecordBatch) -> set[tuple[str, int]]:
+    """The distinct (topic, partition) pairs of ``batch``, without a per-row Python loop."""
+    pairs = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate([])
+    return set(zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(),
+                   strict=True))
+
+
 def _min_offsets(tables: list[pa.Table | pa.RecordBatch],
                  acquired: dict[str, int]) -> dict[str, int]:
     """Lowest offset per "topic:partition" among ``tables`` and ``acquired``."""
@@ -336,7 +353,7 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
     assert opts.journal_path is not None
     attempt_id, attempt_number = _attempt_identity()
     faults = _Faults(spec, attempt_number)
-    journal = Journal(opts.journal_path)
+    journal = Journal(opts.journal_path, fsync=opts.journal_fsync)
     query_id = _query_id()
     if query_id:
         journal.claim(query_id)
@@ -378,9 +395,13 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
             _raise_on_errors(pending, acker)
             redelivered = {_key(m) for m in pending if m.delivery_count() > 1}
             stats["redelivered"] += len(redelivered)
-            dups = journal.find_journaled(redelivered)
-            fresh = [m for m in pending if _key(m) not in dups]
-            dup_msgs = [m for m in pending if _key(m) in dups]
+            dups = journal.find_journaled(redelivered) if redelivered else set()
+            if dups:
+                fresh = [m for m in pending if _key(m) not in dups]
+                dup_msgs = [m for m in pending if _key(m) in dups]
+                poller.note_unemitted(dup_msgs)
+            else:  # the common case: no per-record work
+                fresh, dup_msgs = pending, []
             stats["duplicates_dropped"] += len(dup_msgs)
             faults.hit("fail-before-publish")
             faults.hit("sleep-before-publish")
@@ -392,6 +413,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
                 last = [m for m in fresh if m.delivery_count() >= spec.delivery_limit]
                 late = [m for m in fresh if m.delivery_count() < spec.delivery_limit]
                 stats["released_lock_deadline"] += len(late)
+                poller.note_unemitted(late)
                 acker.settle(dup_msgs, late)
                 pending = last
                 fresh, dup_msgs = last, []
@@ -404,6 +426,7 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
                     slot = log.append(batch, attempt_id)
                 except JournalClosed:
                     stats["released_closed"] += len(fresh)
+                    poller.note_unemitted(fresh)
                     acker.settle(dup_msgs, fresh)
                     pending = []
                     break
@@ -412,13 +435,15 @@ def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
                     # would never be read; withdraw it and give the records back.
                     log.withdraw(slot)
                     stats["released_closed"] += len(fresh)
+                    poller.note_unemitted(fresh)
                     acker.settle(dup_msgs, fresh)
                     pending = []
                     break
                 own[slot] = batch
                 stats["journal_bytes"] += batch.nbytes
                 faults.hit("kill-after-publish")
-            confirmed = acker.settle(pending, [])
+            known = _partitions_of(batch) if fresh and not dup_msgs else None
+            confirmed = acker.settle(pending, [], known)
             pending = []
             if slot is not None and confirmed:
                 acked_slots.append(slot)
@@ -470,7 +495,8 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
     opts = spec.options
     stats: Counter[str] = Counter()
     attempt_id, _ = _attempt_identity()
-    log = Journal(opts.journal_path).part_log(spec.seq, spec.part) if opts.journal_path else None
+    log = Journal(opts.journal_path, fsync=opts.journal_fsync).part_log(spec.seq, spec.part) \
+        if opts.journal_path else None
     if log is not None:
         try:
             if log.open().end is not None:
@@ -486,8 +512,8 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         while (polled := poller.next_poll()) is not None:
             msgs, _deadline = polled
             _raise_on_errors(msgs, acker)
-            acker.settle(msgs, [])
             batch = messages_to_batch(msgs, opts.include_headers)
+            acker.settle(msgs, [], _partitions_of(batch))
             emitted.append(batch)
             if poller.budget is not None:
                 poller.budget -= len(msgs)

@@ -102,7 +102,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             from pyspark_kafka_share._journal import Journal
             from pyspark_kafka_share.errors import OptionError
 
-            used = Journal(self.options.journal_path).in_use()
+            used = Journal(self.options.journal_path, fsync=self.options.journal_fsync).in_use()
             if used is not None:
                 raise OptionError(
                     "journalPath", self.options.journal_path,
@@ -149,7 +149,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         from pyspark_kafka_share._journal import Journal
 
         totals: dict[str, int] = {"batch": seq}
-        ends = Journal(self.options.journal_path).batch_ends(seq)
+        ends = Journal(self.options.journal_path, fsync=self.options.journal_fsync).batch_ends(seq)
         for end in ends.values():
             totals["records"] = totals.get("records", 0) + end.records
             for key, value in end.stats.items():
@@ -182,7 +182,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if first is None or seq < first or self.options.journal_path is None \
                 or self.available_now_target is None:
             return False
-        ends = Journal(self.options.journal_path).batch_ends(seq)
+        ends = Journal(self.options.journal_path, fsync=self.options.journal_fsync).batch_ends(seq)
         if len(ends) < int(start["parts"]):
             return False  # a task without END cannot have finished; do not stop on it
         target = self.available_now_target
@@ -221,7 +221,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         from pyspark_kafka_share._broker import read_start_offsets
         from pyspark_kafka_share._journal import Journal
 
-        Journal(self.options.journal_path).commit(
+        Journal(self.options.journal_path, fsync=self.options.journal_fsync).commit(
             int(end["seq"]), self.options.dedup_retention_ms,
             read_start_offsets(self.options))
 

@@ -164,3 +164,18 @@ def test_without_start_offsets_dedup_entries_expire_by_time(tmp_path: Path) -> N
     time.sleep(0.01)
     j.prune_dedup(None, retention_ms=1)
     assert j.find_journaled({("t", 0, 5)}) == set()
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_fsync_is_done_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       fsync: bool) -> None:
+    import os
+
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    log = Journal(str(tmp_path), fsync=fsync).part_log(1, 0)
+    log.open()
+    log.append(_batch("t", [0]), attempt=1)
+    log.end(_end(1))
+    assert bool(calls) is fsync

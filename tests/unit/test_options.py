@@ -87,3 +87,8 @@ def test_table_properties_are_ignored_and_option_prefix_stripped() -> None:
     opts = parse_options({"provider": "kafka-share", "owner": "root",
                           **{f"option.{k}": v for k, v in BASE.items()}})
     assert opts.group_id == "g"
+
+
+def test_journal_fsync_defaults_on_and_can_be_turned_off() -> None:
+    assert parse_options(BASE).journal_fsync is True
+    assert parse_options({**BASE, "JOURNALFSYNC": "false"}).journal_fsync is False
