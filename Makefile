@@ -15,7 +15,7 @@ help:
 	@echo "make demo-workers - queue workers scoring records (ACCEPT/RELEASE/REJECT, DLQ)"
 	@echo "make test   - lint, type-check and run all tests (real broker, local Spark)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
-	@echo "make bench  - benchmark (~30-40 min; QUICK=1: a few minutes) -> docs/benchmarks/"
+	@echo "make bench  - benchmark (~14 min; QUICK=1: ~4 min) -> docs/benchmarks/"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

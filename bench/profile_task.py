@@ -22,28 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _contenders import PRODUCER_CONFIG, _values
+from _contenders import produce_dataset
 
 from pyspark_kafka_share import _pool
 from pyspark_kafka_share._options import parse_options
 from pyspark_kafka_share._reader import TaskSpec, read_partition
 from pyspark_kafka_share.localkafka import LocalKafka
-
-
-def _produce(kafka: LocalKafka, records: int) -> str:
-    from confluent_kafka import Producer
-
-    topic = kafka.create_topic(f"prof-{uuid.uuid4().hex[:8]}", 1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **PRODUCER_CONFIG})
-    for key, value in _values(records):
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(120)
-    return topic
 
 
 def _group(kafka: LocalKafka) -> str:
@@ -59,7 +43,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     with LocalKafka() as kafka:
-        topic = _produce(kafka, args.records)
+        topic = produce_dataset(kafka, "prof", 1, args.records)[0].topic
         # Warm the broker's share coordinator (its first group pays a one-off few seconds).
         warm = parse_options({"kafka.bootstrap.servers": kafka.bootstrap_servers,
                               "kafka.group.id": _group(kafka), "subscribe": topic,
