@@ -139,7 +139,6 @@ class ControlClient:
         self._reader: Any = None
         self.ever_connected = False
         self._last_ok = time.monotonic()
-        self._next = 0.0
         self.stop = False
         self.lost = False
         self._thread: threading.Thread | None = None
@@ -156,7 +155,7 @@ class ControlClient:
                     report = snapshot()
                 except RuntimeError:  # a counter changed size while copied: next time
                     continue
-                self.report(report, force=True)
+                self.report(report)
 
         self._thread = threading.Thread(target=loop, name="kafka-share-worker-report",
                                         daemon=True)
@@ -183,14 +182,11 @@ class ControlClient:
         self._sock = None
         self._reader = None
 
-    def report(self, report: dict[str, Any], *, force: bool = False) -> bool:
-        """Send ``report`` (at most every ``interval_s`` unless ``force``); True = stop."""
+    def report(self, report: dict[str, Any]) -> bool:
+        """Send ``report`` now; True = stop. The background thread calls it every
+        ``interval_s``; the worker once more with its final counters."""
         if self.endpoint is None or self.lost:
             return self.stop
-        now = time.monotonic()
-        if not force and now < self._next:
-            return self.stop
-        self._next = now + self.interval_s
         line = json.dumps({"token": self.endpoint.token, "report": report}).encode() + b"\n"
         for _ in range(2):
             if self._sock is None and not self._connect():

@@ -35,10 +35,11 @@ from pyspark_kafka_share._journal import EndMarker, Journal, JournalClosed, Part
 from pyspark_kafka_share._options import SourceOptions
 from pyspark_kafka_share.errors import BrokerError
 
-__all__ = ["TaskSpec", "read_partition"]
+__all__ = ["ACQUIRE_MARGIN_S", "TaskSpec", "raise_client_errors", "read_partition",
+           "task_context"]
 
 # A response's records were acquired at most this long before librdkafka queued them.
-_ACQUIRE_MARGIN_S = 0.5
+ACQUIRE_MARGIN_S = 0.5
 
 # librdkafka errors (reported through error_cb only) after which polls would just come back
 # empty: the task fails instead of reading "no data". _TRANSPORT alone is retried inside.
@@ -94,25 +95,24 @@ class TaskSpec:
         return min(self.idle_timeout_s, 2.0, lock_budget_s / 4)
 
 
-def _query_id() -> str | None:
-    """Spark's id of the running streaming query (stable across restarts), if any."""
+def task_context() -> Any:
+    """Spark's ``TaskContext`` of the running task, or None outside a Spark task."""
     try:
         from pyspark import TaskContext
-
-        ctx = TaskContext.get()
     except ImportError:  # pragma: no cover
         return None
+    return TaskContext.get()
+
+
+def _query_id() -> str | None:
+    """Spark's id of the running streaming query (stable across restarts), if any."""
+    ctx = task_context()
     return None if ctx is None else ctx.getLocalProperty("sql.streaming.queryId")
 
 
 def _attempt_identity() -> tuple[int, int]:
     """(taskAttemptId, attemptNumber) from Spark, or a random id outside Spark."""
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-    except ImportError:  # pragma: no cover
-        ctx = None
+    ctx = task_context()
     if ctx is None:
         return uuid.uuid4().int & 0x7FFF_FFFF_FFFF, 0
     return int(ctx.taskAttemptId()), int(ctx.attemptNumber())
@@ -239,7 +239,7 @@ class _Poller:
                 return None
             # Records of this poll may have been acquired by a fetch still running since the
             # previous poll (librdkafka keeps fetching after an empty poll).
-            origin = (self.pc.last_poll if self.pc.fetch_pending else now) - _ACQUIRE_MARGIN_S
+            origin = (self.pc.last_poll if self.pc.fetch_pending else now) - ACQUIRE_MARGIN_S
             wait = min(0.2, opts.poll_timeout_ms / 1000)
             msgs = list(self.pc.consumer.poll(wait))
             self.pc.last_poll = time.monotonic()

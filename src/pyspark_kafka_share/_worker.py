@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from pyspark_kafka_share._arrow import messages_to_batch
 from pyspark_kafka_share._control import ControlClient, Endpoint
-from pyspark_kafka_share._reader import raise_client_errors
+from pyspark_kafka_share._reader import ACQUIRE_MARGIN_S, raise_client_errors, task_context
 from pyspark_kafka_share.errors import BrokerError
 
 __all__ = [
@@ -49,8 +49,6 @@ __all__ = [
 
 BatchFormat = Literal["record", "arrow", "pandas"]
 
-# Records of a poll were acquired at most this long before the poll that returned them began.
-_ACQUIRE_MARGIN_S = 0.5
 # Header names written on dead-letter records (and the origin ones on output records).
 DLQ_HEADERS = (
     "kafka-share.error", "kafka-share.error.type", "kafka-share.attempts",
@@ -147,12 +145,7 @@ class WorkerSpec:
 
 def _identity() -> tuple[int, int]:
     """(worker index, attempt number) from Spark's TaskContext."""
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-    except ImportError:  # pragma: no cover
-        ctx = None
+    ctx = task_context()
     if ctx is None:
         return 0, 0
     return int(ctx.partitionId()), int(ctx.attemptNumber())
@@ -289,7 +282,7 @@ class _Worker:
                 # After an empty poll librdkafka keeps fetching: this poll's records may have
                 # been acquired while the previous poll was waiting.
                 origin = (prev_poll_start if prev_empty and prev_poll_start is not None
-                          else poll_start) - _ACQUIRE_MARGIN_S
+                          else poll_start) - ACQUIRE_MARGIN_S
                 prev_poll_start, prev_empty = poll_start, not msgs
                 if not msgs:
                     continue
@@ -310,7 +303,7 @@ class _Worker:
             self.control.close()
             self._close()
         final = self.report("stopped")
-        self.control.report(final, force=True)
+        self.control.report(final)
         self.control.close()
         return final
 
