@@ -238,20 +238,23 @@ def test_task_failing_before_publish_is_retried_exactly_once(
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=4) == []
 
 
+# journalFsync=false keeps slots in the page cache only: a killed process must not matter.
+@pytest.mark.parametrize("fsync", ["true", "false"])
 def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, share_consumer: Any
+    fsync: str, spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    share_consumer: Any,
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
     expected = _produce_spread(kafka, topic, 1, 3000)
     journal = tmp_path / "journal"
     # One task, so the killed task surely holds records.
-    df = _reader(spark, kafka, [topic], group, journal, numPartitions=1,
+    df = _reader(spark, kafka, [topic], group, journal, numPartitions=1, journalFsync=fsync,
                  _faultInjection="kill-after-publish:seq=1:part=0:attempt=0")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     # The killed attempt's journaled records were never acknowledged: once their lock expires
     # they are redelivered; a later batch must recognise and ACCEPT them without emitting them.
     time.sleep(4)
-    df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2)
+    df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2, journalFsync=fsync)
     _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=6) == [], \
