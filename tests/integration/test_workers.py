@@ -270,8 +270,10 @@ def test_killed_worker_loses_nothing(
                           output_topic=out, idle_timeout_s=15, on_progress=False)
     victim = int(Path(killed).read_text())
     calls = _calls(Path(log))
-    assert any(c["worker"] == victim and c["attempt"] == 1 for c in calls), \
-        "Spark did not retry the killed worker's task"
+    # The victim's final report comes from Spark's retry (the retry may get no records: the
+    # survivor can take all of the dead worker's records once they come back).
+    final = {w["worker"]: w for w in summary.workers}
+    assert final[victim]["attempt"] == 1, "Spark did not retry the killed worker's task"
     outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, n))
     assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
     # The records the dead worker held came back: delivered more than once.
