@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _contenders import produce_dataset
 
-from pyspark_kafka_share import _pool
-from pyspark_kafka_share._options import parse_options
-from pyspark_kafka_share._reader import TaskSpec, read_partition
+from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.source.options import parse_options
+from pyspark_kafka_share.source.task import TaskSpec, read_partition
 
 
 def _group(kafka: LocalKafka) -> str:

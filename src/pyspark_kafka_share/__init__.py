@@ -40,7 +40,7 @@ def __getattr__(name: str) -> Any:
     # PySpark registers ``pyspark_*`` modules' ``DefaultSource`` automatically; resolve it lazily
     # so that importing the package (CLI, harness) does not import PySpark.
     if name in ("DefaultSource", "KafkaShareDataSource"):
-        from pyspark_kafka_share.source import KafkaShareDataSource
+        from pyspark_kafka_share.source.datasource import KafkaShareDataSource
 
         return KafkaShareDataSource
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

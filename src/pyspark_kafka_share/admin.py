@@ -1,7 +1,7 @@
 """Administer Kafka share groups (KIP-932): list, describe, lag, reset, delete, configs.
 
 confluent-kafka's ``AdminClient`` has no share-group APIs, so the group operations speak the
-Kafka protocol directly (:mod:`pyspark_kafka_share._protocol`, plaintext only); group configs
+Kafka protocol directly (:mod:`pyspark_kafka_share._kafka.protocol`, plaintext only); group configs
 and the offset look-ups of :meth:`ShareGroupAdmin.reset` use confluent-kafka::
 
     from pyspark_kafka_share.admin import ShareGroupAdmin
@@ -24,22 +24,23 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
-from pyspark_kafka_share._protocol import (
+from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient, iter_partitions
+from pyspark_kafka_share.errors import (
     AuthorizationError,
+    BrokerError,
     CoordinatorNotAvailableError,
     GroupNotEmptyError,
     GroupNotFoundError,
     KafkaApiError,
     KafkaConnectionError,
-    KafkaProtocolClient,
+    LagUnavailableError,
+    OptionError,
     ProtocolDecodeError,
     UnknownTopicError,
     UnsupportedSecurityProtocolError,
     UnsupportedVersionError,
     error_for,
-    iter_partitions,
 )
-from pyspark_kafka_share.errors import BrokerError, OptionError
 
 __all__ = [
     "SHARE_GROUP_CONFIGS",
@@ -68,10 +69,6 @@ SHARE_GROUP_CONFIGS = (
 """The per-group configs that shape a share group's queue behaviour (see docs/operations.md)."""
 
 ResetTarget = Literal["earliest", "latest"] | datetime
-
-
-class LagUnavailableError(BrokerError):
-    """The broker does not report share-group lag (DescribeShareGroupOffsets v1, Kafka 4.2+)."""
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,57 @@
-"""The exception tree of pyspark-kafka-share.
+"""The exception tree of pyspark-kafka-share: every error this package raises on purpose.
 
-Every error this package raises on purpose derives from :class:`KafkaShareError`, so
-``except KafkaShareError`` catches all of them. Subclasses say where the problem lies:
+::
 
-- :class:`OptionError` -- a source option or argument is missing or has a bad value
-  (also a :class:`ValueError`); raised before a query starts.
-- :class:`BrokerError` -- the Kafka broker or client reported an error. Never swallowed and
-  never turned into "no data".
-- :class:`JournalError` -- the acknowledgement journal could not be read or written.
-- :class:`LocalKafkaError` -- the local development broker could not be set up or started.
+    KafkaShareError                     root: ``except KafkaShareError`` catches them all
+    ├── OptionError (ValueError)        an option or argument is missing or bad; raised before
+    │                                   a query or a worker job starts
+    │   └── UnsupportedSecurityProtocolError   the protocol client speaks PLAINTEXT only
+    ├── BrokerError                     the broker or a client reported an error; never
+    │   │                               swallowed and never turned into "no data"
+    │   ├── KafkaConnectionError        a broker could not be reached or did not answer
+    │   ├── ProtocolDecodeError         a broker's response could not be decoded
+    │   ├── LagUnavailableError         the broker does not report share-group lag
+    │   └── KafkaApiError               a broker answered with an error code (.code, .error)
+    │       ├── CoordinatorNotAvailableError
+    │       ├── GroupNotEmptyError
+    │       ├── GroupNotFoundError
+    │       ├── UnknownTopicError
+    │       ├── AuthorizationError
+    │       └── UnsupportedVersionError
+    ├── JournalError                    the acknowledgement journal could not be read/written
+    │   └── JournalClosed               a partition log was ENDed or its batch committed (a
+    │                                   late task attempt; handled inside the source)
+    └── LocalKafkaError                 the local development broker could not be set up
+
+Errors from confluent-kafka are mapped into this tree by :func:`from_client_error`, and Kafka
+protocol error codes by :func:`error_for`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "AuthorizationError",
     "BrokerError",
+    "CoordinatorNotAvailableError",
+    "GroupNotEmptyError",
+    "GroupNotFoundError",
+    "JournalClosed",
     "JournalError",
+    "KafkaApiError",
+    "KafkaConnectionError",
     "KafkaShareError",
+    "LagUnavailableError",
     "LocalKafkaError",
     "OptionError",
+    "ProtocolDecodeError",
+    "UnknownTopicError",
+    "UnsupportedSecurityProtocolError",
+    "UnsupportedVersionError",
+    "error_for",
+    "error_name",
+    "from_client_error",
 ]
 
 
@@ -40,13 +73,150 @@ class OptionError(KafkaShareError, ValueError):
         super().__init__(f"option {option!r} = {shown}: {fix}")
 
 
+class UnsupportedSecurityProtocolError(KafkaShareError, ValueError):
+    """A security protocol other than PLAINTEXT was asked of the plaintext-only protocol client."""
+
+
 class BrokerError(KafkaShareError):
     """The Kafka broker or client reported an error."""
+
+
+class KafkaConnectionError(BrokerError):
+    """A broker could not be reached, closed the connection or did not answer in time."""
+
+
+class ProtocolDecodeError(BrokerError):
+    """A broker's response could not be decoded (truncated, malformed or unexpected)."""
+
+
+class LagUnavailableError(BrokerError):
+    """The broker does not report share-group lag (DescribeShareGroupOffsets v1, Kafka 4.2+)."""
+
+
+_ERROR_NAMES: dict[int, str] = {
+    -1: "UNKNOWN_SERVER_ERROR", 0: "NONE", 3: "UNKNOWN_TOPIC_OR_PARTITION",
+    5: "LEADER_NOT_AVAILABLE", 6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT",
+    8: "BROKER_NOT_AVAILABLE", 13: "NETWORK_EXCEPTION", 14: "COORDINATOR_LOAD_IN_PROGRESS",
+    15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 17: "INVALID_TOPIC_EXCEPTION",
+    24: "INVALID_GROUP_ID", 25: "UNKNOWN_MEMBER_ID", 27: "REBALANCE_IN_PROGRESS",
+    29: "TOPIC_AUTHORIZATION_FAILED", 30: "GROUP_AUTHORIZATION_FAILED",
+    31: "CLUSTER_AUTHORIZATION_FAILED", 35: "UNSUPPORTED_VERSION", 40: "INVALID_CONFIG",
+    42: "INVALID_REQUEST", 56: "KAFKA_STORAGE_ERROR", 68: "NON_EMPTY_GROUP",
+    69: "GROUP_ID_NOT_FOUND", 78: "OFFSET_NOT_AVAILABLE", 86: "GROUP_SUBSCRIBED_TO_TOPIC",
+    100: "UNKNOWN_TOPIC_ID", 124: "FENCED_STATE_EPOCH",
+}
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code (``NON_EMPTY_GROUP`` for 68), or ``ERROR_<code>``."""
+    return _ERROR_NAMES.get(code, f"ERROR_{code}")
+
+
+class KafkaApiError(BrokerError):
+    """A broker answered a request with a non-zero error code.
+
+    Attributes: ``code`` (Kafka's numeric code), ``error`` (its name, e.g. ``NON_EMPTY_GROUP``),
+    ``broker_message`` (the broker's own error message, if it sent one).
+    """
+
+    default_hint = ""
+
+    def __init__(self, code: int, context: str, broker_message: str | None = None,
+                 hint: str | None = None, *, from_broker: bool = True) -> None:
+        self.code = code
+        self.error = error_name(code)
+        # Brokers end their messages with '.'; this text adds its own punctuation.
+        self.broker_message = broker_message.rstrip(". ") or None if broker_message else None
+        broker_message = self.broker_message
+        text = f"{context}: the broker answered {self.error} (error code {code})" \
+            if from_broker else context
+        if broker_message:
+            text += f": {broker_message}"
+        hint = self.default_hint if hint is None else hint
+        if hint:
+            text += f". {hint}"
+        super().__init__(text)
+
+
+class CoordinatorNotAvailableError(KafkaApiError):
+    """The group coordinator is moving or loading (retriable; retried until the timeout)."""
+
+    default_hint = "The group coordinator is unavailable or moving; retry later"
+
+
+class GroupNotEmptyError(KafkaApiError):
+    """The share group still has members (``NON_EMPTY_GROUP``, a.k.a. GROUP_NOT_EMPTY)."""
+
+    default_hint = (
+        "A share group's offsets can only be reset or deleted, and the group itself deleted, "
+        "while the group is empty: stop all of its consumers (a crashed member leaves after "
+        "the group's session timeout) and retry"
+    )
+
+
+class GroupNotFoundError(KafkaApiError):
+    """The group does not exist, or is not a share group (``GROUP_ID_NOT_FOUND``)."""
+
+    default_hint = "No share group of that name exists (check the name and the group type)"
+
+
+class UnknownTopicError(KafkaApiError):
+    """A topic or partition does not exist (``UNKNOWN_TOPIC_OR_PARTITION``/``UNKNOWN_TOPIC_ID``)."""
+
+
+class AuthorizationError(KafkaApiError):
+    """The principal is not allowed to do this (topic, group or cluster authorization)."""
+
+
+class UnsupportedVersionError(KafkaApiError):
+    """The broker does not support a version of an API this module can speak."""
+
+    default_hint = "Share-group administration needs Apache Kafka 4.1 or newer (4.2+ for GA)"
+
+
+_ERROR_CLASSES: dict[int, type[KafkaApiError]] = {
+    3: UnknownTopicError, 100: UnknownTopicError,
+    14: CoordinatorNotAvailableError, 15: CoordinatorNotAvailableError,
+    16: CoordinatorNotAvailableError,
+    29: AuthorizationError, 30: AuthorizationError, 31: AuthorizationError,
+    35: UnsupportedVersionError,
+    68: GroupNotEmptyError,
+    69: GroupNotFoundError,
+}
+
+
+def error_for(code: int, context: str, broker_message: str | None = None,
+              hint: str | None = None) -> KafkaApiError:
+    """The exception for a non-zero Kafka error code (the most specific subclass known)."""
+    if code == 0:
+        raise ValueError("error code 0 means success; there is no error to raise")
+    cls = _ERROR_CLASSES.get(code, KafkaApiError)
+    return cls(code, context, broker_message, hint)
 
 
 class JournalError(KafkaShareError):
     """The acknowledgement journal could not be read or written."""
 
 
+class JournalClosed(JournalError):
+    """The partition log was closed (END) by another attempt, or its batch was committed."""
+
+
 class LocalKafkaError(KafkaShareError):
     """The local Kafka broker harness could not fetch its jars or start the broker."""
+
+
+def from_client_error(exc: BaseException, context: str, fix: str = "") -> BrokerError:
+    """A confluent-kafka failure (``KafkaException``, a ``KafkaError`` in a future, a timeout)
+    as a :class:`BrokerError` that says what was being done, the client's error name and text,
+    and ``fix``. The one place client errors enter the tree; chain it with ``from exc``."""
+    if isinstance(exc, BrokerError):
+        return exc
+    err: Any = exc.args[0] if exc.args else None
+    if err is not None and callable(getattr(err, "name", None)) and \
+            callable(getattr(err, "str", None)):
+        detail = f"{err.name()}: {err.str()}"
+    else:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    text = f"{context} ({detail})"
+    return BrokerError(f"{text}. {fix}" if fix else text)

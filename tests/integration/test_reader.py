@@ -19,12 +19,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pyspark_kafka_share import _pool
-from pyspark_kafka_share._journal import Journal
-from pyspark_kafka_share._options import parse_options
-from pyspark_kafka_share._reader import TaskSpec, read_partition
+from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP, LocalKafka, ProducerRecord
+from pyspark_kafka_share.source.journal.journal import Journal
+from pyspark_kafka_share.source.options import parse_options
+from pyspark_kafka_share.source.task import TaskSpec, read_partition
 
 Key = tuple[str, int, int]
 

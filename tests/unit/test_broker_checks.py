@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pyspark_kafka_share import _broker
-from pyspark_kafka_share._options import parse_options
+from pyspark_kafka_share._kafka import group as _broker
 from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.source.options import parse_options
 
 OPTS = parse_options({"kafka.bootstrap.servers": "h:9092", "kafka.group.id": "g",
                       "subscribe": "t", "journalPath": "/tmp/j"})

@@ -9,8 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pyspark_kafka_share._arrow import arrow_schema
-from pyspark_kafka_share._journal import EndMarker, Journal, JournalClosed, ScanResult
+from pyspark_kafka_share._kafka.arrow import arrow_schema
+from pyspark_kafka_share.errors import JournalClosed
+from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, ScanResult
 
 
 def _batch(topic: str, offsets: list[int]) -> pa.RecordBatch:
@@ -102,8 +103,8 @@ def test_late_attempt_of_a_committed_batch_cannot_publish(tmp_path: Path) -> Non
 
 
 def test_object_store_journal_is_refused() -> None:
-    from pyspark_kafka_share._journal import check_journal_uri
     from pyspark_kafka_share.errors import OptionError
+    from pyspark_kafka_share.source.journal.journal import check_journal_uri
 
     for uri in ("s3://b/p", "gs://b/p", "abfs://c@a/p"):
         with pytest.raises(OptionError, match="journalPath"):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_kafka_share import localkafka
 from pyspark_kafka_share.errors import KafkaShareError, LocalKafkaError
 from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.localkafka import broker as localkafka
 
 
 def test_cache_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from pyspark_kafka_share._options import parse_options
 from pyspark_kafka_share.errors import KafkaShareError, OptionError
+from pyspark_kafka_share.source.options import parse_options
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "kafka.group.id": "g", "subscribe": "a,b",
         "journalPath": "/tmp/j"}

@@ -12,12 +12,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 
-from pyspark_kafka_share import _protocol as p
+from pyspark_kafka_share import errors
+from pyspark_kafka_share._kafka.protocol import client, codec, messages
 from pyspark_kafka_share.admin import ShareGroupAdmin, _check_target
 from pyspark_kafka_share.errors import BrokerError, KafkaShareError, OptionError
+
+# The protocol's layers and its errors under one name, as the tests read them.
+p = SimpleNamespace(**{k: v for mod in (errors, codec, messages, client)
+                       for k, v in vars(mod).items() if not k.startswith("__")})
 
 UUID = bytes(range(16))
 UUID_STR = "AAECAwQFBgcICQoLDA0ODw"  # URL-safe base64 of UUID, unpadded, as Kafka prints it

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pyspark_kafka_share._worker import Outcome, Record, Result, WorkerSpec, _Worker
 from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.workers.loop import Outcome, Record, Result, WorkerSpec, _Worker
 
 
 class Msg:

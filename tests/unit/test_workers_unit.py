@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from pyspark_kafka_share import _control
-from pyspark_kafka_share._control import ControlClient, ControlServer, Endpoint
-from pyspark_kafka_share._worker import Outcome, Result, _normalise
+from pyspark_kafka_share.workers import control as _control
+from pyspark_kafka_share.workers.control import ControlClient, ControlServer, Endpoint
+from pyspark_kafka_share.workers.loop import Outcome, Result, _normalise
 
 
 @pytest.mark.parametrize(("given", "outcome", "value"), [

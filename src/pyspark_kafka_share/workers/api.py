@@ -33,9 +33,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_kafka_share._control import ControlServer
-from pyspark_kafka_share._options import CLIENT_OPTIONS_REJECTED, parse_options
-from pyspark_kafka_share._worker import (
+from pyspark_kafka_share.errors import BrokerError, OptionError
+from pyspark_kafka_share.source.options import CLIENT_OPTIONS_REJECTED, parse_options
+from pyspark_kafka_share.workers.control import ControlServer
+from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
     BatchFormat,
     Outcome,
@@ -46,7 +47,6 @@ from pyspark_kafka_share._worker import (
     results_of,
     worker_task,
 )
-from pyspark_kafka_share.errors import BrokerError, OptionError
 
 __all__ = [
     "DLQ_HEADERS",
@@ -437,7 +437,7 @@ def _validate(
     progress_interval_s: float,
 ) -> WorkerSpec:
     """Check every argument and the broker before any task starts."""
-    from pyspark_kafka_share._broker import inspect_broker, set_starting_offsets
+    from pyspark_kafka_share._kafka.group import inspect_broker, set_starting_offsets
 
     topic_list = [topics] if isinstance(topics, str) else list(topics)
     if not isinstance(workers, int) or workers < 1:

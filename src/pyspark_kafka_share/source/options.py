@@ -235,7 +235,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "delivery=at-most-once to acknowledge on poll and accept losing records on failure",
         )
     if journal is not None:
-        from pyspark_kafka_share._journal import check_journal_uri
+        from pyspark_kafka_share.source.journal.journal import check_journal_uri
 
         check_journal_uri(journal)
 

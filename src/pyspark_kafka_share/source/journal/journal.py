@@ -37,8 +37,8 @@ from urllib.parse import urlparse
 import pyarrow as pa
 from pyarrow import ipc
 
-from pyspark_kafka_share._arrow import KEY_SCHEMA, keys_of
-from pyspark_kafka_share.errors import JournalError, OptionError
+from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA, keys_of
+from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
 
 __all__ = ["EndMarker", "Journal", "PartLog", "check_journal_uri"]
 
@@ -285,10 +285,6 @@ class EndMarker:
                          acked_slots=tuple(int(i) for i in doc.get("acked_slots", ())),
                          stats={k: int(v) for k, v in doc.get("stats", {}).items()},
                          min_offsets={k: int(v) for k, v in doc.get("min_offsets", {}).items()})
-
-
-class JournalClosed(Exception):
-    """The partition log was closed (END) by another attempt, or its batch was committed."""
 
 
 # Parsed key sets of immutable slot files, shared by all tasks of this worker process.

@@ -6,9 +6,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_kafka_share._options import SourceOptions
-from pyspark_kafka_share._protocol import api_versions
+from pyspark_kafka_share._kafka.protocol import api_versions
 from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.source.options import SourceOptions
 
 __all__ = ["BrokerFacts", "api_versions", "inspect_broker", "latest_offsets"]
 

@@ -24,10 +24,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_kafka_share._arrow import spark_schema_ddl
-from pyspark_kafka_share._broker import Backlog, read_backlog
-from pyspark_kafka_share._options import SourceOptions, parse_options
-from pyspark_kafka_share._reader import TaskSpec, read_partition
+from pyspark_kafka_share._kafka.arrow import spark_schema_ddl
+from pyspark_kafka_share._kafka.group import Backlog, read_backlog
+from pyspark_kafka_share.source.options import SourceOptions, parse_options
+from pyspark_kafka_share.source.task import TaskSpec, read_partition
 
 __all__ = ["KafkaShareDataSource", "KafkaShareStreamReader"]
 
@@ -53,7 +53,7 @@ class KafkaShareDataSource(DataSource):
 
     def schema(self) -> str:
         # Called at load(): fail there, before any query starts, if the broker is unusable.
-        from pyspark_kafka_share._broker import inspect_broker
+        from pyspark_kafka_share._kafka.group import inspect_broker
 
         inspect_broker(self.parsed)
         return spark_schema_ddl(self.parsed.include_headers)
@@ -66,7 +66,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     """Plans micro-batches on the driver; ``read`` runs on executors."""
 
     def __init__(self, options: SourceOptions) -> None:
-        from pyspark_kafka_share._broker import inspect_broker, set_starting_offsets
+        from pyspark_kafka_share._kafka.group import inspect_broker, set_starting_offsets
 
         self.options = options
         facts = inspect_broker(options)
@@ -99,8 +99,8 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         # batches belongs to another query (or to this one before its checkpoint was reset),
         # and batch numbers would collide with them.
         if self.options.journal_path is not None:
-            from pyspark_kafka_share._journal import Journal
             from pyspark_kafka_share.errors import OptionError
+            from pyspark_kafka_share.source.journal.journal import Journal
 
             used = Journal(self.options.journal_path, fsync=self.options.journal_fsync).in_use()
             if used is not None:
@@ -146,7 +146,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if seq <= 0 or self.options.journal_path is None or \
                 self.last_batch.get("batch") == seq:
             return
-        from pyspark_kafka_share._journal import Journal
+        from pyspark_kafka_share.source.journal.journal import Journal
 
         totals: dict[str, int] = {"batch": seq}
         ends = Journal(self.options.journal_path, fsync=self.options.journal_fsync).batch_ends(seq)
@@ -161,7 +161,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.last_batch = totals
 
     def prepareForTriggerAvailableNow(self) -> None:
-        from pyspark_kafka_share._broker import latest_offsets
+        from pyspark_kafka_share._kafka.group import latest_offsets
         from pyspark_kafka_share.errors import OptionError
 
         if self.options.journal_path is None:
@@ -175,7 +175,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _drained(self, start: dict[str, int]) -> bool:
         """True when batch ``start`` acquired nothing that was in the topics at AvailableNow
         start (neither emitted nor released), judged from every task's END marker."""
-        from pyspark_kafka_share._journal import Journal
+        from pyspark_kafka_share.source.journal.journal import Journal
 
         seq = int(start["seq"])
         first = self.available_now_first_seq
@@ -218,8 +218,8 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def commit(self, end: dict[str, int]) -> None:
         if self.options.journal_path is None:
             return
-        from pyspark_kafka_share._broker import read_start_offsets
-        from pyspark_kafka_share._journal import Journal
+        from pyspark_kafka_share._kafka.group import read_start_offsets
+        from pyspark_kafka_share.source.journal.journal import Journal
 
         Journal(self.options.journal_path, fsync=self.options.journal_fsync).commit(
             int(end["seq"]), self.options.dedup_retention_ms,

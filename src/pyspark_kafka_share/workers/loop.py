@@ -33,10 +33,10 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from pyspark_kafka_share._arrow import messages_to_batch
-from pyspark_kafka_share._control import ControlClient, Endpoint
-from pyspark_kafka_share._reader import ACQUIRE_MARGIN_S, raise_client_errors, task_context
+from pyspark_kafka_share._kafka.arrow import messages_to_batch
 from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.source.task import ACQUIRE_MARGIN_S, raise_client_errors, task_context
+from pyspark_kafka_share.workers.control import ControlClient, Endpoint
 
 __all__ = [
     "DLQ_HEADERS",

@@ -29,11 +29,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from pyspark_kafka_share import _pool
-from pyspark_kafka_share._arrow import messages_to_batch
-from pyspark_kafka_share._journal import EndMarker, Journal, JournalClosed, PartLog, ScanResult
-from pyspark_kafka_share._options import SourceOptions
-from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share._kafka import pool as _pool
+from pyspark_kafka_share._kafka.arrow import messages_to_batch
+from pyspark_kafka_share.errors import BrokerError, JournalClosed
+from pyspark_kafka_share.source.journal.journal import (
+    EndMarker,
+    Journal,
+    PartLog,
+    ScanResult,
+)
+from pyspark_kafka_share.source.options import SourceOptions
 
 __all__ = ["ACQUIRE_MARGIN_S", "TaskSpec", "raise_client_errors", "read_partition",
            "task_context"]

@@ -1,0 +1,18 @@
+"""The Kafka kernel: everything that talks to Kafka, and nothing that needs Spark.
+
+Both front-ends, the ``kafka-share`` source (:mod:`pyspark_kafka_share.source`) and the queue
+workers (:mod:`pyspark_kafka_share.workers`), stand on it, as Spark's ``kafka010`` source stands
+on its ``consumer`` package:
+
+- ``settings``: the one place that derives consumer, producer and admin client configs;
+- ``group``: broker checks, group configs, the group's backlog (lag) and start offsets;
+- ``share``: the share-consumer kernel: acknowledge + commit, lock deadlines, the split of
+  records on their last delivery, client-error checks;
+- ``pool``: share consumers pooled per Python worker process;
+- ``arrow``: messages to Arrow record batches;
+- ``protocol``: the share-group admin wire protocol confluent-kafka lacks.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

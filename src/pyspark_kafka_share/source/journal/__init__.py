@@ -1,0 +1,13 @@
+"""The acknowledgement journal: records are durable here before they are ACCEPTed."""
+
+from __future__ import annotations
+
+from pyspark_kafka_share.source.journal.journal import (
+    EndMarker,
+    Journal,
+    PartLog,
+    ScanResult,
+    check_journal_uri,
+)
+
+__all__ = ["EndMarker", "Journal", "PartLog", "ScanResult", "check_journal_uri"]

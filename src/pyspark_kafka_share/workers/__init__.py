@@ -1,0 +1,33 @@
+"""Queue workers: user code decides each record's outcome, on Spark executors.
+
+Driver: ``api`` (:func:`run_workers`, :func:`start_workers`, :class:`WorkerJob`), ``config``
+(the one typed :class:`WorkerConfig`, validated once) and the server side of ``control``.
+Executor: ``loop`` (one long-lived share consumer per Spark task) and the client side of
+``control``. Guarantees and limits: ``docs/workers.md``.
+"""
+
+from __future__ import annotations
+
+from pyspark_kafka_share.workers.api import (
+    DLQ_HEADERS,
+    Outcome,
+    Record,
+    Result,
+    WorkerJob,
+    WorkerProgress,
+    WorkerSummary,
+    run_workers,
+    start_workers,
+)
+
+__all__ = [
+    "DLQ_HEADERS",
+    "Outcome",
+    "Record",
+    "Result",
+    "WorkerJob",
+    "WorkerProgress",
+    "WorkerSummary",
+    "run_workers",
+    "start_workers",
+]
