@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
 
 VALUE_BYTES = 200
@@ -133,12 +134,7 @@ def produce_dataset(kafka: LocalKafka, name: str, partitions: int, records: int)
                          "error_cb": failed.append})
     start = time.monotonic()
     for i, (key, value) in enumerate(_values(records)):
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce(producer, topic, value, key=key, timeout_s=120)
         if i % 20_000 == 0:
             producer.poll(0)
     left = producer.flush(120)

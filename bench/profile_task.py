@@ -57,7 +57,7 @@ def main() -> int:
             "journalPath": tempfile.mkdtemp(prefix="prof-journal-"),
             "maxBatchDurationMs": "600000"})
         spec = TaskSpec(opts, seq=0, part=0, parts=1, max_records=args.records,
-                        lock_ms=30_000, topic_partitions=1)
+                        lock_ms=30_000, partitions=(f"{topic}:0",))
         profiler = cProfile.Profile()
         start = time.perf_counter()
         profiler.enable()

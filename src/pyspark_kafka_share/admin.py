@@ -24,7 +24,9 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
+from pyspark_kafka_share._kafka.group import admin_client, read_group_configs, write_group_configs
 from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient, iter_partitions
+from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share.errors import (
     AuthorizationError,
     BrokerError,
@@ -40,6 +42,7 @@ from pyspark_kafka_share.errors import (
     UnsupportedSecurityProtocolError,
     UnsupportedVersionError,
     error_for,
+    from_client_error,
 )
 
 __all__ = [
@@ -124,7 +127,6 @@ class ShareGroupAdmin:
         self.timeout_s = timeout_s
         self._client = KafkaProtocolClient(bootstrap_servers, timeout_s=timeout_s,
                                            security_protocol=security_protocol)
-        self._admin: Any = None
 
     def __enter__(self) -> ShareGroupAdmin:
         return self
@@ -134,9 +136,8 @@ class ShareGroupAdmin:
         self.close()
 
     def close(self) -> None:
-        """Close the protocol sockets and drop the confluent-kafka client."""
+        """Close the protocol sockets (the confluent-kafka client is shared per process)."""
         self._client.close()
-        self._admin = None
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -280,15 +281,10 @@ class ShareGroupAdmin:
 
     def get_config(self, group: str) -> dict[str, str]:
         """The group's ``share.*`` configs (defaults included), ``{name: value}``."""
-        from confluent_kafka.admin import ConfigResource, ResourceType
-
-        resource = ConfigResource(ResourceType.GROUP, group)
         try:
-            future = next(iter(self._admin_client().describe_configs(
-                [resource], request_timeout=self.timeout_s).values()))
-            entries = future.result(timeout=self.timeout_s)
+            entries = read_group_configs(self._admin_client(), group, self.timeout_s)
         except Exception as exc:
-            raise BrokerError(f"cannot read the configs of group {group!r}: {exc}") from exc
+            raise from_client_error(exc, f"cannot read the configs of group {group!r}") from exc
         return {name: str(entry.value) for name, entry in sorted(entries.items())
                 if name.startswith("share.") and entry.value is not None}
 
@@ -297,43 +293,25 @@ class ShareGroupAdmin:
 
         The broker rejects unknown keys and out-of-range values (a :class:`BrokerError`).
         """
-        from confluent_kafka.admin import (
-            AlterConfigOpType,
-            ConfigEntry,
-            ConfigResource,
-            ResourceType,
-        )
-
         if not key:
             raise OptionError("key", key, "give a config name such as share.auto.offset.reset")
-        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-            ConfigEntry(key, str(value), incremental_operation=AlterConfigOpType.SET)])
         try:
-            futures = self._admin_client().incremental_alter_configs(
-                [resource], request_timeout=self.timeout_s)
-            for fut in futures.values():
-                fut.result(timeout=self.timeout_s)
+            write_group_configs(self._admin_client(), group, {key: value}, self.timeout_s)
         except Exception as exc:
-            raise BrokerError(f"cannot set {key}={value} on group {group!r}: {exc}") from exc
+            raise from_client_error(exc, f"cannot set {key}={value} on group {group!r}") from exc
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _admin_client(self) -> Any:
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient({
-                "bootstrap.servers": self.bootstrap_servers,
-                "socket.timeout.ms": int(self.timeout_s * 1000),
-            })
-        return self._admin
+        return admin_client(ClientSettings(self.bootstrap_servers, group_id="",
+                                           timeout_s=self.timeout_s))
 
     def _topic_partitions(self, topics: Sequence[str]) -> list[tuple[str, int]]:
         try:
             md = self._admin_client().list_topics(timeout=self.timeout_s)
         except Exception as exc:
-            raise BrokerError(f"cannot read topic metadata from {self.bootstrap_servers}: "
-                              f"{exc}") from exc
+            raise from_client_error(
+                exc, f"cannot read topic metadata from {self.bootstrap_servers}") from exc
         out: list[tuple[str, int]] = []
         for topic in topics:
             meta = md.topics.get(topic)
@@ -375,8 +353,8 @@ class ShareGroupAdmin:
             return {(tp.topic, tp.partition): int(fut.result(timeout=self.timeout_s).offset)
                     for tp, fut in futures.items()}
         except Exception as exc:
-            raise BrokerError(f"cannot look up offsets on {self.bootstrap_servers}: "
-                              f"{exc}") from exc
+            raise from_client_error(
+                exc, f"cannot look up offsets on {self.bootstrap_servers}") from exc
 
 
 def _check_target(to: object) -> Literal["earliest", "latest"] | int:

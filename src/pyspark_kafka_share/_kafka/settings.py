@@ -1,0 +1,169 @@
+"""Client settings: the one place that derives consumer, producer and admin configurations.
+
+Both front-ends hold a :class:`ClientSettings` (the source builds it from its ``kafka.*``
+options, the workers from their arguments); every confluent-kafka client and the protocol
+client is configured from it, so a security setting given once reaches all of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kafka_share.errors import OptionError
+
+__all__ = [
+    "CLIENT_OPTIONS_REJECTED",
+    "DEFAULT_MAX_POLL_RECORDS",
+    "ClientSettings",
+    "check_bootstrap",
+    "check_group",
+    "check_topics",
+    "offset_reset",
+]
+
+DEFAULT_MAX_POLL_RECORDS = 2000
+"""Records per share-consumer poll unless the caller says otherwise.
+
+librdkafka's default (500) costs half the source's throughput: each poll is a broker round
+trip, a journal slot and a commit. 2000 is the broker's default lock limit per share partition
+(group.share.partition.max.record.locks); see docs/benchmarks."""
+
+# Consumer-only settings an AdminClient or producer would reject or ignore.
+_CONSUMER_ONLY = frozenset({
+    "max.poll.records", "fetch.max.bytes", "fetch.min.bytes", "fetch.wait.max.ms",
+    "max.poll.interval.ms", "client.id", "fetch.queue.backoff.ms", "queued.min.messages",
+    "queued.max.messages.kbytes", "fetch.message.max.bytes", "fetch.error.backoff.ms",
+    "check.crcs",
+})
+# What a producer shares with the consumer of the same cluster.
+_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.dns", "broker.address.")
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How to reach one Kafka cluster and which share group to act for.
+
+    ``extra``: the user's pass-through client settings (security, tuning); values may be
+    secrets, so they are kept out of ``repr``.
+    """
+
+    bootstrap_servers: str
+    group_id: str
+    extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    timeout_s: float = 30.0
+
+    @property
+    def plaintext(self) -> bool:
+        """True on a PLAINTEXT listener (the protocol client speaks nothing else)."""
+        return dict(self.extra).get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT"
+
+    def consumer(self, *, client_id: str, max_poll_records: int | None = None) \
+            -> dict[str, str]:
+        """An explicit-mode ``ShareConsumer``'s configuration.
+
+        ``max_poll_records`` caps the user's (or the default) value; it is sent as ShareFetch
+        MaxRecords, and the broker still hands out whole producer batches.
+        """
+        conf = dict(self.extra)
+        conf.update({"bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
+                     "share.acknowledgement.mode": "explicit"})
+        conf.setdefault("client.id", client_id)
+        conf.setdefault("max.poll.records", str(DEFAULT_MAX_POLL_RECORDS))
+        if max_poll_records is not None:
+            conf["max.poll.records"] = str(min(max_poll_records, int(conf["max.poll.records"])))
+        return conf
+
+    def admin(self) -> dict[str, str]:
+        """An ``AdminClient``'s configuration (security settings pass through)."""
+        conf = {k: v for k, v in self.extra if k not in _CONSUMER_ONLY}
+        conf["bootstrap.servers"] = self.bootstrap_servers
+        conf.setdefault("socket.timeout.ms", str(int(self.timeout_s * 1000)))
+        return conf
+
+    def producer(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A durable producer: connection and security settings of this cluster, then
+        ``overrides``; ``acks=all`` and idempotence fixed; ``message.timeout.ms`` below the
+        flush timeout callers use (``timeout_s + 5``), so an unreported record has failed."""
+        shared = {k: v for k, v in self.extra if k.startswith(_CONNECTION_PREFIXES)}
+        conf: dict[str, Any] = {"linger.ms": 5, **shared, **dict(overrides or {})}
+        conf.update({"bootstrap.servers": self.bootstrap_servers, "acks": "all",
+                     "enable.idempotence": True})
+        conf.setdefault("message.timeout.ms", int(self.timeout_s * 1000))
+        return conf
+
+
+# -- validation shared by the front-ends (each names its own option/argument in errors) -------
+
+CLIENT_OPTIONS_REJECTED: dict[str, str] = {
+    "enable.auto.commit": "records are acknowledged one by one by this package; remove it",
+    "auto.offset.reset": "use the source option 'startingOffsets' (earliest, latest or an "
+    "ISO-8601 duration such as PT1H); it sets the share group's share.auto.offset.reset",
+    "share.acknowledgement.mode": "acknowledgement is always explicit; choose the source's "
+    "guarantee with the option 'delivery' (exactly-once or at-most-once)",
+    "isolation.level": "share groups take it as the group config share.isolation.level; set it "
+    "with `kafka-share groups` or an admin client, not as a client option",
+    "group.instance.id": "share groups have no static membership; remove the option",
+    "group.id": "use the source option 'kafka.group.id' (the share group name)",
+    "group.protocol": "share consumers always use the share protocol; remove the option",
+    "session.timeout.ms": "share groups set it on the broker/group (share.session.timeout.ms)",
+    "heartbeat.interval.ms": "share groups set it on the broker/group "
+    "(share.heartbeat.interval.ms)",
+    "partition.assignment.strategy": "the broker assigns share-group partitions; remove it",
+    "enable.partition.eof": "not applicable to share consumers; remove the option",
+    "key.deserializer": "the source returns key and value as binary; cast or decode in Spark",
+    "value.deserializer": "the source returns key and value as binary; cast or decode in Spark",
+    "bootstrap.servers": "use the source option 'kafka.bootstrap.servers'",
+}
+"""Client settings that would break the guarantees or that share consumers reject, mapped to
+what to use instead."""
+
+_DURATION = re.compile(r"^P(?!$)(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+(\.\d+)?S)?)?$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def check_bootstrap(raw: str | None, name: str) -> str:
+    text = (raw or "").strip()
+    if not text:
+        raise OptionError(name, raw, "set it to the broker list, e.g. 'host1:9092,host2:9092'")
+    return text
+
+
+def check_group(raw: str | None, name: str) -> str:
+    text = (raw or "").strip()
+    if not text:
+        raise OptionError(name, raw, "set it to the share group's name; every query and worker "
+                          "with the same name shares the records")
+    return text
+
+
+def check_topics(raw: str | Iterable[str] | None, name: str) -> tuple[str, ...]:
+    """Topic names from ``"a,b"`` or an iterable of names: valid, at least one, no repeats."""
+    items = (raw or "").split(",") if raw is None or isinstance(raw, str) else list(raw)
+    topics = tuple(str(t).strip() for t in items if str(t).strip())
+    if not topics:
+        raise OptionError(name, raw, "set it to one or more comma-separated topic names")
+    bad = [t for t in topics if not _TOPIC.match(t)]
+    if bad:
+        raise OptionError(name, raw, f"{bad[0]!r} is not a valid topic name")
+    if len(set(topics)) != len(topics):
+        raise OptionError(name, raw, "a topic is named twice")
+    return topics
+
+
+def offset_reset(raw: str | None, name: str) -> str | None:
+    """``startingOffsets`` as a ``share.auto.offset.reset`` value (None: leave the group's)."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    if _DURATION.match(text.upper()):
+        return f"by_duration:{text.upper()}"
+    raise OptionError(
+        name, raw,
+        "use 'earliest', 'latest' or an ISO-8601 duration such as 'PT1H' or 'P1D' (start at "
+        "records no older than that). Share groups take no per-partition JSON offsets",
+    )

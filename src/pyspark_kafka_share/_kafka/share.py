@@ -1,0 +1,187 @@
+"""The share-consumer kernel both front-ends use.
+
+A :class:`ShareSession` is one subscribed, explicit-mode ``ShareConsumer`` with what the source
+task and the queue workers both need around it:
+
+- :meth:`ShareSession.poll`: one poll, the time its records' acquisition locks may have started
+  (:data:`ACQUIRE_MARGIN_S` before the poll, or before the *previous* poll when that one came
+  back empty: librdkafka keeps a fetch in flight after an empty poll, and that fetch acquires
+  records nobody polls), and a :class:`BrokerError` for an error record;
+- :meth:`ShareSession.settle`: acknowledge (ACCEPT / RELEASE / REJECT) and ``commit_sync``;
+  which partitions the broker confirmed;
+- :func:`raise_client_errors`: errors librdkafka reports only through ``error_cb`` (polls just
+  come back empty) become a :class:`BrokerError`, never "no data";
+- :func:`split_last_delivery`: records on their last delivery, which a RELEASE would make the
+  broker archive unprocessed.
+
+Explicit mode: every record of a poll must be acknowledged before the next poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kafka_share.errors import BrokerError
+
+__all__ = [
+    "ACQUIRE_MARGIN_S",
+    "SETTLE_COUNTERS",
+    "Settled",
+    "ShareSession",
+    "lock_budget_s",
+    "raise_client_errors",
+    "split_last_delivery",
+]
+
+ACQUIRE_MARGIN_S = 0.5
+"""A response's records were acquired at most this long before librdkafka queued them."""
+
+# librdkafka errors (reported through error_cb only) after which polls would just come back
+# empty: the caller fails instead of reading "no data". _TRANSPORT alone is retried inside.
+_FAILING_ERRORS = frozenset({
+    "_ALL_BROKERS_DOWN", "_AUTHENTICATION", "_SSL", "_RESOLVE", "_FATAL",
+    "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "SASL_AUTHENTICATION_FAILED",
+    "CLUSTER_AUTHORIZATION_FAILED", "UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID",
+})
+
+SETTLE_COUNTERS = {"accept": "accepted", "release": "released", "reject": "rejected"}
+"""Counter names of the outcomes, as both front-ends report them."""
+
+
+def raise_client_errors(errors: Sequence[Any]) -> None:
+    """Raise :class:`BrokerError` if librdkafka reported an error polls would hide."""
+    bad = [e for e in errors if e.fatal() or e.name() in _FAILING_ERRORS]
+    if bad:
+        raise BrokerError(f"the share consumer reported {bad[0].name()}: {bad[0].str()}"
+                          f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
+
+
+def lock_budget_s(lock_ms: int, safety_fraction: float) -> float:
+    """How long after acquisition a record may still be worked on: the fraction of the group's
+    ``share.record.lock.duration.ms`` the user allows (``lockSafetyFraction``)."""
+    return lock_ms * safety_fraction / 1000
+
+
+def split_last_delivery(msgs: Iterable[Any], delivery_limit: int) -> tuple[list[Any], list[Any]]:
+    """(records on their last delivery, the others).
+
+    A RELEASE makes the broker archive a record on its last delivery (``deliveryCount`` has
+    reached ``share.delivery.count.limit``) instead of redelivering it, so callers giving
+    records back keep those and finish them.
+    """
+    last: list[Any] = []
+    others: list[Any] = []
+    for m in msgs:
+        (last if m.delivery_count() >= delivery_limit else others).append(m)
+    return last, others
+
+
+def _partition(m: Any) -> tuple[str, int]:
+    return m.topic(), m.partition()
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What the broker confirmed of one :meth:`ShareSession.settle`."""
+
+    confirmed: frozenset[tuple[str, int]]
+    failed: dict[str, str]
+    """``"topic-partition"``: the error, for partitions whose acknowledgement is unconfirmed."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def confirms(self, m: Any) -> bool:
+        return _partition(m) in self.confirmed
+
+
+@dataclass(eq=False)
+class ShareSession:
+    """One subscribed explicit-mode ``ShareConsumer``; see the module docstring."""
+
+    consumer: Any
+    timeout_s: float
+    errors: list[Any] = field(default_factory=list)  # KafkaErrors from librdkafka's error_cb
+    created: float = field(default_factory=time.monotonic)
+    last_poll: float = field(default_factory=time.monotonic)  # when the last poll returned
+    last_poll_start: float | None = None
+    fetch_pending: bool = False  # the last poll came back empty: a fetch may still be running
+
+    @classmethod
+    def open(cls, config: dict[str, Any], topics: Sequence[str], timeout_s: float) \
+            -> ShareSession:
+        """A new consumer subscribed to ``topics``."""
+        from confluent_kafka import ShareConsumer
+
+        errors: list[Any] = []
+        consumer = ShareConsumer({**config, "error_cb": errors.append})
+        session = cls(consumer, timeout_s, errors)
+        try:
+            consumer.subscribe(list(topics))
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    def take_errors(self) -> list[Any]:
+        """The client errors reported since the last call."""
+        errors, self.errors[:] = list(self.errors), []
+        return errors
+
+    def poll(self, wait_s: float) -> tuple[list[Any], float]:
+        """One poll: its records and the earliest time their locks may have started.
+
+        A record with an error raises :class:`BrokerError`, after the poll's other records
+        were RELEASEd (best effort: they come back when their locks expire otherwise).
+        """
+        start = time.monotonic()
+        acquired = (self.last_poll_start if self.fetch_pending and
+                    self.last_poll_start is not None else start) - ACQUIRE_MARGIN_S
+        msgs = list(self.consumer.poll(wait_s))
+        self.last_poll_start, self.last_poll = start, time.monotonic()
+        self.fetch_pending = not msgs
+        bad = [m for m in msgs if m.error() is not None]
+        if bad:
+            with contextlib.suppress(Exception):
+                self.settle(release=[m for m in msgs if m.error() is None])
+            raise BrokerError(f"share consumer poll failed: {bad[0].error()}")
+        return msgs, acquired
+
+    def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
+               reject: Sequence[Any] = (), *,
+               partitions: set[tuple[str, int]] | None = None) -> Settled:
+        """Acknowledge ``accept``/``release``/``reject`` and ``commit_sync``.
+
+        ``partitions``: the (topic, partition)s of the records when the caller knows them
+        already (from an Arrow batch); worked out per record otherwise.
+        """
+        from confluent_kafka import AcknowledgeType
+
+        ack = self.consumer.acknowledge
+        for kind, msgs in ((AcknowledgeType.ACCEPT, accept), (AcknowledgeType.RELEASE, release),
+                           (AcknowledgeType.REJECT, reject)):
+            for m in msgs:
+                ack(m, kind)
+        if not (accept or release or reject):
+            return Settled(frozenset(), {})
+        results = self.consumer.commit_sync(self.timeout_s)
+        failed = {f"{tp.topic}-{tp.partition}": str(err) for tp, err in results.items()
+                  if err is not None}
+        confirmed = frozenset((tp.topic, tp.partition) for tp, err in results.items()
+                              if err is None)
+        if partitions is None:
+            partitions = {_partition(m) for m in (*accept, *release, *reject)}
+        for topic, part in partitions - confirmed:
+            failed.setdefault(f"{topic}-{part}", "no result")
+        return Settled(confirmed, failed)
+
+    def close(self) -> None:
+        """Close the consumer; it RELEASEs what a background fetch acquired after the last poll.
+        Errors are ignored (the broker may be gone)."""
+        with contextlib.suppress(Exception):
+            self.consumer.close()
