@@ -24,9 +24,9 @@ def test_a_broker_without_ga_share_groups_is_refused(
 ) -> None:
     monkeypatch.setattr(_broker, "api_versions", lambda host, port, timeout: versions)
     with pytest.raises(BrokerError, match=r"4\.2 or newer"):
-        _broker._check_share_support(OPTS, MD, 1.0)
+        _broker._check_share_support(OPTS.client, MD, 1.0)
 
 
 def test_a_share_group_broker_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_broker, "api_versions", lambda host, port, timeout: KAFKA_4_3)
-    _broker._check_share_support(OPTS, MD, 1.0)
+    _broker._check_share_support(OPTS.client, MD, 1.0)

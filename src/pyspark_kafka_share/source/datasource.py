@@ -1,11 +1,8 @@
 """The ``kafka-share`` Structured Streaming source (PySpark Python Data Source API).
 
 Driver side: :class:`KafkaShareDataSource` validates options and the broker at ``load()``;
-:class:`KafkaShareStreamReader` plans micro-batches. Offsets carry no Kafka positions (a share
-group keeps those on the broker); an offset is ``{"seq": n, "parts": p, "max": m}``: batch
-``n`` runs ``p`` tasks reading at most ``m`` records in all (0 = unlimited). Spark writes the
-offset to its log before running the batch, so a re-run batch gets the same tasks, and each
-task finds its records in the journal under ``(seq, part)``.
+:class:`KafkaShareStreamReader` plans micro-batches as :class:`BatchOffset`s (see
+``offset.py``), and ``read`` hands each task to the executors (``task.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +22,17 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from pyspark_kafka_share._kafka.arrow import spark_schema_ddl
-from pyspark_kafka_share._kafka.group import Backlog, read_backlog
+from pyspark_kafka_share._kafka.group import (
+    Backlog,
+    inspect_broker,
+    latest_offsets,
+    read_backlog,
+    read_start_offsets,
+    set_group_configs,
+)
+from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.source.journal.journal import Journal
+from pyspark_kafka_share.source.offset import BatchOffset
 from pyspark_kafka_share.source.options import SourceOptions, parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
 
@@ -53,9 +60,7 @@ class KafkaShareDataSource(DataSource):
 
     def schema(self) -> str:
         # Called at load(): fail there, before any query starts, if the broker is unusable.
-        from pyspark_kafka_share._kafka.group import inspect_broker
-
-        inspect_broker(self.parsed)
+        inspect_broker(self.parsed.client, self.parsed.topics)
         return spark_schema_ddl(self.parsed.include_headers)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -66,13 +71,14 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     """Plans micro-batches on the driver; ``read`` runs on executors."""
 
     def __init__(self, options: SourceOptions) -> None:
-        from pyspark_kafka_share._kafka.group import inspect_broker, set_starting_offsets
-
         self.options = options
-        facts = inspect_broker(options)
+        facts = inspect_broker(options.client, options.topics)
         if options.journal_path is not None:
             self._check_lock(facts.lock_ms)
-        set_starting_offsets(options)
+        if options.starting_offsets is not None:
+            set_group_configs(options.client,
+                              {"share.auto.offset.reset": options.starting_offsets},
+                              option="startingOffsets")
         self.lock_ms = facts.lock_ms
         self.delivery_limit = facts.delivery_limit
         self.num_partitions = options.num_partitions or max(1, sum(facts.partitions.values()))
@@ -80,10 +86,12 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.available_now_first_seq: int | None = None  # first batch this run plans
         self.backlog: Backlog | None = None  # read at the last latestOffset
         self.last_batch: dict[str, int] = {}  # metrics of the last finished batch
+        self.journal = Journal.of(options) \
+            if options.journal_path is not None else None
+        # Every task must find it before it acknowledges anything: one journal for all.
+        self.marker = self.journal.place_marker() if self.journal is not None else None
 
     def _check_lock(self, lock_ms: int) -> None:
-        from pyspark_kafka_share.errors import OptionError
-
         budget = lock_ms * self.options.lock_safety_fraction
         if budget < 200:
             raise OptionError(
@@ -98,11 +106,8 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         # Called for a query without committed batches: a journal that records committed
         # batches belongs to another query (or to this one before its checkpoint was reset),
         # and batch numbers would collide with them.
-        if self.options.journal_path is not None:
-            from pyspark_kafka_share.errors import OptionError
-            from pyspark_kafka_share.source.journal.journal import Journal
-
-            used = Journal(self.options.journal_path, fsync=self.options.journal_fsync).in_use()
+        if self.journal is not None:
+            used = self.journal.in_use()
             if used is not None:
                 raise OptionError(
                     "journalPath", self.options.journal_path,
@@ -110,7 +115,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                     f"({used}). Give every query its own journal, like its checkpoint; if the "
                     "old query is gone for good, delete the directory",
                 )
-        return {"seq": 0, "parts": self.num_partitions, "max": 0}
+        return BatchOffset(0, self.num_partitions).json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_records_per_trigger:
@@ -118,18 +123,19 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        self._collect_metrics(start)
-        self.backlog = read_backlog(self.options)
+        offset = BatchOffset.of(start)
+        self._collect_metrics(offset)
+        self.backlog = read_backlog(self.options.client, self.options.topics)
         if self.backlog.empty:
             return start  # nothing to read: no (empty) micro-batch
         if self.available_now_target is not None:
             if self.available_now_first_seq is None:
                 # A restarted query's previous batches say nothing about this run's target.
-                self.available_now_first_seq = int(start["seq"]) + 1
-            elif self._drained(start):
+                self.available_now_first_seq = offset.seq + 1
+            elif self._drained(offset):
                 return start
         max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else 0
-        return {"seq": int(start["seq"]) + 1, "parts": self.num_partitions, "max": max_rows}
+        return offset.following(self.num_partitions, max_rows).json()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Shown as ``latestOffset`` of this source in ``StreamingQueryProgress``: the group's
@@ -140,17 +146,13 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             report["lagByPartition"] = self.backlog.by_partition
         return report
 
-    def _collect_metrics(self, start: dict[str, int]) -> None:
-        """Sum the END-marker stats of batch ``start`` (the one that just finished)."""
-        seq = int(start["seq"])
-        if seq <= 0 or self.options.journal_path is None or \
-                self.last_batch.get("batch") == seq:
+    def _collect_metrics(self, offset: BatchOffset) -> None:
+        """Sum the END-marker stats of batch ``offset`` (the one that just finished)."""
+        if offset.seq <= 0 or self.journal is None or \
+                self.last_batch.get("batch") == offset.seq:
             return
-        from pyspark_kafka_share.source.journal.journal import Journal
-
-        totals: dict[str, int] = {"batch": seq}
-        ends = Journal(self.options.journal_path, fsync=self.options.journal_fsync).batch_ends(seq)
-        for end in ends.values():
+        totals: dict[str, int] = {"batch": offset.seq}
+        for end in self.journal.batch_ends(offset.seq).values():
             totals["records"] = totals.get("records", 0) + end.records
             for key, value in end.stats.items():
                 if key == "join_ms":
@@ -161,69 +163,51 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.last_batch = totals
 
     def prepareForTriggerAvailableNow(self) -> None:
-        from pyspark_kafka_share._kafka.group import latest_offsets
-        from pyspark_kafka_share.errors import OptionError
-
-        if self.options.journal_path is None:
+        if self.journal is None:
             raise OptionError(
                 "journalPath", None,
                 "Trigger.AvailableNow needs journalPath (also with delivery=at-most-once): the "
                 "source learns from the journal when the backlog present at start is read",
             )
-        self.available_now_target = latest_offsets(self.options)
+        self.available_now_target = latest_offsets(self.options.client, self.options.topics)
 
-    def _drained(self, start: dict[str, int]) -> bool:
-        """True when batch ``start`` acquired nothing that was in the topics at AvailableNow
+    def _drained(self, offset: BatchOffset) -> bool:
+        """True when batch ``offset`` acquired nothing that was in the topics at AvailableNow
         start (neither emitted nor released), judged from every task's END marker."""
-        from pyspark_kafka_share.source.journal.journal import Journal
-
-        seq = int(start["seq"])
         first = self.available_now_first_seq
-        if first is None or seq < first or self.options.journal_path is None \
-                or self.available_now_target is None:
-            return False
-        ends = Journal(self.options.journal_path, fsync=self.options.journal_fsync).batch_ends(seq)
-        if len(ends) < int(start["parts"]):
-            return False  # a task without END cannot have finished; do not stop on it
         target = self.available_now_target
-        for end in ends.values():
-            for tp, low in end.min_offsets.items():
-                if low < target.get(tp, 0):
-                    return False
-        return True
+        if first is None or offset.seq < first or self.journal is None or target is None:
+            return False
+        ends = self.journal.batch_ends(offset.seq)
+        if len(ends) < offset.parts:
+            return False  # a task without END cannot have finished; do not stop on it
+        return all(low >= target.get(tp, 0)
+                   for end in ends.values() for tp, low in end.min_offsets.items())
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        parts = int(end["parts"])
-        total = int(end.get("max", 0))
-        per_task = math.ceil(total / parts) if total else None
+        plan = BatchOffset.of(end)
+        per_task = math.ceil(plan.max_records / plan.parts) if plan.max_records else None
+        # Every subscribed partition as the last backlog read saw them, for the tasks' check
+        # that the group is drained.
+        known = tuple(self.backlog.by_partition) if self.backlog is not None and \
+            self.backlog.by_partition else None
         return [
-            KafkaSharePartition(TaskSpec(options=self.options, seq=int(end["seq"]), part=i,
-                                         parts=parts, max_records=per_task,
+            KafkaSharePartition(TaskSpec(options=self.options, seq=plan.seq, part=i,
+                                         parts=plan.parts, max_records=per_task,
                                          lock_ms=self.lock_ms,
                                          delivery_limit=self.delivery_limit,
-                                         topic_partitions=self._topic_partitions()))
-            for i in range(parts)
+                                         partitions=known, journal_marker=self.marker))
+            for i in range(plan.parts)
         ]
-
-    def _topic_partitions(self) -> int | None:
-        """Partitions of the subscribed topics, as the last backlog read saw them."""
-        if self.backlog is None or not self.backlog.by_partition:
-            return None
-        return len(self.backlog.by_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaSharePartition)
         return read_partition(partition.spec)
 
     def commit(self, end: dict[str, int]) -> None:
-        if self.options.journal_path is None:
-            return
-        from pyspark_kafka_share._kafka.group import read_start_offsets
-        from pyspark_kafka_share.source.journal.journal import Journal
-
-        Journal(self.options.journal_path, fsync=self.options.journal_fsync).commit(
-            int(end["seq"]), self.options.dedup_retention_ms,
-            read_start_offsets(self.options))
+        if self.journal is not None:
+            self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms,
+                                read_start_offsets(self.options.client))
 
     def stop(self) -> None:
         """Spark may never call this; nothing depends on it."""

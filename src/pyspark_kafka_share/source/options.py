@@ -8,41 +8,23 @@ the value given and the fix, and is raised before a query starts.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pyspark_kafka_share._kafka.settings import (
+    CLIENT_OPTIONS_REJECTED,
+    ClientSettings,
+    check_bootstrap,
+    check_group,
+    check_topics,
+    offset_reset,
+)
 from pyspark_kafka_share.errors import OptionError
 
-__all__ = ["CLIENT_OPTIONS_REJECTED", "SOURCE_OPTIONS", "SourceOptions", "parse_options"]
+__all__ = ["SOURCE_OPTIONS", "SourceOptions", "parse_options"]
 
 Delivery = Literal["exactly-once", "at-most-once"]
-
-# Client settings that would break the source's guarantees or that share consumers reject,
-# mapped to what to use instead.
-CLIENT_OPTIONS_REJECTED: dict[str, str] = {
-    "enable.auto.commit": "the source acknowledges each record itself; remove the option",
-    "auto.offset.reset": "use the source option 'startingOffsets' (earliest, latest or an "
-    "ISO-8601 duration such as PT1H); it sets the share group's share.auto.offset.reset",
-    "share.acknowledgement.mode": "the source always acknowledges explicitly; choose "
-    "the guarantee with the source option 'delivery' (exactly-once or at-most-once)",
-    "isolation.level": "share groups take it as the group config share.isolation.level; set it "
-    "with `kafka-share groups` or an admin client, not as a client option",
-    "group.instance.id": "share groups have no static membership; remove the option",
-    "group.id": "use the source option 'kafka.group.id' (the share group name)",
-    "group.protocol": "share consumers always use the share protocol; remove the option",
-    "session.timeout.ms": "share groups set it on the broker/group (share.session.timeout.ms)",
-    "heartbeat.interval.ms": "share groups set it on the broker/group "
-    "(share.heartbeat.interval.ms)",
-    "partition.assignment.strategy": "the broker assigns share-group partitions; remove it",
-    "enable.partition.eof": "not applicable to share consumers; remove the option",
-    "key.deserializer": "the source returns key and value as binary; cast or decode in Spark",
-    "value.deserializer": "the source returns key and value as binary; cast or decode in Spark",
-    "bootstrap.servers": "use the source option 'kafka.bootstrap.servers'",
-}
-
-DEFAULT_MAX_POLL_RECORDS = 2000
 
 SOURCE_OPTIONS = (
     "kafka.bootstrap.servers", "kafka.group.id", "subscribe", "journalPath", "delivery",
@@ -54,8 +36,6 @@ SOURCE_OPTIONS = (
 _SPARK_INJECTED = ("path", "paths", "provider")
 _TEST_OPTION = "_faultinjection"
 
-_DURATION = re.compile(r"^P(?!$)(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+(\.\d+)?S)?)?$")
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 @dataclass(frozen=True)
@@ -79,35 +59,21 @@ class SourceOptions:
     lock_safety_fraction: float = 0.5
     dedup_retention_ms: int = 7 * 24 * 3600 * 1000
     broker_timeout_ms: int = 30_000
-    client_config: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    client_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # secrets
     fault_injection: str | None = None
+    # journal.<key> options of an object-store journal (without the prefix): credentials,
+    # endpoints. Never logged nor shown (repr=False); see source/journal/stores.py.
+    journal_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def exactly_once(self) -> bool:
         return self.delivery == "exactly-once"
 
-    def consumer_config(self) -> dict[str, str]:
-        """The confluent-kafka ``ShareConsumer`` configuration."""
-        conf = dict(self.client_config)
-        conf.update({
-            "bootstrap.servers": self.bootstrap_servers,
-            "group.id": self.group_id,
-            "share.acknowledgement.mode": "explicit",
-        })
-        conf.setdefault("client.id", "pyspark-kafka-share")
-        # librdkafka's default (500) costs half the throughput: each poll is a broker round
-        # trip, a journal slot and a commit. 2000 is the broker's default lock limit per
-        # share partition (group.share.partition.max.record.locks); see docs/benchmarks.
-        conf.setdefault("max.poll.records", str(DEFAULT_MAX_POLL_RECORDS))
-        return conf
-
-    def admin_config(self) -> dict[str, str]:
-        """Client settings for an ``AdminClient`` (security settings etc. pass through)."""
-        skip = {"max.poll.records", "fetch.max.bytes", "fetch.min.bytes", "fetch.wait.max.ms",
-                "max.poll.interval.ms", "client.id"}
-        conf = {k: v for k, v in self.client_config if k not in skip}
-        conf["bootstrap.servers"] = self.bootstrap_servers
-        return conf
+    @property
+    def client(self) -> ClientSettings:
+        """How the source's clients reach the cluster (the ``kafka.*`` options)."""
+        return ClientSettings(self.bootstrap_servers, self.group_id, self.client_config,
+                              self.broker_timeout_ms / 1000)
 
 
 def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0,
@@ -137,22 +103,6 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(name, raw, "must be true or false")
 
 
-def _starting_offsets(raw: str | None) -> str | None:
-    """Map ``startingOffsets`` to a ``share.auto.offset.reset`` value."""
-    if raw is None:
-        return None
-    text = raw.strip()
-    if text.lower() in ("earliest", "latest"):
-        return text.lower()
-    if _DURATION.match(text.upper()):
-        return f"by_duration:{text.upper()}"
-    raise OptionError(
-        "startingOffsets", raw,
-        "use 'earliest', 'latest' or an ISO-8601 duration such as 'PT1H' or 'P1D' (start at "
-        "records no older than that). Share groups take no per-partition JSON offsets",
-    )
-
-
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate ``options`` (keys case-insensitive) into :class:`SourceOptions`."""
     if not options:
@@ -180,8 +130,11 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     spelled = {k.lower().removeprefix("option."): k.removeprefix("option.") for k in options}
     known = {name.lower(): name for name in SOURCE_OPTIONS}
     client: list[tuple[str, str]] = []
+    journal_opts: list[tuple[str, str]] = []
     for key, value in opts.items():
-        if key.startswith("kafka."):
+        if key.startswith("journal.") and len(key) > len("journal."):
+            journal_opts.append((key[len("journal."):], str(value)))
+        elif key.startswith("kafka."):
             client_key = key[len("kafka."):]
             if client_key in ("bootstrap.servers", "group.id"):
                 continue
@@ -197,27 +150,13 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             hint = f"did you mean {known[close[0]]!r}? " if close else ""
             raise OptionError(spelled.get(key, key), value, f"unknown option; {hint}known "
                               "options: "
-                              f"{', '.join(SOURCE_OPTIONS)} and kafka.* client settings")
+                              f"{', '.join(SOURCE_OPTIONS)}, kafka.* client settings and "
+                              "journal.* object-store settings")
 
-    bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
-    if not bootstrap:
-        raise OptionError("kafka.bootstrap.servers", opts.get("kafka.bootstrap.servers"),
-                          "set it to the broker list, e.g. 'host1:9092,host2:9092'")
-    group = opts.get("kafka.group.id", "").strip()
-    if not group:
-        raise OptionError("kafka.group.id", opts.get("kafka.group.id"),
-                          "set it to the share group's name; every query and worker with "
-                          "the same name shares the records")
+    bootstrap = check_bootstrap(opts.get("kafka.bootstrap.servers"), "kafka.bootstrap.servers")
+    group = check_group(opts.get("kafka.group.id"), "kafka.group.id")
     raw_topics = opts.get("subscribe")
-    topics = tuple(t.strip() for t in (raw_topics or "").split(",") if t.strip())
-    if not topics:
-        raise OptionError("subscribe", raw_topics,
-                          "set it to one or more comma-separated topic names")
-    bad = [t for t in topics if not _TOPIC.match(t)]
-    if bad:
-        raise OptionError("subscribe", raw_topics, f"{bad[0]!r} is not a valid topic name")
-    if len(set(topics)) != len(topics):
-        raise OptionError("subscribe", raw_topics, "a topic is named twice")
+    topics = check_topics("" if raw_topics is None else raw_topics, "subscribe")
 
     delivery_raw = opts.get("delivery", "exactly-once").strip().lower()
     if delivery_raw not in ("exactly-once", "at-most-once"):
@@ -235,9 +174,14 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "delivery=at-most-once to acknowledge on poll and accept losing records on failure",
         )
     if journal is not None:
-        from pyspark_kafka_share.source.journal.journal import check_journal_uri
+        # Also probes an object store's conditional create (a few requests, once per process).
+        from pyspark_kafka_share.source.journal.stores import check_journal
 
-        check_journal_uri(journal)
+        check_journal(journal, journal_opts)
+    elif journal_opts:
+        raise OptionError(f"journal.{journal_opts[0][0]}", None,
+                          "journal.* options configure an object-store journalPath; set "
+                          "journalPath or remove them")
 
     lock_fraction_raw = opts.get("locksafetyfraction")
     lock_fraction = 0.5
@@ -259,7 +203,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         journal_path=journal,
         num_partitions=_int(opts, "numPartitions", None, minimum=1, maximum=10_000),
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, minimum=1),
-        starting_offsets=_starting_offsets(opts.get("startingoffsets")),
+        starting_offsets=offset_reset(opts.get("startingoffsets"), "startingOffsets"),
         include_headers=_bool(opts, "includeHeaders", False),
         journal_fsync=_bool(opts, "journalFsync", True),
         poll_timeout_ms=_int(opts, "pollTimeoutMs", 2_000, minimum=10) or 2_000,
@@ -271,5 +215,6 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                                 minimum=0) or 0,
         broker_timeout_ms=_int(opts, "brokerTimeoutMs", 30_000, minimum=1_000) or 30_000,
         client_config=tuple(sorted(client)),
+        journal_options=tuple(sorted(journal_opts)),
         fault_injection=opts.get(_TEST_OPTION),
     )

@@ -6,8 +6,10 @@ arrives in the :class:`TaskSpec`. Exactly-once protocol per poll (see ``docs/des
 1. poll (explicit acknowledgement mode: the whole poll must be acknowledged before the next);
 2. records redelivered (``deliveryCount > 1``) that the journal already holds are duplicates
    of published records whose acknowledgement was lost: ACCEPT them, do not emit them;
-3. if the poll's lock deadline has passed, RELEASE everything and stop;
-4. publish the fresh records in the next free journal slot (exclusive create);
+3. if the poll's lock deadline has passed, RELEASE everything (but records on their last
+   delivery) and stop;
+4. publish the fresh records in the next free journal slot (exclusive create); if the batch
+   was committed meanwhile (a late attempt), withdraw the slot and RELEASE;
 5. ACCEPT and ``commit_sync``; a failed commit is counted, not fatal: the records are
    journaled, and their redelivery is recognised in step 2.
 
@@ -19,11 +21,9 @@ downstream processing time never eats into an acquisition lock.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,36 +31,20 @@ import pyarrow as pa
 
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
-from pyspark_kafka_share.errors import BrokerError, JournalClosed
-from pyspark_kafka_share.source.journal.journal import (
-    EndMarker,
-    Journal,
-    PartLog,
-    ScanResult,
+from pyspark_kafka_share._kafka.group import UNKNOWN_BACKLOG, read_backlog
+from pyspark_kafka_share._kafka.share import (
+    ShareSession,
+    lock_budget_s,
+    raise_client_errors,
+    split_last_delivery,
 )
+from pyspark_kafka_share._spark import attempt_identity, query_id
+from pyspark_kafka_share.errors import JournalClosed
+from pyspark_kafka_share.source.faults import Faults
+from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, PartLog, ScanResult
 from pyspark_kafka_share.source.options import SourceOptions
 
-__all__ = ["ACQUIRE_MARGIN_S", "TaskSpec", "raise_client_errors", "read_partition",
-           "task_context"]
-
-# A response's records were acquired at most this long before librdkafka queued them.
-ACQUIRE_MARGIN_S = 0.5
-
-# librdkafka errors (reported through error_cb only) after which polls would just come back
-# empty: the task fails instead of reading "no data". _TRANSPORT alone is retried inside.
-_FAILING_ERRORS = frozenset({
-    "_ALL_BROKERS_DOWN", "_AUTHENTICATION", "_SSL", "_RESOLVE", "_FATAL",
-    "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "SASL_AUTHENTICATION_FAILED",
-    "CLUSTER_AUTHORIZATION_FAILED", "UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID",
-})
-
-
-def raise_client_errors(errors: list[Any]) -> None:
-    """Raise :class:`BrokerError` if librdkafka reported an error polls would hide."""
-    bad = [e for e in errors if e.fatal() or e.name() in _FAILING_ERRORS]
-    if bad:
-        raise BrokerError(f"the share consumer reported {bad[0].name()}: {bad[0].str()}"
-                          f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
+__all__ = ["TaskSpec", "read_partition"]
 
 
 @dataclass(frozen=True)
@@ -74,128 +58,92 @@ class TaskSpec:
     max_records: int | None
     lock_ms: int
     delivery_limit: int = 5
-    # Partitions of the subscribed topics at planning, for the drained-group check (None: skip).
-    topic_partitions: int | None = None
+    # Every "topic:partition" subscribed at planning, for the drained-group check (None: skip).
+    partitions: tuple[str, ...] | None = None
+    # The marker the driver left in the journal (Journal.place_marker); None: not checked.
+    journal_marker: str | None = None
+
+    def journal(self) -> Journal:
+        """The journal, checked to be the driver's (see ``Journal.check_marker``)."""
+        journal = Journal.of(self.options)
+        if self.journal_marker is not None:
+            journal.check_marker(self.journal_marker)
+        return journal
 
     def consumer_config(self) -> dict[str, str]:
-        conf = self.options.consumer_config()
-        if self.max_records is not None:
-            # Sent as ShareFetch MaxRecords; the broker still acquires whole producer batches.
-            conf["max.poll.records"] = str(min(self.max_records,
-                                               int(conf["max.poll.records"])))
-        return conf
+        return self.options.client.consumer(client_id="pyspark-kafka-share",
+                                            max_poll_records=self.max_records)
+
+    @property
+    def lock_budget_s(self) -> float:
+        return lock_budget_s(self.lock_ms, self.options.lock_safety_fraction)
 
     @property
     def idle_timeout_s(self) -> float:
         """Pooled consumers are closed sooner than their records' lock deadline could pass."""
-        opts = self.options
-        return min(opts.consumer_idle_timeout_ms, self.lock_ms * opts.lock_safety_fraction / 2) \
-            / 1000
+        return min(self.options.consumer_idle_timeout_ms / 1000, self.lock_budget_s / 2)
 
     @property
     def pending_idle_timeout_s(self) -> float:
         """Idle limit for a consumer whose last poll was empty: librdkafka's fetch is still
         running and may acquire records nobody polls, so it is closed (releasing them) soon."""
-        lock_budget_s = self.lock_ms * self.options.lock_safety_fraction / 1000
-        return min(self.idle_timeout_s, 2.0, lock_budget_s / 4)
+        return min(self.idle_timeout_s, 2.0, self.lock_budget_s / 4)
 
 
-def task_context() -> Any:
-    """Spark's ``TaskContext`` of the running task, or None outside a Spark task."""
-    try:
-        from pyspark import TaskContext
-    except ImportError:  # pragma: no cover
-        return None
-    return TaskContext.get()
-
-
-def _query_id() -> str | None:
-    """Spark's id of the running streaming query (stable across restarts), if any."""
-    ctx = task_context()
-    return None if ctx is None else ctx.getLocalProperty("sql.streaming.queryId")
-
-
-def _attempt_identity() -> tuple[int, int]:
-    """(taskAttemptId, attemptNumber) from Spark, or a random id outside Spark."""
-    ctx = task_context()
-    if ctx is None:
-        return uuid.uuid4().int & 0x7FFF_FFFF_FFFF, 0
-    return int(ctx.taskAttemptId()), int(ctx.attemptNumber())
-
-
-class _Faults:
-    """Test-only failure injection (option ``_faultInjection``); see tests/integration."""
-
-    def __init__(self, spec: TaskSpec, attempt_number: int) -> None:
-        self.points: dict[str, dict[str, str]] = {}
-        raw = spec.options.fault_injection
-        if not raw:
-            return
-        for item in raw.split(";"):
-            name, *conds = item.strip().split(":")
-            kv = dict(c.split("=", 1) for c in conds if "=" in c)
-            if kv.get("seq", str(spec.seq)) != str(spec.seq):
-                continue
-            if kv.get("part", str(spec.part)) != str(spec.part):
-                continue
-            if kv.get("attempt", str(attempt_number)) != str(attempt_number):
-                continue
-            self.points[name] = kv
-
-    def hit(self, name: str) -> None:
-        kv = self.points.get(name)
-        if kv is None:
-            return
-        if name.startswith("kill"):
-            os._exit(137)  # the Python worker dies: no finally, no acknowledgement
-        if name.startswith("sleep"):
-            time.sleep(int(kv.get("ms", "1000")) / 1000)
-            return
-        raise RuntimeError(f"injected failure: {name}")
+def read_partition(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
+    """The rows of input partition ``spec.part`` of micro-batch ``spec.seq``."""
+    if spec.options.exactly_once:
+        yield from _read_exactly_once(spec)
+    else:
+        yield from _read_at_most_once(spec)
 
 
 def _key(m: Any) -> tuple[str, int, int]:
     return (m.topic(), m.partition(), m.offset())
 
 
-class _Acker:
-    """Acknowledges whole polls and counts outcomes."""
-
-    def __init__(self, consumer: Any, stats: Counter[str], timeout_s: float) -> None:
-        self.consumer = consumer
-        self.stats = stats
-        self.timeout_s = timeout_s
-
-    def settle(self, accept: list[Any], release: list[Any],
-               partitions: set[tuple[str, int]] | None = None) -> bool:
-        """ACCEPT ``accept`` and RELEASE ``release``, commit; True if the broker confirmed.
-
-        ``partitions``: the (topic, partition)s of ``accept`` + ``release`` when the caller
-        knows them already (from an Arrow batch); worked out per message otherwise.
-        """
-        from confluent_kafka import AcknowledgeType
-
-        ack = self.consumer.acknowledge
-        for m in accept:
-            ack(m, AcknowledgeType.ACCEPT)
-        for m in release:
-            ack(m, AcknowledgeType.RELEASE)
-        if not accept and not release:
-            return True
-        results = self.consumer.commit_sync(self.timeout_s)
-        failed = {f"{tp.topic}-{tp.partition}": str(err) for tp, err in results.items()
-                  if err is not None}
-        confirmed = {(tp.topic, tp.partition) for tp, err in results.items() if err is None}
-        if partitions is None:
-            partitions = {(m.topic(), m.partition()) for m in (*accept, *release)}
-        for topic, part in partitions - confirmed:
-            failed.setdefault(f"{topic}-{part}", "no result")
-        self.stats["accepted"] += len(accept)
-        self.stats["released"] += len(release)
-        if failed:
-            self.stats["commit_failures"] += 1
-            return False
+def _settle(session: ShareSession, stats: Counter[str], accept: Sequence[Any],
+            release: Sequence[Any], partitions: set[tuple[str, int]] | None = None) -> bool:
+    """Acknowledge and commit; True if the broker confirmed every partition."""
+    if not accept and not release:
         return True
+    settled = session.settle(accept, release, partitions=partitions)
+    stats["accepted"] += len(accept)
+    stats["released"] += len(release)
+    if not settled.ok:
+        stats["commit_failures"] += 1
+    return settled.ok
+
+
+class _DrainProbe:
+    """Ends a task early, instead of after ``pollTimeoutMs`` without records, once the share
+    group's backlog is known to be empty: every record is acknowledged for good, so no poll
+    can return one until new records are produced (those go to the next batch).
+
+    Lag over-counts records other tasks still hold (they keep this task waiting, as before);
+    it never under-counts. A failed read turns the probe off for the task, which then ends by
+    the timeout.
+    """
+
+    _QUIET_S = 0.25  # no record for this long before asking
+    _EVERY_S = 0.25
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.enabled = spec.partitions is not None and spec.options.client.plaintext
+        self.last_check = 0.0
+
+    def drained(self, last_record: float) -> bool:
+        now = time.monotonic()
+        if not self.enabled or now - last_record < self._QUIET_S or \
+                now - self.last_check < self._EVERY_S:
+            return False
+        self.last_check = now
+        opts = self.spec.options
+        backlog = read_backlog(opts.client, opts.topics, self.spec.partitions)
+        if backlog is UNKNOWN_BACKLOG:
+            self.enabled = False
+        return backlog.empty
 
 
 class _Poller:
@@ -203,23 +151,24 @@ class _Poller:
 
     def __init__(self, spec: TaskSpec, pc: _pool.PooledConsumer, budget: int | None,
                  stats: Counter[str]) -> None:
-        self.spec = spec
+        opts = spec.options
         self.pc = pc
         self.budget = budget
         self.stats = stats
         self.start = time.monotonic()
         # A consumer that just joined gets its assignment only after a heartbeat round or two.
-        join = spec.options.join_timeout_ms / 1000 if pc.uses == 1 else 0.0
+        join = opts.join_timeout_ms / 1000 if pc.uses == 1 else 0.0
         self.last_record = self.start + join
-        self.max_batch_s = spec.options.max_batch_duration_ms / 1000
-        self.time_cap_s = max(self.max_batch_s, join + spec.options.poll_timeout_ms / 1000)
-        self.deadline_s = spec.lock_ms * spec.options.lock_safety_fraction / 1000
+        self.poll_timeout_s = opts.poll_timeout_ms / 1000
+        self.max_batch_s = opts.max_batch_duration_ms / 1000
+        self.time_cap_s = max(self.max_batch_s, join + self.poll_timeout_s)
+        self.deadline_s = spec.lock_budget_s
         # Lowest offset per "topic:partition" of records acquired but not emitted (emitted
         # ones are in the END marker's tables), for AvailableNow.
         self.acquired_low: dict[str, int] = {}
         self.probe = _DrainProbe(spec)
 
-    def note_unemitted(self, msgs: list[Any]) -> None:
+    def note_unemitted(self, msgs: Sequence[Any]) -> None:
         """Remember the offsets of acquired records that this task does not emit."""
         for m in msgs:
             tp = f"{m.topic()}:{m.partition()}"
@@ -227,29 +176,21 @@ class _Poller:
             if low is None or m.offset() < low:
                 self.acquired_low[tp] = m.offset()
 
+    def _spent(self, now: float) -> bool:
+        if self.budget is not None and self.budget <= 0:
+            return True
+        elapsed = now - self.start
+        # maxBatchDurationMs bounds a task once records flow; a consumer still joining may
+        # wait up to joinTimeoutMs + pollTimeoutMs for its first records.
+        return elapsed >= self.time_cap_s or now - self.last_record >= self.poll_timeout_s \
+            or (elapsed >= self.max_batch_s and self.stats["records_acquired"] > 0)
+
     def next_poll(self) -> tuple[list[Any], float] | None:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
-        opts = self.spec.options
-        while True:
-            now = time.monotonic()
-            if self.budget is not None and self.budget <= 0:
-                return None
-            elapsed = now - self.start
-            # maxBatchDurationMs bounds a task once records flow; a consumer still joining may
-            # wait up to joinTimeoutMs + pollTimeoutMs for its first records.
-            if elapsed >= self.time_cap_s or (elapsed >= self.max_batch_s
-                                              and self.stats["records_acquired"] > 0):
-                return None
-            if now - self.last_record >= opts.poll_timeout_ms / 1000:
-                return None
-            # Records of this poll may have been acquired by a fetch still running since the
-            # previous poll (librdkafka keeps fetching after an empty poll).
-            origin = (self.pc.last_poll if self.pc.fetch_pending else now) - ACQUIRE_MARGIN_S
-            wait = min(0.2, opts.poll_timeout_ms / 1000)
-            msgs = list(self.pc.consumer.poll(wait))
-            self.pc.last_poll = time.monotonic()
-            raise_client_errors(self.pc.errors)
-            self.pc.fetch_pending = not msgs
+        session = self.pc.session
+        while not self._spent(time.monotonic()):
+            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s))
+            raise_client_errors(session.take_errors())
             self.stats["polls"] += 1
             if not msgs:
                 if self.probe.drained(self.last_record):
@@ -257,67 +198,11 @@ class _Poller:
                     return None
                 continue
             if self.stats["records_acquired"] == 0 and self.pc.uses == 1:
-                self.stats["join_ms"] = int((self.pc.last_poll - self.pc.created) * 1000)
+                self.stats["join_ms"] = int((session.last_poll - session.created) * 1000)
             self.stats["records_acquired"] += len(msgs)
-            self.last_record = self.pc.last_poll
-            return msgs, origin + self.deadline_s
-
-
-class _DrainProbe:
-    """Ends a task early, instead of after ``pollTimeoutMs`` without records, once the share
-    group's lag on every subscribed partition is 0: every record is acknowledged for good, so
-    no poll can return one until new records are produced (those go to the next batch).
-
-    Lag over-counts records other tasks still hold (they keep this task waiting, as before);
-    it never under-counts. Plaintext listeners only (the protocol client); any error turns the
-    probe off for the task, which then ends by the timeout.
-    """
-
-    _QUIET_S = 0.25  # no record for this long before asking
-    _EVERY_S = 0.25
-
-    def __init__(self, spec: TaskSpec) -> None:
-        opts = spec.options
-        conf = dict(opts.client_config)
-        self.enabled = spec.topic_partitions is not None and \
-            conf.get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT"
-        self.spec = spec
-        self.admin: Any = None
-        self.last_check = 0.0
-
-    def drained(self, last_record: float) -> bool:
-        if not self.enabled:
-            return False
-        now = time.monotonic()
-        if now - last_record < self._QUIET_S or now - self.last_check < self._EVERY_S:
-            return False
-        self.last_check = now
-        opts = self.spec.options
-        try:
-            if self.admin is None:
-                from pyspark_kafka_share.admin import ShareGroupAdmin
-
-                self.admin = ShareGroupAdmin(opts.bootstrap_servers, timeout_s=min(
-                    opts.broker_timeout_ms / 1000, 5.0))
-            lags = [o.lag for o in self.admin.offsets(opts.group_id) if o.topic in opts.topics]
-        except Exception:  # noqa: BLE001 - an optimisation only: fall back to the timeout
-            self.close()
-            self.enabled = False
-            return False
-        return len(lags) == self.spec.topic_partitions and all(lag == 0 for lag in lags)
-
-    def close(self) -> None:
-        if self.admin is not None:
-            with contextlib.suppress(Exception):
-                self.admin.close()
-            self.admin = None
-
-
-def _raise_on_errors(msgs: list[Any], acker: _Acker) -> None:
-    errors = [m for m in msgs if m.error() is not None]
-    if errors:
-        acker.settle([], [m for m in msgs if m.error() is None])
-        raise BrokerError(f"share consumer poll failed: {errors[0].error()}")
+            self.last_record = session.last_poll
+            return msgs, acquired + self.deadline_s
+        return None
 
 
 def _partitions_of(batch: pa.RecordBatch) -> set[tuple[str, int]]:
@@ -327,7 +212,7 @@ def _partitions_of(batch: pa.RecordBatch) -> set[tuple[str, int]]:
                    strict=True))
 
 
-def _min_offsets(tables: list[pa.Table | pa.RecordBatch],
+def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
                  acquired: dict[str, int]) -> dict[str, int]:
     """Lowest offset per "topic:partition" among ``tables`` and ``acquired``."""
     low = dict(acquired)
@@ -345,23 +230,30 @@ def _min_offsets(tables: list[pa.Table | pa.RecordBatch],
     return low
 
 
-def read_partition(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
-    """The rows of input partition ``spec.part`` of micro-batch ``spec.seq``."""
-    if spec.options.exactly_once:
-        yield from _read_exactly_once(spec)
-    else:
-        yield from _read_at_most_once(spec)
+def _release_consumer(spec: TaskSpec, pc: _pool.PooledConsumer, healthy: bool) -> None:
+    if pc.session.fetch_pending:
+        pc.idle_timeout_s = spec.pending_idle_timeout_s
+    _pool.release(pc, healthy=healthy)
+
+
+def _acquire_consumer(spec: TaskSpec) -> _pool.PooledConsumer:
+    return _pool.acquire(spec.consumer_config(), spec.options.topics, spec.idle_timeout_s,
+                         spec.options.client.timeout_s)
+
+
+# -- exactly-once ---------------------------------------------------------------------------
 
 
 def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
     opts = spec.options
     assert opts.journal_path is not None
-    attempt_id, attempt_number = _attempt_identity()
-    faults = _Faults(spec, attempt_number)
-    journal = Journal(opts.journal_path, fsync=opts.journal_fsync)
-    query_id = _query_id()
-    if query_id:
-        journal.claim(query_id)
+    _, attempt_id, attempt_number = attempt_identity()
+    faults = Faults(opts.fault_injection, seq=spec.seq, part=spec.part,
+                    attempt_number=attempt_number)
+    journal = spec.journal()
+    owner = query_id()
+    if owner:
+        journal.claim(owner)
     log = journal.part_log(spec.seq, spec.part)
     try:
         scan = log.open()
@@ -369,7 +261,9 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         return  # a late attempt of a batch Spark already committed: its output is unused
     own: dict[int, pa.RecordBatch] = {}
     if scan.end is None:
-        scan, own = _fill(spec, journal, log, scan, attempt_id=attempt_id, faults=faults)
+        fill = _Fill(spec, journal, log, scan, attempt_id=attempt_id, faults=faults)
+        scan = fill.run(_acquire_consumer(spec))
+        own = fill.own
     faults.hit("kill-after-end")
     for slot in scan.data_slots:
         # What this attempt published is still in memory, byte for byte the slot's content.
@@ -379,128 +273,139 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
             yield from log.table(slot).to_batches()
 
 
-def _fill(spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
-          attempt_id: int, faults: _Faults) -> tuple[ScanResult, dict[int, pa.RecordBatch]]:
-    """Poll, journal and acknowledge until the budget is spent; END the log; return it and
-    the batches this attempt published, by slot."""
-    opts = spec.options
-    stats: Counter[str] = Counter()
-    own: dict[int, pa.RecordBatch] = {}
-    acked_slots: list[int] = []
-    existing = sum(_rows(log, s, own) for s in scan.data_slots)
-    budget = None if spec.max_records is None else spec.max_records - existing
-    pc = _pool.acquire(spec.consumer_config(), opts.topics, spec.idle_timeout_s)
-    acker = _Acker(pc.consumer, stats, opts.broker_timeout_ms / 1000)
-    poller = _Poller(spec, pc, budget, stats)
-    pending: list[Any] = []
-    healthy = True
-    try:
-        while (polled := poller.next_poll()) is not None:
-            pending, deadline = polled
-            _raise_on_errors(pending, acker)
-            redelivered = {_key(m) for m in pending if m.delivery_count() > 1}
-            stats["redelivered"] += len(redelivered)
-            dups = journal.find_journaled(redelivered) if redelivered else set()
-            if dups:
-                fresh = [m for m in pending if _key(m) not in dups]
-                dup_msgs = [m for m in pending if _key(m) in dups]
-                poller.note_unemitted(dup_msgs)
-            else:  # the common case: no per-record work
-                fresh, dup_msgs = pending, []
-            stats["duplicates_dropped"] += len(dup_msgs)
-            faults.hit("fail-before-publish")
-            faults.hit("sleep-before-publish")
-            if time.monotonic() > deadline:
-                # Past the deadline the lock may expire before the slot is visible, and the
-                # record could be journaled twice. A record at the delivery limit is the
-                # exception: the broker archives it instead of redelivering it, so RELEASE
-                # would lose it and publishing cannot duplicate it.
-                last = [m for m in fresh if m.delivery_count() >= spec.delivery_limit]
-                late = [m for m in fresh if m.delivery_count() < spec.delivery_limit]
-                stats["released_lock_deadline"] += len(late)
-                poller.note_unemitted(late)
-                acker.settle(dup_msgs, late)
-                pending = last
-                fresh, dup_msgs = last, []
-                if not last:
+class _Fill:
+    """One attempt's poll -> journal -> acknowledge loop for one partition log, then END.
+
+    ``own``: the batches this attempt published, by slot.
+    """
+
+    def __init__(self, spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
+                 attempt_id: int, faults: Faults) -> None:
+        self.spec = spec
+        self.journal = journal
+        self.log = log
+        self.attempt_id = attempt_id
+        self.faults = faults
+        self.stats: Counter[str] = Counter()
+        self.own: dict[int, pa.RecordBatch] = {}
+        self.acked_slots: list[int] = []
+        existing = sum(log.table(s).num_rows for s in scan.data_slots)
+        self.budget = None if spec.max_records is None else spec.max_records - existing
+        self.pending: list[Any] = []  # polled, not yet acknowledged
+
+    def run(self, pc: _pool.PooledConsumer) -> ScanResult:
+        """Poll until the budget is spent or a step says stop; END the log; the final scan."""
+        self.session = pc.session
+        poller = self.poller = _Poller(self.spec, pc, self.budget, self.stats)
+        healthy = True
+        try:
+            while (polled := poller.next_poll()) is not None:
+                if not self._step(*polled):
                     break
-            slot = None
-            if fresh:
-                batch = messages_to_batch(fresh, opts.include_headers)
-                try:
-                    slot = log.append(batch, attempt_id)
-                except JournalClosed:
-                    stats["released_closed"] += len(fresh)
-                    poller.note_unemitted(fresh)
-                    acker.settle(dup_msgs, fresh)
-                    pending = []
-                    break
-                if journal.committed_seq() >= spec.seq:
-                    # A late attempt: Spark committed this batch while we polled. The slot
-                    # would never be read; withdraw it and give the records back.
-                    log.withdraw(slot)
-                    stats["released_closed"] += len(fresh)
-                    poller.note_unemitted(fresh)
-                    acker.settle(dup_msgs, fresh)
-                    pending = []
-                    break
-                own[slot] = batch
-                stats["journal_bytes"] += batch.nbytes
-                faults.hit("kill-after-publish")
-            known = _partitions_of(batch) if fresh and not dup_msgs else None
-            confirmed = acker.settle(pending, [], known)
-            pending = []
-            if slot is not None and confirmed:
-                acked_slots.append(slot)
-            if poller.budget is not None:
-                poller.budget -= len(fresh)
+            self.faults.hit("fail-before-end")
+            self.faults.hit("sleep-before-end")
+            return self.log.end(self._marker)
+        except BaseException:
+            healthy = False
+            if self.pending:
+                # The original error matters more; unreleased records come back when their
+                # lock expires.
+                with contextlib.suppress(Exception):
+                    self.session.settle(release=self.pending)
+            raise
+        finally:
+            _release_consumer(self.spec, pc, healthy)
 
-        faults.hit("fail-before-end")
-        faults.hit("sleep-before-end")
+    def _step(self, msgs: list[Any], deadline: float) -> bool:
+        """Journal and acknowledge one poll; False when the task must stop."""
+        self.pending = msgs
+        fresh, dups = self._split_duplicates(msgs)
+        self.faults.hit("fail-before-publish")
+        self.faults.hit("sleep-before-publish")
+        if time.monotonic() > deadline:
+            # Past the deadline the lock may expire before the slot is visible, and the record
+            # could be journaled twice. A record at the delivery limit is the exception: the
+            # broker archives it instead of redelivering it, so RELEASE would lose it and
+            # publishing cannot duplicate it.
+            last, late = split_last_delivery(fresh, self.spec.delivery_limit)
+            self._give_back(dups, late, "released_lock_deadline")
+            if not last:
+                return False
+            fresh, dups, self.pending = last, [], last
+        slot = None
+        if fresh:
+            slot = self._publish(fresh, dups)
+            if slot is None:
+                return False
+        known = _partitions_of(self.own[slot]) if slot is not None and not dups else None
+        confirmed = _settle(self.session, self.stats, self.pending, [], known)
+        self.pending = []
+        if slot is not None and confirmed:
+            self.acked_slots.append(slot)
+        if self.poller.budget is not None:
+            self.poller.budget -= len(fresh)
+        return True
 
-        def marker_for(s: ScanResult) -> EndMarker:
-            tables = [own[i] if i in own else log.table(i) for i in s.data_slots]
-            return EndMarker(
-                attempt=attempt_id, data_slots=len(s.data_slots),
-                records=sum(t.num_rows for t in tables),
-                acked_slots=tuple(i for i in acked_slots if i in s.data_slots),
-                stats=dict(stats),
-                min_offsets=_min_offsets(tables, poller.acquired_low),
-            )
+    def _split_duplicates(self, msgs: list[Any]) -> tuple[list[Any], list[Any]]:
+        """(fresh records, redelivered records the journal already holds)."""
+        redelivered = {_key(m) for m in msgs if m.delivery_count() > 1}
+        self.stats["redelivered"] += len(redelivered)
+        dups = self.journal.find_journaled(redelivered) if redelivered else set()
+        if not dups:
+            return msgs, []  # the common case: no per-record work
+        fresh = [m for m in msgs if _key(m) not in dups]
+        dup_msgs = [m for m in msgs if _key(m) in dups]
+        self.poller.note_unemitted(dup_msgs)
+        self.stats["duplicates_dropped"] += len(dup_msgs)
+        return fresh, dup_msgs
 
-        return log.end(marker_for), own
-    except BaseException:
-        healthy = False
-        if pending:
-            _release_quietly(acker, pending)
-        raise
-    finally:
-        poller.probe.close()
-        _release_consumer(spec, pc, healthy)
+    def _publish(self, fresh: list[Any], dups: list[Any]) -> int | None:
+        """Journal ``fresh`` in the next free slot: its number, or None (records given back)
+        when the log was closed or the batch committed by the time the slot was visible."""
+        batch = messages_to_batch(fresh, self.spec.options.include_headers)
+        try:
+            slot = self.log.append(batch, self.attempt_id)
+        except JournalClosed:
+            self._give_back(dups, fresh, "released_closed")
+            return None
+        if self.journal.committed_seq() >= self.spec.seq:
+            # A late attempt: Spark committed this batch while we polled. The slot would never
+            # be read; withdraw it and give the records back.
+            self.log.withdraw(slot)
+            self._give_back(dups, fresh, "released_closed")
+            return None
+        self.own[slot] = batch
+        self.stats["journal_bytes"] += batch.nbytes
+        self.faults.hit("kill-after-publish")
+        return slot
+
+    def _give_back(self, accept: list[Any], release: list[Any], counter: str) -> None:
+        """ACCEPT ``accept`` (journaled already), RELEASE ``release`` (not emitted)."""
+        self.stats[counter] += len(release)
+        self.poller.note_unemitted(release)
+        _settle(self.session, self.stats, accept, release)
+        self.pending = []
+
+    def _marker(self, scan: ScanResult) -> EndMarker:
+        tables = [self.own[i] if i in self.own else self.log.table(i) for i in scan.data_slots]
+        return EndMarker(
+            attempt=self.attempt_id, data_slots=len(scan.data_slots),
+            records=sum(t.num_rows for t in tables),
+            acked_slots=tuple(i for i in self.acked_slots if i in scan.data_slots),
+            stats=dict(self.stats),
+            min_offsets=_min_offsets(tables, self.poller.acquired_low),
+        )
 
 
-def _release_consumer(spec: TaskSpec, pc: _pool.PooledConsumer, healthy: bool) -> None:
-    if pc.fetch_pending:
-        pc.idle_timeout_s = spec.pending_idle_timeout_s
-    _pool.release(pc, healthy=healthy)
-
-
-def _release_quietly(acker: _Acker, pending: list[Any]) -> None:
-    # The original error matters more; unreleased records come back when their lock expires.
-    with contextlib.suppress(Exception):
-        acker.settle([], pending)
-
-
-def _rows(log: PartLog, slot: int, own: dict[int, pa.RecordBatch]) -> int:
-    return int(own[slot].num_rows if slot in own else log.table(slot).num_rows)
+# -- at-most-once ---------------------------------------------------------------------------
 
 
 def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
     """ACCEPT on poll, then yield: a failure after the ACCEPT loses those records."""
     opts = spec.options
     stats: Counter[str] = Counter()
-    attempt_id, _ = _attempt_identity()
-    log = Journal(opts.journal_path, fsync=opts.journal_fsync).part_log(spec.seq, spec.part) \
+    _, attempt_id, _ = attempt_identity()
+    log = spec.journal().part_log(spec.seq, spec.part) \
         if opts.journal_path else None
     if log is not None:
         try:
@@ -508,17 +413,15 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
                 return  # a re-run batch: at-most-once keeps no records to replay
         except JournalClosed:
             return
-    pc = _pool.acquire(spec.consumer_config(), opts.topics, spec.idle_timeout_s)
-    acker = _Acker(pc.consumer, stats, opts.broker_timeout_ms / 1000)
+    pc = _acquire_consumer(spec)
     poller = _Poller(spec, pc, spec.max_records, stats)
     healthy = True
     emitted: list[pa.RecordBatch] = []
     try:
         while (polled := poller.next_poll()) is not None:
             msgs, _deadline = polled
-            _raise_on_errors(msgs, acker)
             batch = messages_to_batch(msgs, opts.include_headers)
-            acker.settle(msgs, [], _partitions_of(batch))
+            _settle(pc.session, stats, msgs, [], _partitions_of(batch))
             emitted.append(batch)
             if poller.budget is not None:
                 poller.budget -= len(msgs)
@@ -526,7 +429,6 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         healthy = False
         raise
     finally:
-        poller.probe.close()
         _release_consumer(spec, pc, healthy)
     if log is not None:
         log.end(lambda s: EndMarker(attempt=attempt_id, data_slots=0,

@@ -1,0 +1,165 @@
+"""The source task's exactly-once loop against a scripted consumer and a local journal.
+
+These drive the paths a real broker reaches only by chance: a redelivery of a record whose
+acknowledgement was lost, a poll whose lock deadline has passed, a batch committed while a late
+attempt polls, a commit confirmed for one partition only, an error record mid-task. The same
+loop runs end to end in tests/integration/test_reader.py and test_source.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from pyspark_kafka_share._kafka.pool import PooledConsumer
+from pyspark_kafka_share._kafka.share import ShareSession
+from pyspark_kafka_share.errors import BrokerError, JournalError
+from pyspark_kafka_share.source.faults import Faults
+from pyspark_kafka_share.source.journal.journal import Journal
+from pyspark_kafka_share.source.options import parse_options
+from pyspark_kafka_share.source.task import TaskSpec, _Fill, read_partition
+
+from .fakes import FakeConsumer, Msg
+
+SEQ = 1
+
+
+class Consumer(FakeConsumer):
+    """A FakeConsumer whose polls may run a hook first, and whose commits may fail for some
+    partitions."""
+
+    def __init__(self, polls: list[list[Msg]], *,
+                 before_poll: Callable[[int], None] = lambda n: None,
+                 failing: frozenset[int] = frozenset()) -> None:
+        super().__init__(polls)
+        self.before_poll = before_poll
+        self.failing = failing
+        self.polled = 0
+
+    def poll(self, timeout: float) -> list[Msg]:
+        if self.polls:
+            self.polled += 1
+            self.before_poll(self.polled)
+        return super().poll(timeout)
+
+    def commit_sync(self, timeout: float) -> dict[Any, Any]:
+        return {TP(p): ("COORDINATOR_NOT_AVAILABLE" if p in self.failing else None)
+                for p in (0, 1)}
+
+
+class TP:
+    def __init__(self, partition: int) -> None:
+        self.topic, self.partition = "in", partition
+
+    def __hash__(self) -> int:
+        return self.partition
+
+
+def _spec(journal: Path, lock_ms: int = 30_000) -> TaskSpec:
+    opts = parse_options({"kafka.bootstrap.servers": "unused:9092", "kafka.group.id": "g",
+                          "subscribe": "in", "journalPath": str(journal),
+                          "pollTimeoutMs": "1000", "joinTimeoutMs": "0",
+                          "consumerIdleTimeoutMs": "0", "journalFsync": "false"})
+    return TaskSpec(options=opts, seq=SEQ, part=0, parts=1, max_records=None, lock_ms=lock_ms)
+
+
+def _fill(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, Journal]:
+    journal = Journal(str(spec.options.journal_path), fsync=False)
+    log = journal.part_log(SEQ, 0)
+    fill = _Fill(spec, journal, log, log.open(), attempt_id=7,
+                 faults=Faults(None, seq=SEQ, part=0, attempt_number=0))
+    return fill, journal
+
+
+def _run(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, list[int], Any]:
+    """Run the loop to its END; the offsets it emits and the END marker."""
+    fill, journal = _fill(spec, consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    scan = fill.run(pc)
+    log = journal.part_log(SEQ, 0)
+    offsets = [o for slot in scan.data_slots
+               for o in pa.Table.from_batches(log.table(slot).to_batches())
+               .column("offset").to_pylist()]
+    assert consumer.closed, "a consumer that is not pooled is closed"
+    return fill, offsets, scan.end
+
+
+def test_a_redelivered_record_the_journal_holds_is_accepted_not_emitted_again(
+        tmp_path: Path) -> None:
+    # Poll 1 is journaled and ACCEPTed; its acknowledgement of offset 1 is "lost", so the
+    # broker delivers it again (delivery count 2) beside a fresh record.
+    consumer = Consumer([[Msg(0), Msg(1)], [Msg(1, dc=2), Msg(2)]])
+    fill, offsets, end = _run(_spec(tmp_path / "j"), consumer)
+    assert offsets == [0, 1, 2]
+    assert fill.stats["duplicates_dropped"] == 1 and fill.stats["redelivered"] == 1
+    assert end.records == 3 and list(end.acked_slots) == [0, 1]
+
+
+def test_a_poll_past_its_lock_deadline_is_released_but_last_deliveries_are_kept(
+        tmp_path: Path) -> None:
+    # A 1 s lock at the default safety fraction leaves 0.5 s from acquisition, and records
+    # count as acquired 0.5 s before the poll: every poll is past its deadline at once.
+    consumer = Consumer([[Msg(0), Msg(1, dc=5), Msg(2)]])
+    fill, offsets, end = _run(_spec(tmp_path / "j", lock_ms=1_000), consumer)
+    assert consumer.acks == {0: "RELEASE", 1: "ACCEPT", 2: "RELEASE"}
+    assert offsets == [1]  # on its last delivery: RELEASE would archive it, so it is kept
+    assert fill.stats["released_lock_deadline"] == 2
+    assert end.min_offsets == {"in:0": 0}  # released records still count for AvailableNow
+
+
+def test_a_batch_committed_while_a_late_attempt_polls_withdraws_its_slot(
+        tmp_path: Path) -> None:
+    journal_dir = tmp_path / "j"
+
+    def commit_before_second_poll(n: int) -> None:
+        if n == 2:  # Spark committed the batch (another attempt finished it)
+            (journal_dir / "committed").write_text(json.dumps({"seq": SEQ}))
+
+    consumer = Consumer([[Msg(0)], [Msg(1), Msg(2)]], before_poll=commit_before_second_poll)
+    fill, offsets, _ = _run(_spec(journal_dir), consumer)
+    assert consumer.acks == {0: "ACCEPT", 1: "RELEASE", 2: "RELEASE"}
+    assert offsets == [0], "the late slot was not withdrawn"
+    assert fill.stats["released_closed"] == 2
+
+
+def test_a_commit_confirmed_for_one_partition_only_leaves_the_slot_unacknowledged(
+        tmp_path: Path) -> None:
+    consumer = Consumer([[Msg(0, partition=0)], [Msg(5, partition=1), Msg(1, partition=0)]],
+                        failing=frozenset({1}))
+    fill, offsets, end = _run(_spec(tmp_path / "j"), consumer)
+    assert offsets == [0, 5, 1]  # journaled: emitted whatever the broker confirmed
+    assert fill.stats["commit_failures"] == 2  # every commit reports partition 1 failing
+    assert list(end.acked_slots) == []  # its keys go to dedup/ at commit: redeliveries drop
+
+
+def test_an_error_record_mid_task_fails_the_task_and_releases_the_rest_of_its_poll(
+        tmp_path: Path) -> None:
+    consumer = Consumer([[Msg(0)], [Msg(1), Msg(2, error="UNKNOWN_TOPIC_OR_PART")]])
+    fill, journal = _fill(_spec(tmp_path / "j"), consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    with pytest.raises(BrokerError, match="UNKNOWN_TOPIC_OR_PART"):
+        fill.run(pc)
+    assert consumer.acks == {0: "ACCEPT", 1: "RELEASE"}
+    assert journal.part_log(SEQ, 0).scan().end is None  # no END: a retry continues the log
+
+
+def test_a_journal_the_driver_did_not_mark_fails_the_task_before_it_polls(
+        tmp_path: Path) -> None:
+    """A node-local (or relative) journalPath on a cluster: the driver's marker is not there,
+    and the task fails before it takes a consumer, so nothing is acknowledged."""
+    driver = Journal(str(tmp_path / "driver-host" / "j"), fsync=False)
+    marker = driver.place_marker()
+    driver.check_marker(marker)  # where the driver wrote it, it is found
+    spec = dataclasses.replace(_spec(tmp_path / "executor-host" / "j"), journal_marker=marker)
+    with pytest.raises(JournalError, match="not the same place on this executor host"):
+        list(read_partition(spec))
+    shared = dataclasses.replace(_spec(tmp_path / "driver-host" / "j"), journal_marker=marker)
+    assert shared.journal().uri == driver.uri  # a shared journal passes the check
