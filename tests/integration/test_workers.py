@@ -274,6 +274,10 @@ def test_killed_worker_loses_nothing(
     # survivor can take all of the dead worker's records once they come back).
     final = {w["worker"]: w for w in summary.workers}
     assert final[victim]["attempt"] == 1, "Spark did not retry the killed worker's task"
+    # The killed attempt is in the summary, shown as died, its work counted.
+    lost = [(w["worker"], w["attempt"]) for w in summary.failed_attempts]
+    assert lost == [(victim, 0)], f"the killed attempt is not shown as lost:\n{summary}"
+    assert "died" in str(summary)
     outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, n))
     assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
     # The records the dead worker held came back: delivered more than once.

@@ -14,119 +14,26 @@ from typing import Any
 
 import pytest
 
+from pyspark_kafka_share._kafka.share import ShareSession
 from pyspark_kafka_share.errors import BrokerError
-from pyspark_kafka_share.workers.loop import Outcome, Record, Result, WorkerSpec, _Worker
+from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
+from pyspark_kafka_share.workers.loop import Outcome, Record, Result, _Worker
+
+from .fakes import FakeConsumer, FakeProducer, Msg
 
 
-class Msg:
-    def __init__(self, offset: int, dc: int = 1, value: bytes = b"v") -> None:
-        self._offset, self._dc, self._value = offset, dc, value
-
-    def topic(self) -> str:
-        return "in"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return b"k%d" % self._offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return [("h", b"1")]
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000)
-
-    def delivery_count(self) -> int:
-        return self._dc
-
-    def error(self) -> None:
-        return None
-
-
-class TP:
-    def __init__(self) -> None:
-        self.topic, self.partition = "in", 0
-
-    def __hash__(self) -> int:
-        return 0
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TP)
-
-
-class FakeConsumer:
-    """Returns the scripted polls, then nothing; records every acknowledgement."""
-
-    def __init__(self, polls: list[list[Msg]]) -> None:
-        self.polls = list(polls)
-        self.acks: dict[int, str] = {}
-        self.pending: list[Msg] = []
-        self.closed = False
-
-    def subscribe(self, topics: list[str]) -> None:
-        pass
-
-    def poll(self, timeout: float) -> list[Msg]:
-        assert not self.pending, "polled with unacknowledged records"
-        if not self.polls:
-            time.sleep(0.01)
-            return []
-        self.pending = list(self.polls.pop(0))
-        return list(self.pending)
-
-    def acknowledge(self, m: Msg, kind: Any) -> None:
-        assert m.offset() not in self.acks, f"acknowledged twice: {m.offset()}"
-        self.acks[m.offset()] = kind.name
-        self.pending = [p for p in self.pending if p is not m]
-
-    def commit_sync(self, timeout: float) -> dict[TP, None]:
-        return {TP(): None}
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class FakeProducer:
-    """Delivers to ``sent`` unless ``refuse(topic, value)`` says no."""
-
-    def __init__(self, refuse: Callable[[str, bytes | None], bool] = lambda t, v: False) -> None:
-        self.refuse = refuse
-        self.sent: list[tuple[str, bytes | None, dict[str, bytes]]] = []
-        self.queue: list[tuple[Any, str, bytes | None, Any]] = []
-
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                headers: Any = None, on_delivery: Any = None) -> None:
-        self.queue.append((on_delivery, topic, value, headers))
-
-    def flush(self, timeout: float) -> int:
-        for cb, topic, value, headers in self.queue:
-            if self.refuse(topic, value):
-                cb("MSG_SIZE_TOO_LARGE", None)
-            else:
-                self.sent.append((topic, value, dict(headers or [])))
-                cb(None, None)
-        self.queue = []
-        return 0
-
-    def poll(self, timeout: float) -> int:
-        return 0
-
-
-def _spec(**kw: Any) -> WorkerSpec:
+def _spec(*, lock_ms: int = 30_000, delivery_limit: int = 5, **kw: Any) -> WorkerSpec:
     base: dict[str, Any] = {
         "bootstrap_servers": "unused:9092", "group": "g", "topics": ("in",),
         "batch_format": "record", "chunk_size": 2, "max_attempts": 3,
         "retry_on": (TimeoutError,), "output_topic": "out", "dead_letter_topic": "dlq",
-        "lock_ms": 30_000, "delivery_limit": 5, "max_records": None, "time_budget_s": 1.0}
+        "max_records": None, "time_budget_s": 1.0}
     base.update(kw)
-    return WorkerSpec(**base)
+    return WorkerSpec(WorkerConfig(**base), lock_ms=lock_ms, delivery_limit=delivery_limit)
+
+
+def _session(consumer: FakeConsumer) -> ShareSession:
+    return ShareSession(consumer, timeout_s=1.0)
 
 
 def _run(spec: WorkerSpec, fn: Callable[[Any], Any], polls: list[list[Msg]],
@@ -134,7 +41,7 @@ def _run(spec: WorkerSpec, fn: Callable[[Any], Any], polls: list[list[Msg]],
                                                         dict[str, Any]]:
     consumer = FakeConsumer(polls)
     producer = producer or FakeProducer()
-    summary = _Worker(spec, fn, consumer=consumer, producer=producer).run()
+    summary = _Worker(spec, fn, session=_session(consumer), producer=producer).run()
     assert consumer.closed
     return consumer, producer, summary
 
@@ -230,6 +137,6 @@ def test_an_exception_mid_poll_releases_every_unacknowledged_record() -> None:
 
     consumer = FakeConsumer([[Msg(0), Msg(1), Msg(2), Msg(3)]])
     with pytest.raises(KeyboardInterrupt):
-        _Worker(_spec(), fn, consumer=consumer, producer=FakeProducer()).run()
+        _Worker(_spec(), fn, session=_session(consumer), producer=FakeProducer()).run()
     assert consumer.acks == {0: "ACCEPT", 1: "ACCEPT", 2: "RELEASE", 3: "RELEASE"}
     assert consumer.closed

@@ -30,23 +30,25 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from pyspark_kafka_share.errors import BrokerError, OptionError
-from pyspark_kafka_share.source.options import CLIENT_OPTIONS_REJECTED, parse_options
+from pyspark_kafka_share._kafka.group import inspect_broker, set_group_configs
+from pyspark_kafka_share.errors import OptionError, from_client_error
+from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
 from pyspark_kafka_share.workers.control import ControlServer
 from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
-    BatchFormat,
+    DUPLICATE,
     Outcome,
     Record,
     Result,
-    WorkerSpec,
-    producer_settings,
     results_of,
     worker_task,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "DLQ_HEADERS",
@@ -63,18 +65,6 @@ __all__ = [
 _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_lettered",
              "outputs", "exhausted", "released_on_stop", "released_lock_deadline",
              "produce_failures", "ack_failures")
-
-# Producer settings run_workers fixes, and why.
-_PRODUCER_FIXED = {
-    "acks": "is always 'all': a record is ACCEPTed only once its output is durable",
-    "enable.idempotence": "is always on (no duplicates from producer retries)",
-    "bootstrap.servers": "comes from bootstrap_servers",
-}
-
-# Names of the source options parse_options validates, as run_workers calls them.
-_ARG_NAMES = {"kafka.bootstrap.servers": "bootstrap_servers", "kafka.group.id": "group",
-              "subscribe": "topics", "startingOffsets": "starting_offsets"}
-
 
 @dataclass(frozen=True)
 class WorkerProgress:
@@ -103,7 +93,8 @@ class WorkerProgress:
 
 @dataclass(frozen=True)
 class WorkerSummary:
-    """What the workers did, from each worker's final counters."""
+    """What the workers did, from every attempt's counters (an attempt that died: from its
+    last report)."""
 
     elapsed_s: float
     stop_reason: str
@@ -126,12 +117,23 @@ class WorkerSummary:
             f"at lock deadline={t['released_lock_deadline']}; produce failures="
             f"{t['produce_failures']} acknowledgement failures={t['ack_failures']}",
         ]
+        lost = self.failed_attempts
+        if lost:
+            lines.append(f"  {len(lost)} attempt(s) died (Spark retried them); their counts are "
+                         "from their last report and are included above")
         for w in self.workers:
-            lines.append(f"  worker {w['worker']} (attempt {w['attempt']}, {w['host']}): "
+            state = " LOST" if w.get("state") == "lost" else ""
+            lines.append(f"  worker {w['worker']} (attempt {w['attempt']}, "
+                         f"{w.get('host', '?')}){state}: "
                          f"processed={w.get('processed', 0)} accepted={w.get('accepted', 0)} "
                          f"released={w.get('released', 0)} rejected={w.get('rejected', 0)} "
                          f"stop={w.get('stop_reason')}")
         return "\n".join(lines)
+
+    @property
+    def failed_attempts(self) -> list[dict[str, Any]]:
+        """Attempts whose task died (their last report before that)."""
+        return [w for w in self.workers if w.get("state") == "lost"]
 
 
 def _totals(reports: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -145,15 +147,16 @@ def _totals(reports: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 class WorkerJob:
     """Running workers: :meth:`progress`, :meth:`stop`, :meth:`wait`."""
 
-    def __init__(self, spark: Any, spec: WorkerSpec, fn: Callable[[Any], Any], *, workers: int,
-                 server: ControlServer, on_progress: Callable[[WorkerProgress], None] | None,
-                 progress_interval_s: float) -> None:
+    def __init__(self, spark: Any, spec: WorkerSpec, fn: Callable[[Any], Any], *,
+                 server: ControlServer,
+                 on_progress: Callable[[WorkerProgress], None] | None) -> None:
         self._spark = spark
         self._spec = spec
-        self._workers = workers
+        self._config = spec.config
+        self._workers = spec.config.workers
         self._server = server
         self._on_progress = on_progress
-        self._interval = progress_interval_s
+        self._interval = spec.config.progress_interval_s
         self._start = time.monotonic()
         self._done = threading.Event()
         self._result: list[dict[str, Any]] | None = None
@@ -175,7 +178,7 @@ class WorkerJob:
         try:
             sc = self._spark.sparkContext
             sc.setJobGroup(self._job_group, f"kafka-share workers: {self._workers} on "
-                           f"{','.join(self._spec.topics)} (group {self._spec.group})",
+                           f"{','.join(self._config.topics)} (group {self._config.group})",
                            interruptOnCancel=True)
             df = self._spark.range(0, self._workers, 1, self._workers) \
                 .mapInArrow(task, "summary STRING")
@@ -186,7 +189,7 @@ class WorkerJob:
             self._done.set()
 
     def _watch(self) -> None:
-        spec = self._spec
+        spec = self._config
         next_progress = self._start + self._interval
         while not self._done.wait(0.25):
             now = time.monotonic()
@@ -197,10 +200,11 @@ class WorkerJob:
             if spec.max_records is not None and \
                     _totals(reports.values())["processed"] >= spec.max_records:
                 self._server.request_stop("record count")
+            latest = self._server.latest()
             if spec.idle_timeout_s is not None and elapsed >= spec.idle_timeout_s \
-                    and reports and all(r.get("idle_s", 0) >= spec.idle_timeout_s
-                                        or r.get("state") != "running"
-                                        for r in reports.values()):
+                    and latest and all(r.get("idle_s", 0) >= spec.idle_timeout_s
+                                       or r.get("state") not in ("running", "starting")
+                                       for r in latest.values()):
                 self._server.request_stop("idle timeout")
             if self._on_progress is not None and now >= next_progress:
                 next_progress = now + self._interval
@@ -216,12 +220,11 @@ class WorkerJob:
     def progress(self) -> WorkerProgress:
         with self._progress_lock:
             now = time.monotonic()
-            reports = self._server.reports()
-            totals = _totals(reports.values())
+            totals = _totals(self._server.reports().values())  # every attempt's work
             t0, n0 = self._last_progress
             rate = (totals["processed"] - n0) / (now - t0) if now > t0 else 0.0
             self._last_progress = (now, totals["processed"])
-            return WorkerProgress(now - self._start, totals, reports, rate)
+            return WorkerProgress(now - self._start, totals, self._server.latest(), rate)
 
     def stop(self, reason: str = "stopped by user", *, wait: bool = True,
              grace_s: float = 60.0) -> WorkerSummary | None:
@@ -277,7 +280,7 @@ class WorkerJob:
         if self._error is not None:
             raise self._error
         assert self._result is not None
-        workers = sorted(self._result, key=lambda r: r["worker"])
+        workers = _attempts(self._result, self._server.reports())
         # The driver's reason if it stopped them; else what the workers stopped on themselves.
         own = Counter(str(w.get("stop_reason")) for w in workers if w.get("stop_reason"))
         reason = self._server.stop_reason or (own.most_common(1)[0][0] if own else "job ended")
@@ -286,52 +289,36 @@ class WorkerJob:
                              totals=_totals(workers), workers=workers)
 
 
+def _attempts(results: list[dict[str, Any]],
+              reports: Mapping[tuple[int, int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every attempt that ran, in (worker, attempt) order: the final counters of those whose
+    task returned, the last report (state ``lost``) of those that died (killed executor or
+    Python worker); attempts that never ran (``duplicate``) are left out."""
+    out = {key: report if report.get("state") == "stopped" else {**report, "state": "lost"}
+           for key, report in reports.items()}
+    out.update({(int(r["worker"]), int(r["attempt"])): r for r in results
+                if r.get("state") != DUPLICATE})
+    return [out[key] for key in sorted(out)]
+
+
 def _print_progress(p: WorkerProgress) -> None:
     print(p.line(), file=sys.stderr, flush=True)
 
 
-def start_workers(
-    spark: Any,
-    fn: Callable[[Any], Any],
-    *,
-    topics: str | Iterable[str],
-    group: str,
-    bootstrap_servers: str,
-    workers: int = 1,
-    batch_format: BatchFormat = "record",
-    chunk_size: int = 100,
-    output_topic: str | None = None,
-    dead_letter_topic: str | None = None,
-    max_attempts: int = 3,
-    retry_on: tuple[type[BaseException], ...] = (Exception,),
-    time_budget_s: float | None = None,
-    idle_timeout_s: float | None = None,
-    max_records: int | None = None,
-    starting_offsets: str | None = None,
-    consumer_config: Mapping[str, str] | None = None,
-    producer_config: Mapping[str, str] | None = None,
-    lock_safety_fraction: float = 0.5,
-    on_progress: Callable[[WorkerProgress], None] | bool | None = True,
-    progress_interval_s: float = 10.0,
-    broker_timeout_s: float = 30.0,
-) -> WorkerJob:
+def start_workers(spark: Any, fn: Callable[[Any], Any],
+                  **options: Unpack[WorkerOptions]) -> WorkerJob:
     """Start the workers and return at once; see :func:`run_workers` for the arguments."""
-    _check_function(spark, fn, retry_on)
-    spec = _validate(
-        spark, topics=topics, group=group, bootstrap_servers=bootstrap_servers, workers=workers,
-        batch_format=batch_format, chunk_size=chunk_size, output_topic=output_topic,
-        dead_letter_topic=dead_letter_topic, max_attempts=max_attempts, retry_on=retry_on,
-        time_budget_s=time_budget_s, idle_timeout_s=idle_timeout_s, max_records=max_records,
-        starting_offsets=starting_offsets, consumer_config=consumer_config or {},
-        producer_config=producer_config or {}, lock_safety_fraction=lock_safety_fraction,
-        broker_timeout_s=broker_timeout_s, progress_interval_s=progress_interval_s,
-    )
-    host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
-    server = ControlServer(host)
-    from dataclasses import replace
-
+    on_progress = options.pop("on_progress", True)
+    config = WorkerConfig.create(**options)
+    _check_function(spark, fn, config.retry_on)
+    spec = _check_environment(spark, config)
+    conf = spark.sparkContext.getConf()
+    host = conf.get("spark.driver.host", "127.0.0.1")
+    server = ControlServer(host, bind_host=conf.get("spark.driver.bindAddress", host),
+                           port=config.control_port,
+                           max_retries=int(conf.get("spark.port.maxRetries", "16")))
     spec = replace(spec, control=server.endpoint,
-                   report_interval_s=min(1.0, progress_interval_s))
+                   report_interval_s=min(1.0, config.progress_interval_s))
     printer: Callable[[WorkerProgress], None] | None
     if on_progress is True:
         printer = _print_progress
@@ -339,36 +326,19 @@ def start_workers(
         printer = None
     else:
         printer = on_progress
-    return WorkerJob(spark, spec, fn, workers=workers, server=server, on_progress=printer,
-                     progress_interval_s=progress_interval_s)
+    return WorkerJob(spark, spec, fn, server=server, on_progress=printer)
 
 
-def run_workers(
-    spark: Any,
-    fn: Callable[[Any], Any],
-    *,
-    topics: str | Iterable[str],
-    group: str,
-    bootstrap_servers: str,
-    workers: int = 1,
-    batch_format: BatchFormat = "record",
-    chunk_size: int = 100,
-    output_topic: str | None = None,
-    dead_letter_topic: str | None = None,
-    max_attempts: int = 3,
-    retry_on: tuple[type[BaseException], ...] = (Exception,),
-    time_budget_s: float | None = None,
-    idle_timeout_s: float | None = None,
-    max_records: int | None = None,
-    starting_offsets: str | None = None,
-    consumer_config: Mapping[str, str] | None = None,
-    producer_config: Mapping[str, str] | None = None,
-    lock_safety_fraction: float = 0.5,
-    on_progress: Callable[[WorkerProgress], None] | bool | None = True,
-    progress_interval_s: float = 10.0,
-    broker_timeout_s: float = 30.0,
-) -> WorkerSummary:
+def run_workers(spark: Any, fn: Callable[[Any], Any],
+                **options: Unpack[WorkerOptions]) -> WorkerSummary:
     """Run ``workers`` share consumers as Spark tasks until a stop condition; the summary.
+
+    Arguments (keyword only; defaults and checks in :class:`WorkerConfig`): ``topics``,
+    ``group`` and ``bootstrap_servers`` (required); ``workers`` (1), ``batch_format``,
+    ``chunk_size`` (100), ``output_topic``, ``dead_letter_topic``, ``max_attempts`` (3),
+    ``retry_on`` (``(Exception,)``), ``time_budget_s``, ``idle_timeout_s``, ``max_records``,
+    ``starting_offsets``, ``consumer_config``, ``producer_config``, ``lock_safety_fraction``
+    (0.5), ``progress_interval_s`` (10), ``broker_timeout_s`` (30) and ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to
@@ -386,21 +356,10 @@ def run_workers(
     RELEASEd. Progress goes to ``on_progress`` (default: a line on stderr every
     ``progress_interval_s``).
     """
-    job = start_workers(
-        spark, fn, topics=topics, group=group, bootstrap_servers=bootstrap_servers,
-        workers=workers, batch_format=batch_format, chunk_size=chunk_size,
-        output_topic=output_topic, dead_letter_topic=dead_letter_topic,
-        max_attempts=max_attempts, retry_on=retry_on, time_budget_s=time_budget_s,
-        idle_timeout_s=idle_timeout_s, max_records=max_records,
-        starting_offsets=starting_offsets, consumer_config=consumer_config,
-        producer_config=producer_config, lock_safety_fraction=lock_safety_fraction,
-        on_progress=on_progress, progress_interval_s=progress_interval_s,
-        broker_timeout_s=broker_timeout_s,
-    )
-    return job.wait_interruptibly()
+    return start_workers(spark, fn, **options).wait_interruptibly()
 
 
-def _check_function(spark: Any, fn: Any, retry_on: Any) -> None:
+def _check_function(spark: Any, fn: Any, retry_on: tuple[type[BaseException], ...]) -> None:
     """Spark session kind, ``fn`` and ``retry_on``: checked before anything is changed."""
     try:
         spark.sparkContext  # noqa: B018 - Spark Connect raises here
@@ -412,10 +371,6 @@ def _check_function(spark: Any, fn: Any, retry_on: Any) -> None:
             f"do not have ({exc})") from None
     if not callable(fn):
         raise OptionError("fn", fn, "pass a function of one record (or one batch)")
-    if not (isinstance(retry_on, tuple)
-            and all(isinstance(t, type) and issubclass(t, Exception) for t in retry_on)):
-        raise OptionError("retry_on", retry_on, "must be a tuple of Exception subclasses, e.g. "
-                          "(TimeoutError,), or () to treat every exception as poison")
     from pyspark import cloudpickle
 
     try:
@@ -427,100 +382,33 @@ def _check_function(spark: Any, fn: Any, retry_on: Any) -> None:
             "cached in a module-level variable), not in the enclosing scope") from None
 
 
-def _validate(
-    spark: Any, *, topics: str | Iterable[str], group: str, bootstrap_servers: str,
-    workers: int, batch_format: str, chunk_size: int, output_topic: str | None,
-    dead_letter_topic: str | None, max_attempts: int, retry_on: Any,
-    time_budget_s: float | None, idle_timeout_s: float | None, max_records: int | None,
-    starting_offsets: str | None, consumer_config: Mapping[str, str],
-    producer_config: Mapping[str, str], lock_safety_fraction: float, broker_timeout_s: float,
-    progress_interval_s: float,
-) -> WorkerSpec:
-    """Check every argument and the broker before any task starts."""
-    from pyspark_kafka_share._kafka.group import inspect_broker, set_starting_offsets
-
-    topic_list = [topics] if isinstance(topics, str) else list(topics)
-    if not isinstance(workers, int) or workers < 1:
-        raise OptionError("workers", workers, "must be a whole number >= 1")
-    if batch_format not in ("record", "arrow", "pandas"):
-        raise OptionError("batch_format", batch_format, "use 'record', 'arrow' or 'pandas'")
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise OptionError("chunk_size", chunk_size, "must be a whole number >= 1")
-    if not isinstance(max_attempts, int) or max_attempts < 1:
-        raise OptionError("max_attempts", max_attempts, "must be a whole number >= 1")
-    for name, value in (("time_budget_s", time_budget_s), ("idle_timeout_s", idle_timeout_s),
-                        ("max_records", max_records)):
-        if value is not None and value <= 0:
-            raise OptionError(name, value, "must be > 0, or None for no limit")
-    for name, value in (("progress_interval_s", progress_interval_s),
-                        ("broker_timeout_s", broker_timeout_s)):
-        if not isinstance(value, int | float) or value <= 0:
-            raise OptionError(name, value, "must be a number of seconds > 0")
-    for key in producer_config:
-        if key.lower() in _PRODUCER_FIXED:
-            raise OptionError(f"producer_config[{key!r}]", producer_config[key],
-                              _PRODUCER_FIXED[key.lower()])
-    if not 0.1 <= lock_safety_fraction <= 0.9:
-        raise OptionError("lock_safety_fraction", lock_safety_fraction,
-                          "must be between 0.1 and 0.9")
-    if output_topic is not None and output_topic in topic_list:
-        raise OptionError("output_topic", output_topic,
-                          "must differ from the input topics (the workers would feed themselves)")
-    if dead_letter_topic is not None and dead_letter_topic in topic_list:
-        raise OptionError("dead_letter_topic", dead_letter_topic,
-                          "must differ from the input topics")
-    for key in consumer_config:
-        if key.lower() in CLIENT_OPTIONS_REJECTED or key.lower() == "max.poll.records":
-            raise OptionError(f"consumer_config[{key!r}]", consumer_config[key],
-                              "is set by run_workers (use chunk_size for max.poll.records, "
-                              "group/bootstrap_servers/topics for the rest); remove it")
-    raw: dict[str, str] = {
-        "kafka.bootstrap.servers": bootstrap_servers, "kafka.group.id": group,
-        "subscribe": ",".join(topic_list), "delivery": "at-most-once",
-        "brokerTimeoutMs": str(int(broker_timeout_s * 1000)),
-        **{f"kafka.{k}": str(v) for k, v in consumer_config.items()},
-    }
-    if starting_offsets is not None:
-        raw["startingOffsets"] = starting_offsets
-    try:
-        opts = parse_options(raw)
-    except OptionError as exc:
-        name = _ARG_NAMES.get(exc.option, exc.option)
-        raise OptionError(name, exc.value, exc.fix) from None
-
+def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
+    """Task slots, the broker, the topics and the group: checked before any task starts;
+    then the group's ``share.auto.offset.reset`` is set from ``starting_offsets``."""
     slots = _task_slots(spark)
-    if slots is not None and workers > slots:
+    if slots is not None and config.workers > slots:
         why = (f"Spark has {slots} task slots, and every worker is a task that runs until it "
                "stops: the extra workers would only start when others end")
         if str(spark.sparkContext.master).startswith("local"):
-            raise OptionError("workers", workers, f"{why}. Lower workers, or give Spark more "
-                              f"slots (master local[{workers}])")
+            raise OptionError("workers", config.workers, f"{why}. Lower workers, or give Spark "
+                              f"more slots (master local[{config.workers}])")
         # On a cluster defaultParallelism may be stale (executors still registering).
-        warnings.warn(f"workers={workers}: {why} (if defaultParallelism is current)",
-                      stacklevel=3)
-
-    facts = inspect_broker(opts, bootstrap_name="bootstrap_servers", topics_name="topics")
-    if max_attempts > facts.delivery_limit:
+        warnings.warn(f"workers={config.workers}: {why} (if defaultParallelism is current)",
+                      stacklevel=4)
+    facts = inspect_broker(config.client, config.topics, bootstrap_name="bootstrap_servers",
+                           topics_name="topics")
+    if config.max_attempts > facts.delivery_limit:
         raise OptionError(
-            "max_attempts", max_attempts,
+            "max_attempts", config.max_attempts,
             f"the broker archives a record after {facts.delivery_limit} deliveries (group "
-            f"config share.delivery.count.limit of {group!r}), so it would never reach "
-            f"attempt {max_attempts}. Lower max_attempts or raise the group's limit")
-    spec = WorkerSpec(
-        bootstrap_servers=opts.bootstrap_servers, group=opts.group_id, topics=opts.topics,
-        batch_format=batch_format,  # type: ignore[arg-type]
-        chunk_size=chunk_size, max_attempts=max_attempts, retry_on=retry_on,
-        output_topic=output_topic, dead_letter_topic=dead_letter_topic,
-        lock_ms=facts.lock_ms, delivery_limit=facts.delivery_limit,
-        lock_safety_fraction=lock_safety_fraction, time_budget_s=time_budget_s,
-        idle_timeout_s=idle_timeout_s, max_records=max_records,
-        consumer_config=tuple(sorted((k, str(v)) for k, v in consumer_config.items())),
-        producer_config=tuple(sorted((k, str(v)) for k, v in producer_config.items())),
-        broker_timeout_s=broker_timeout_s, job_id=uuid.uuid4().hex[:12],
-    )
-    _check_out_topics(spec, opts.bootstrap_servers)
-    set_starting_offsets(opts)
-    return spec
+            f"config share.delivery.count.limit of {config.group!r}), so it would never reach "
+            f"attempt {config.max_attempts}. Lower max_attempts or raise the group's limit")
+    _check_out_topics(config)
+    if config.starting_offsets is not None:
+        set_group_configs(config.client, {"share.auto.offset.reset": config.starting_offsets},
+                          option="starting_offsets")
+    return WorkerSpec(config=config, lock_ms=facts.lock_ms, delivery_limit=facts.delivery_limit,
+                      job_id=uuid.uuid4().hex[:12])
 
 
 def _task_slots(spark: Any) -> int | None:
@@ -532,20 +420,23 @@ def _task_slots(spark: Any) -> int | None:
         return None
 
 
-def _check_out_topics(spec: WorkerSpec, bootstrap: str) -> None:
+def _check_out_topics(config: WorkerConfig) -> None:
     """The output and dead-letter topics exist, seen by a producer with the workers' settings
     (so security settings are checked too)."""
-    wanted = {"output_topic": spec.output_topic, "dead_letter_topic": spec.dead_letter_topic}
+    wanted = {"output_topic": config.output_topic,
+              "dead_letter_topic": config.dead_letter_topic}
     wanted = {k: v for k, v in wanted.items() if v is not None}
     if not wanted:
         return
     from confluent_kafka import Producer
 
     try:
-        md = Producer(producer_settings(spec)).list_topics(timeout=spec.broker_timeout_s)
+        md = Producer(config.producer_settings()).list_topics(timeout=config.broker_timeout_s)
     except Exception as exc:
-        raise BrokerError(f"a producer with the workers' settings cannot reach {bootstrap}: "
-                          f"{exc}. Check consumer_config/producer_config") from exc
+        raise from_client_error(
+            exc, f"a producer with the workers' settings cannot reach {config.bootstrap_servers}",
+            "Check consumer_config/producer_config") from exc
     for name, t in wanted.items():
         if t not in md.topics or md.topics[t].error is not None:
-            raise OptionError(name, t, f"topic does not exist on {bootstrap}; create it first")
+            raise OptionError(name, t, f"topic does not exist on {config.bootstrap_servers}; "
+                              "create it first")

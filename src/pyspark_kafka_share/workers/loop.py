@@ -29,25 +29,26 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
+from pyspark_kafka_share._kafka.produce import produce
+from pyspark_kafka_share._kafka.share import (
+    SETTLE_COUNTERS,
+    ShareSession,
+    lock_budget_s,
+    raise_client_errors,
+    split_last_delivery,
+)
+from pyspark_kafka_share._spark import attempt_identity
 from pyspark_kafka_share.errors import BrokerError
-from pyspark_kafka_share.source.task import ACQUIRE_MARGIN_S, raise_client_errors, task_context
-from pyspark_kafka_share.workers.control import ControlClient, Endpoint
+from pyspark_kafka_share.workers.config import WorkerSpec
+from pyspark_kafka_share.workers.control import ControlClient
 
-__all__ = [
-    "DLQ_HEADERS",
-    "Outcome",
-    "Record",
-    "Result",
-    "WorkerSpec",
-    "run_worker",
-]
-
-BatchFormat = Literal["record", "arrow", "pandas"]
+__all__ = ["DLQ_HEADERS", "DUPLICATE", "Outcome", "Record", "Result", "run_worker",
+           "worker_task"]
 
 # Header names written on dead-letter records (and the origin ones on output records).
 DLQ_HEADERS = (
@@ -111,46 +112,6 @@ class Record:
 UserResult = Result | Outcome | bytes | str | None
 
 
-@dataclass(frozen=True)
-class WorkerSpec:
-    """Everything a worker task needs, pickled from the driver."""
-
-    bootstrap_servers: str
-    group: str
-    topics: tuple[str, ...]
-    batch_format: BatchFormat
-    chunk_size: int
-    max_attempts: int
-    retry_on: tuple[type[BaseException], ...]
-    output_topic: str | None
-    dead_letter_topic: str | None
-    lock_ms: int
-    delivery_limit: int
-    lock_safety_fraction: float = 0.5
-    time_budget_s: float | None = None
-    idle_timeout_s: float | None = None
-    max_records: int | None = None
-    consumer_config: tuple[tuple[str, str], ...] = ()
-    producer_config: tuple[tuple[str, str], ...] = ()
-    broker_timeout_s: float = 30.0
-    control: Endpoint | None = None
-    report_interval_s: float = 1.0
-    job_id: str = ""
-
-    @property
-    def attempts_allowed(self) -> int:
-        """Deliveries a record gets: the broker archives it after ``delivery_limit``."""
-        return min(self.max_attempts, self.delivery_limit)
-
-
-def _identity() -> tuple[int, int]:
-    """(worker index, attempt number) from Spark's TaskContext."""
-    ctx = task_context()
-    if ctx is None:
-        return 0, 0
-    return int(ctx.partitionId()), int(ctx.attemptNumber())
-
-
 def _to_bytes(v: bytes | str | None) -> bytes | None:
     return v.encode() if isinstance(v, str) else v
 
@@ -185,14 +146,16 @@ def _normalise(r: UserResult) -> _Verdict:
 
 
 class _Worker:
-    def __init__(self, spec: WorkerSpec, fn: Callable[[Any], Any], *, consumer: Any = None,
-                 producer: Any = None) -> None:
-        """``consumer``/``producer``: injected by unit tests; built from ``spec`` otherwise."""
-        from confluent_kafka import ShareConsumer
-
+    def __init__(self, spec: WorkerSpec, fn: Callable[[Any], Any], *,
+                 session: ShareSession | None = None, producer: Any = None,
+                 control: ControlClient | None = None) -> None:
+        """``session``/``producer``/``control``: injected by tests and :func:`run_worker`;
+        built from ``spec`` otherwise."""
+        config = spec.config
         self.spec = spec
+        self.config = config
         self.fn = fn
-        self.index, self.attempt = _identity()
+        self.index, _, self.attempt = attempt_identity()
         self.stats: Counter[str] = Counter()
         self.start = time.monotonic()
         self.last_active = self.start  # last record received or chunk finished
@@ -201,21 +164,17 @@ class _Worker:
         self.settle_s = 0.0  # moving average of produce + flush + commit time per chunk
         self.produce_failure_streak = 0
         self.down_since: float | None = None  # first "all brokers down" not followed by records
-        self.errors: list[Any] = []
         self.unacked: list[Any] = []  # polled, not yet acknowledged
-        conf = {**dict(spec.consumer_config), "bootstrap.servers": spec.bootstrap_servers,
-                "group.id": spec.group, "share.acknowledgement.mode": "explicit",
-                "error_cb": self.errors.append}
-        conf.setdefault("max.poll.records", str(spec.chunk_size))
-        conf.setdefault("client.id", f"kafka-share-worker-{self.index}")
-        self.consumer = consumer if consumer is not None else ShareConsumer(conf)
-        self.consumer.subscribe(list(spec.topics))
+        self.session = session if session is not None else ShareSession.open(
+            config.client.consumer(client_id=f"kafka-share-worker-{self.index}",
+                                   max_poll_records=config.chunk_size),
+            config.topics, config.broker_timeout_s)
         self.producer: Any = producer
-        if producer is None and (spec.output_topic or spec.dead_letter_topic):
+        if producer is None and (config.output_topic or config.dead_letter_topic):
             from confluent_kafka import Producer
 
-            self.producer = Producer(producer_settings(spec))
-        self.control = ControlClient(spec.control, spec.report_interval_s)
+            self.producer = Producer(config.producer_settings())
+        self.control = control or ControlClient(spec.control, spec.report_interval_s)
         self.control.start(self.report)
 
     # ---- reporting and stopping -------------------------------------------------------------
@@ -232,7 +191,7 @@ class _Worker:
     def should_stop(self) -> bool:
         if self.stop_reason is not None:
             return True
-        spec = self.spec
+        spec = self.config
         now = time.monotonic()
         if self.control.stop:
             self.stop_reason = "lost the driver" if self.control.lost else "stopped by driver"
@@ -253,7 +212,7 @@ class _Worker:
         A long-lived worker rides out a rolling restart: "all brokers down" only fails it if
         no record arrives for ``broker_timeout_s`` after it.
         """
-        errors, self.errors[:] = list(self.errors), []
+        errors = self.session.take_errors()
         transient = [e for e in errors if not e.fatal() and e.name() == "_ALL_BROKERS_DOWN"]
         raise_client_errors([e for e in errors if e not in transient])
         now = time.monotonic()
@@ -261,37 +220,27 @@ class _Worker:
             self.down_since = None
         elif transient and self.down_since is None:
             self.down_since = now
-        if self.down_since is not None and now - self.down_since > self.spec.broker_timeout_s:
-            raise BrokerError(f"all brokers down for more than {self.spec.broker_timeout_s:.0f}s "
+        limit = self.config.broker_timeout_s
+        if self.down_since is not None and now - self.down_since > limit:
+            raise BrokerError(f"all brokers down for more than {limit:.0f}s "
                               f"({transient[0].str() if transient else 'no records since'})")
 
     # ---- the loop ------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        spec = self.spec
-        deadline_s = spec.lock_ms * spec.lock_safety_fraction / 1000
-        prev_poll_start: float | None = None
-        prev_empty = False
+        config = self.config
+        budget_s = lock_budget_s(self.spec.lock_ms, config.lock_safety_fraction)
         try:
             while not self.should_stop():
-                poll_start = time.monotonic()
-                msgs = list(self.consumer.poll(0.5))
-                self.unacked = [m for m in msgs if m.error() is None]
-                self._check_client_errors(bool(self.unacked))
+                msgs, acquired = self.session.poll(0.5)
+                self.unacked = msgs
+                self._check_client_errors(bool(msgs))
                 self.stats["polls"] += 1
-                # After an empty poll librdkafka keeps fetching: this poll's records may have
-                # been acquired while the previous poll was waiting.
-                origin = (prev_poll_start if prev_empty and prev_poll_start is not None
-                          else poll_start) - ACQUIRE_MARGIN_S
-                prev_poll_start, prev_empty = poll_start, not msgs
                 if not msgs:
                     continue
-                bad = [m for m in msgs if m.error() is not None]
-                if bad:
-                    raise BrokerError(f"share consumer poll failed: {bad[0].error()}")
                 self.stats["received"] += len(msgs)
                 self.last_active = time.monotonic()
-                self._work_through(msgs, origin + deadline_s)
+                self._work_through(msgs, acquired + budget_s)
         except BaseException:
             if self.unacked:
                 # Records on their last delivery are archived by the broker either way (RELEASE
@@ -309,11 +258,11 @@ class _Worker:
 
     def _work_through(self, msgs: list[Any], deadline: float) -> None:
         """Process ``msgs`` chunk by chunk; RELEASE what is left at a stop or the deadline."""
-        spec = self.spec
+        size = self.config.chunk_size
         rest = list(msgs)
         while rest:
             self.unacked = list(rest)
-            chunk, rest = rest[:spec.chunk_size], rest[spec.chunk_size:]
+            chunk, rest = rest[:size], rest[size:]
             needed = self.per_record_s * len(chunk) + self.settle_s
             reason = None
             if self.should_stop():
@@ -323,9 +272,7 @@ class _Worker:
             if reason is not None:
                 # RELEASE would make the broker archive a record on its last delivery
                 # (unprocessed, and without a dead-letter record): those are processed anyway.
-                last = [m for m in chunk + rest if m.delivery_count() >= spec.delivery_limit]
-                give_back = [m for m in chunk + rest
-                             if m.delivery_count() < spec.delivery_limit]
+                last, give_back = split_last_delivery(chunk + rest, self.spec.delivery_limit)
                 self.stats[reason] += len(give_back)
                 self._ack([(m, Outcome.RELEASE) for m in give_back])
                 chunk, rest = last, []
@@ -351,7 +298,7 @@ class _Worker:
 
     def _call(self, chunk: list[Any]) -> list[_Verdict]:
         """The function's verdict per record; its mistakes are the records' poison."""
-        spec = self.spec
+        spec = self.config
         if spec.batch_format == "record":
             out = []
             for m in chunk:
@@ -397,7 +344,8 @@ class _Worker:
             v = _normalise(result)
         except TypeError as exc:
             return _invalid(str(exc))
-        if v.value is not None and v.outcome is Outcome.ACCEPT and self.spec.output_topic is None:
+        if v.value is not None and v.outcome is Outcome.ACCEPT and \
+                self.config.output_topic is None:
             return _invalid("the function returned an output value but run_workers has no "
                             "output_topic; pass output_topic=... or return None")
         return v
@@ -405,41 +353,59 @@ class _Worker:
     def _settle(self, chunk: list[Any], verdicts: list[_Verdict], deadline: float) -> None:
         """Produce outputs, then dead letters, wait for the broker each time, then acknowledge.
 
-        An output the broker did not acknowledge turns its record into a retry (RELEASE), or
-        into poison on its last attempt. A dead letter the broker did not acknowledge turns its
-        record into a RELEASE, except on the record's last delivery (a RELEASE would archive
-        it): that dead letter is retried until the lock deadline, then the worker fails.
         Repeated produce failures fail the worker rather than burn every record's deliveries.
         """
-        spec = self.spec
         final = [(m, self._resolve(m, v), v) for m, v in zip(chunk, verdicts, strict=True)]
-        failed_any = False
-        # 1. outputs
+        failed_any = self._produce_outputs(final)
+        failed_any = self._produce_dead_letters(final, deadline) or failed_any
+        self._ack([(m, outcome) for m, outcome, _ in final])
+        self.produce_failure_streak = self.produce_failure_streak + 1 if failed_any else 0
+        if self.produce_failure_streak >= _PRODUCE_FAILURE_LIMIT:
+            config = self.config
+            raise BrokerError(
+                f"producing to {config.output_topic or config.dead_letter_topic!r} failed in "
+                f"{self.produce_failure_streak} chunks in a row (last: "
+                f"{next((v.error for _, _, v in final if v.error), 'see the worker log')}); "
+                "stopping rather than spend every record's deliveries. Check the topic, the "
+                "producer_config and the brokers")
+
+    def _produce_outputs(self, final: list[tuple[Any, Outcome, _Verdict]]) -> bool:
+        """Produce the ACCEPTed records' outputs; True if any failed. An output the broker did
+        not acknowledge turns its record into a retry (RELEASE), or poison on its last
+        attempt."""
+        topic = self.config.output_topic
+        if topic is None:
+            return False
         sent = self._produce_all([
-            (i, spec.output_topic, v.key if v.key is not None else m.key(), v.value,
-             _origin_headers(m, spec.group))
+            (i, topic, v.key if v.key is not None else m.key(), v.value,
+             _origin_headers(m, self.config.group))
             for i, (m, outcome, v) in enumerate(final)
-            if outcome is Outcome.ACCEPT and v.value is not None and spec.output_topic])
+            if outcome is Outcome.ACCEPT and v.value is not None])
         for i, err in sent.items():
             m = final[i][0]
             if err is None:
                 self.stats["outputs"] += 1
                 continue
-            failed_any = True
             self.stats["produce_failures"] += 1
             retry = _Verdict(Outcome.RELEASE, error=f"output not delivered: {err}",
                              error_type="OutputNotDelivered")
             final[i] = (m, self._resolve(m, retry), retry)
-        # 2. dead letters
-        dlq = spec.dead_letter_topic
+        return any(err is not None for err in sent.values())
+
+    def _produce_dead_letters(self, final: list[tuple[Any, Outcome, _Verdict]],
+                              deadline: float) -> bool:
+        """Produce the REJECTed records to the dead-letter topic; True if any failed. A dead
+        letter the broker did not acknowledge turns its record into a RELEASE, except on the
+        record's last delivery (a RELEASE would archive it): that one is retried until the
+        lock deadline, then the worker fails."""
+        dlq, group = self.config.dead_letter_topic, self.config.group
         todo = [i for i, (_m, outcome, _v) in enumerate(final)
                 if outcome is Outcome.REJECT and dlq is not None]
-        while todo:
+        failed_any = False
+        while todo and dlq is not None:
             sent = self._produce_all([
-                (i, dlq, final[i][0].key(), final[i][0].value(),
-                 [*(final[i][0].headers() or ()), *_dlq_headers(final[i][0], spec.group,
-                                                                final[i][2])])
-                for i in todo])
+                (i, dlq, m.key(), m.value(), [*(m.headers() or ()), *_dlq_headers(m, group, v)])
+                for i in todo for m, _, v in (final[i],)])
             todo = []
             for i, err in sent.items():
                 m, _, v = final[i]
@@ -448,7 +414,7 @@ class _Worker:
                     continue
                 failed_any = True
                 self.stats["produce_failures"] += 1
-                if m.delivery_count() < spec.delivery_limit:
+                if m.delivery_count() < self.spec.delivery_limit:
                     final[i] = (m, Outcome.RELEASE, v)
                 elif time.monotonic() < deadline:
                     todo.append(i)  # the last delivery: a RELEASE would lose it
@@ -459,15 +425,7 @@ class _Worker:
                         f"{m.topic()}-{m.partition()}@{m.offset()} on its last delivery "
                         f"({m.delivery_count()}, the group's share.delivery.count.limit) "
                         f"before its lock deadline: {err}. The broker archives the record")
-        self._ack([(m, outcome) for m, outcome, _ in final])
-        self.produce_failure_streak = self.produce_failure_streak + 1 if failed_any else 0
-        if self.produce_failure_streak >= _PRODUCE_FAILURE_LIMIT:
-            raise BrokerError(
-                f"producing to {spec.output_topic or dlq!r} failed in "
-                f"{self.produce_failure_streak} chunks in a row (last: "
-                f"{next((v.error for _, _, v in final if v.error), 'see the worker log')}); "
-                "stopping rather than spend every record's deliveries. Check the topic, the "
-                "producer_config and the brokers")
+        return failed_any
 
     def _resolve(self, m: Any, v: _Verdict) -> Outcome:
         """A RELEASE on the record's last allowed attempt becomes poison."""
@@ -477,7 +435,7 @@ class _Worker:
             return Outcome.REJECT
         return v.outcome
 
-    def _produce_all(self, items: list[tuple[int, str | None, bytes | None, bytes | None,
+    def _produce_all(self, items: list[tuple[int, str, bytes | None, bytes | None,
                                              list[tuple[str, bytes | None]]]]) \
             -> dict[int, str | None]:
         """Produce ``items`` (index, topic, key, value, headers) and flush; errors by index.
@@ -488,89 +446,56 @@ class _Worker:
         if not items:
             return {}
         assert self.producer is not None
+        timeout_s = self.config.broker_timeout_s
         reports: dict[int, list[Any]] = {}
         for i, topic, key, value, headers in items:
-            assert topic is not None
-            self._produce(topic, key, value, headers=headers, produced=reports, i=i)
-        self.producer.flush(self.spec.broker_timeout_s + 5)
+            reports[i] = []
+            produce(self.producer, topic, value, key=key, headers=headers,
+                    on_delivery=_reporter(reports[i]), timeout_s=timeout_s)
+        self.producer.flush(timeout_s + 5)
         return {i: (None if errs and errs[0] is None
                     else str(errs[0]) if errs else "not delivered within the broker timeout")
                 for i, errs in reports.items()}
 
-    def _produce(self, topic: str, key: bytes | None, value: bytes | None, *,
-                 headers: list[tuple[str, bytes | None]], produced: dict[int, list[Any]],
-                 i: int) -> None:
-        errs: list[Any] = []
-        produced[i] = errs
-
-        def on_delivery(err: Any, _msg: Any) -> None:
-            errs.append(err)
-
-        give_up = time.monotonic() + self.spec.broker_timeout_s
-        while True:
-            try:
-                self.producer.produce(topic, value=value, key=key, headers=headers,
-                                      on_delivery=on_delivery)
-                break
-            except BufferError:
-                if time.monotonic() > give_up:
-                    raise BrokerError(f"the producer's queue stayed full for "
-                                      f"{self.spec.broker_timeout_s:.0f}s") from None
-                self.producer.poll(0.1)
-
     def _ack(self, acks: list[tuple[Any, Outcome]]) -> None:
-        from confluent_kafka import AcknowledgeType
-
         if not acks:
             return
-        kinds = {Outcome.ACCEPT: AcknowledgeType.ACCEPT, Outcome.RELEASE: AcknowledgeType.RELEASE,
-                 Outcome.REJECT: AcknowledgeType.REJECT}
+        by_kind: dict[Outcome, list[Any]] = {o: [] for o in Outcome}
         for m, outcome in acks:
-            self.consumer.acknowledge(m, kinds[outcome])
-        results = self.consumer.commit_sync(self.spec.broker_timeout_s)
-        confirmed = {(tp.topic, tp.partition) for tp, err in results.items() if err is None}
+            by_kind[outcome].append(m)
+        settled = self.session.settle(by_kind[Outcome.ACCEPT], by_kind[Outcome.RELEASE],
+                                      by_kind[Outcome.REJECT])
         done = {id(m) for m, _ in acks}
         self.unacked = [m for m in self.unacked if id(m) not in done]
         for m, outcome in acks:
-            if (m.topic(), m.partition()) in confirmed:
-                self.stats[_COUNTER[outcome]] += 1
+            if settled.confirms(m):
+                self.stats[SETTLE_COUNTERS[outcome.value]] += 1
             else:
                 self.stats["ack_failures"] += 1
 
     def _close(self) -> None:
         # close() RELEASEs records a background fetch acquired after the last poll.
-        with contextlib.suppress(Exception):
-            self.consumer.close()
+        self.session.close()
         if self.producer is not None:
             with contextlib.suppress(Exception):
-                self.producer.flush(self.spec.broker_timeout_s)
+                self.producer.flush(self.config.broker_timeout_s)
 
 
 _PRODUCE_FAILURE_LIMIT = 3  # chunks in a row with a failed produce: the worker fails
+DUPLICATE = "duplicate"  # the state of an attempt that did not run: another held the lease
 
 
-def producer_settings(spec: WorkerSpec) -> dict[str, Any]:
-    """The output / dead-letter producer's settings.
+def _reporter(errs: list[Any]) -> Callable[[Any, Any], None]:
+    """A delivery callback that appends the record's error (None: delivered) to ``errs``."""
 
-    Connection and security settings come from ``consumer_config`` (same cluster), then
-    ``producer_config``. ``acks=all`` and idempotence are fixed: a record is acknowledged only
-    after its output is durable. ``message.timeout.ms`` stays below the flush timeout.
-    """
-    shared = {k: v for k, v in spec.consumer_config
-              if k.startswith(("security.", "sasl.", "ssl.", "socket.", "client.dns"))}
-    conf: dict[str, Any] = {"linger.ms": 5, **shared, **dict(spec.producer_config)}
-    conf.update({"bootstrap.servers": spec.bootstrap_servers, "acks": "all",
-                 "enable.idempotence": True})
-    conf.setdefault("message.timeout.ms", int(spec.broker_timeout_s * 1000))
-    return conf
+    def on_delivery(err: Any, _msg: Any) -> None:
+        errs.append(err)
+
+    return on_delivery
 
 
 def _invalid(why: str) -> _Verdict:
     return _Verdict(Outcome.REJECT, error=why, error_type="InvalidResult")
-
-
-_COUNTER = {Outcome.ACCEPT: "accepted", Outcome.RELEASE: "released",
-            Outcome.REJECT: "rejected"}
 
 
 def _failed(outcome: Outcome, exc: BaseException) -> _Verdict:
@@ -593,8 +518,19 @@ def _dlq_headers(m: Any, group: str, v: _Verdict) -> list[tuple[str, bytes | Non
 
 
 def run_worker(spec: WorkerSpec, fn: Callable[[Any], Any]) -> dict[str, Any]:
-    """Run one worker until a stop condition; return its final counters."""
-    return _Worker(spec, fn).run()
+    """Run one worker until a stop condition; return its final counters.
+
+    The worker first takes its index's lease from the driver: a speculative or late copy of
+    the task waits for it, and ends without opening a consumer if the holder finishes.
+    """
+    index, _, attempt = attempt_identity()
+    control = ControlClient(spec.control, spec.report_interval_s)
+    if not control.acquire_lease(index, attempt):
+        control.close()
+        return {"worker": index, "attempt": attempt, "host": socket.gethostname(),
+                "pid": os.getpid(), "state": DUPLICATE,
+                "stop_reason": "another attempt of this worker holds its lease"}
+    return _Worker(spec, fn, control=control).run()
 
 
 def worker_task(spec: WorkerSpec, fn: Callable[[Any], Any]) \

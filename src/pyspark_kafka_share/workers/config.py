@@ -1,0 +1,204 @@
+"""The queue workers' arguments: one typed :class:`WorkerConfig`, validated once.
+
+:func:`run_workers` and :func:`start_workers` take these as keyword arguments (typed for IDEs
+by :class:`WorkerOptions`); defaults and validation live here only. What needs Spark or the
+broker (task slots, topics, the group's delivery limit) is checked by ``api.py`` before any
+task starts. The executor side gets a :class:`WorkerSpec`: the config plus what the driver
+learned from the broker.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, TypedDict
+
+from pyspark_kafka_share._kafka.settings import (
+    CLIENT_OPTIONS_REJECTED,
+    ClientSettings,
+    check_bootstrap,
+    check_group,
+    check_topics,
+    offset_reset,
+)
+from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.workers.control import Endpoint
+
+__all__ = ["BatchFormat", "WorkerConfig", "WorkerOptions", "WorkerSpec"]
+
+BatchFormat = Literal["record", "arrow", "pandas"]
+
+# Producer settings the workers fix, and why.
+_PRODUCER_FIXED = {
+    "acks": "is always 'all': a record is ACCEPTed only once its output is durable",
+    "enable.idempotence": "is always on (no duplicates from producer retries)",
+    "bootstrap.servers": "comes from bootstrap_servers",
+}
+
+
+class _Required(TypedDict):
+    topics: str | Iterable[str]
+    group: str
+    bootstrap_servers: str
+
+
+class WorkerOptions(_Required, total=False):
+    """The keyword arguments of :func:`run_workers` / :func:`start_workers`; see
+    :class:`WorkerConfig` for what each means and its default."""
+
+    workers: int
+    batch_format: BatchFormat
+    chunk_size: int
+    output_topic: str | None
+    dead_letter_topic: str | None
+    max_attempts: int
+    retry_on: tuple[type[BaseException], ...]
+    time_budget_s: float | None
+    idle_timeout_s: float | None
+    max_records: int | None
+    starting_offsets: str | None
+    consumer_config: Mapping[str, str] | None
+    producer_config: Mapping[str, str] | None
+    lock_safety_fraction: float
+    progress_interval_s: float
+    broker_timeout_s: float
+    control_port: int
+    on_progress: Callable[[Any], None] | bool | None
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Every setting of a worker job, validated (build it with :meth:`create`)."""
+
+    topics: tuple[str, ...]
+    group: str
+    bootstrap_servers: str
+    workers: int = 1
+    """Spark tasks, each a long-lived share consumer (may exceed the topics' partitions)."""
+    batch_format: BatchFormat = "record"
+    chunk_size: int = 100
+    """Records per call of a batch function, and per poll (``max.poll.records``)."""
+    output_topic: str | None = None
+    dead_letter_topic: str | None = None
+    max_attempts: int = 3
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    time_budget_s: float | None = None
+    idle_timeout_s: float | None = None
+    max_records: int | None = None
+    starting_offsets: str | None = None
+    """As ``share.auto.offset.reset`` (the user's ``earliest``/``latest``/duration)."""
+    consumer_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    producer_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    lock_safety_fraction: float = 0.5
+    progress_interval_s: float = 10.0
+    broker_timeout_s: float = 30.0
+    control_port: int = 0
+    """The driver port workers report to: 0 picks a free one; else this port or one of the
+    next ``spark.port.maxRetries`` (like ``spark.driver.port``), for firewalled clusters."""
+
+    @classmethod
+    def create(cls, **options: Any) -> WorkerConfig:
+        """Validate the keyword arguments of :func:`run_workers` into a config."""
+        names = {f.name for f in fields(cls)}
+        for key, value in options.items():
+            if key not in names:
+                close = difflib.get_close_matches(key, sorted(names), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise OptionError(key, value, f"unknown argument; {hint}see run_workers")
+        topics = options.get("topics")
+        shown = topics if topics is None or isinstance(topics, str) else ",".join(topics)
+        values = {**options,
+                  "topics": check_topics(shown, "topics"),
+                  "group": check_group(options.get("group"), "group"),
+                  "bootstrap_servers": check_bootstrap(options.get("bootstrap_servers"),
+                                                       "bootstrap_servers"),
+                  "starting_offsets": offset_reset(options.get("starting_offsets"),
+                                                   "starting_offsets"),
+                  "consumer_config": _settings(options.get("consumer_config")),
+                  "producer_config": _settings(options.get("producer_config"))}
+        config = cls(**values)
+        config._check()
+        return config
+
+    def _check(self) -> None:
+        _whole(self.workers, "workers")
+        _whole(self.chunk_size, "chunk_size")
+        _whole(self.max_attempts, "max_attempts")
+        if self.batch_format not in ("record", "arrow", "pandas"):
+            raise OptionError("batch_format", self.batch_format,
+                              "use 'record', 'arrow' or 'pandas'")
+        for name in ("time_budget_s", "idle_timeout_s", "max_records"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise OptionError(name, value, "must be > 0, or None for no limit")
+        for name in ("progress_interval_s", "broker_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise OptionError(name, value, "must be a number of seconds > 0")
+        if not isinstance(self.control_port, int) or isinstance(self.control_port, bool) or \
+                not (self.control_port == 0 or 1024 <= self.control_port <= 65535):
+            raise OptionError("control_port", self.control_port,
+                              "use 0 (a free port) or a port from 1024 to 65535")
+        if not 0.1 <= self.lock_safety_fraction <= 0.9:
+            raise OptionError("lock_safety_fraction", self.lock_safety_fraction,
+                              "must be between 0.1 and 0.9")
+        retry_on = self.retry_on
+        if not (isinstance(retry_on, tuple) and all(
+                isinstance(t, type) and issubclass(t, Exception) for t in retry_on)):
+            raise OptionError("retry_on", retry_on, "must be a tuple of Exception subclasses, "
+                              "e.g. (TimeoutError,), or () to treat every exception as poison")
+        for name in ("output_topic", "dead_letter_topic"):
+            topic = getattr(self, name)
+            if topic is not None and topic in self.topics:
+                raise OptionError(name, topic, "must differ from the input topics (the "
+                                  "workers would feed themselves)")
+        self._check_client_settings()
+
+    def _check_client_settings(self) -> None:
+        for key, value in self.producer_config:
+            if key.lower() in _PRODUCER_FIXED:
+                raise OptionError(f"producer_config[{key!r}]", value,
+                                  _PRODUCER_FIXED[key.lower()])
+        for key, value in self.consumer_config:
+            if key.lower() in CLIENT_OPTIONS_REJECTED or key.lower() == "max.poll.records":
+                raise OptionError(f"consumer_config[{key!r}]", value,
+                                  "is set by run_workers (use chunk_size for max.poll.records, "
+                                  "group/bootstrap_servers/topics for the rest); remove it")
+
+    @property
+    def client(self) -> ClientSettings:
+        """How the workers' clients reach the cluster (``consumer_config`` carries security
+        settings to the producer too)."""
+        return ClientSettings(self.bootstrap_servers, self.group, self.consumer_config,
+                              self.broker_timeout_s)
+
+    def producer_settings(self) -> dict[str, Any]:
+        """The output / dead-letter producer's configuration."""
+        return self.client.producer(dict(self.producer_config))
+
+
+def _whole(value: object, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise OptionError(name, value, "must be a whole number >= 1")
+
+
+def _settings(raw: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in (raw or {}).items()))
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker task needs, pickled from the driver: the config and the broker's facts."""
+
+    config: WorkerConfig
+    lock_ms: int
+    delivery_limit: int
+    job_id: str = ""
+    control: Endpoint | None = None  # the driver's control server
+    report_interval_s: float = 1.0
+
+    @property
+    def attempts_allowed(self) -> int:
+        """Deliveries a record gets: the broker archives it after ``delivery_limit``."""
+        return min(self.config.max_attempts, self.delivery_limit)
