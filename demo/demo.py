@@ -6,10 +6,16 @@
    consumers than partitions), exactly-once into a Parquet table, Trigger.AvailableNow;
 4. print progress, what landed per Kafka partition and per Spark task, and verify it against
    what was produced: every record exactly once.
+
+The journal is a local directory under demo-output/; with ``--journal s3`` (``make demo
+JOURNAL=s3``, or ``DEMO_JOURNAL=s3``) it lives on a local S3 server instead (moto, started on
+127.0.0.1 by ``LocalS3``), reached through ``journal.*`` options.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -28,9 +34,22 @@ OUT = Path(__file__).resolve().parent.parent / "demo-output"
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description="the kafka-share source end to end")
+    ap.add_argument("--journal", choices=("local", "s3"),
+                    default=os.environ.get("DEMO_JOURNAL") or "local",
+                    help="where the journal lives (default: $DEMO_JOURNAL or local)")
+    args = ap.parse_args()
     shutil.rmtree(OUT, ignore_errors=True)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    with LocalKafka() as kafka:
+    with LocalKafka() as kafka, contextlib.ExitStack() as stack:
+        journal: tuple[str, dict[str, str]] = (str(OUT / "journal"), {})
+        if args.journal == "s3":
+            from pyspark_kafka_share.localkafka.s3 import LocalS3
+
+            s3 = stack.enter_context(LocalS3())
+            s3.create_bucket("demo-journal")
+            journal = ("s3://demo-journal/orders", s3.journal_options())
+            print(f"      journal on a local S3 server at {s3.endpoint_url}: {journal[0]}")
         print(f"[1/4] Kafka broker up at {kafka.bootstrap_servers}")
         kafka.create_topic("orders", partitions=TOPIC_PARTITIONS)
         kafka.set_group_config("order-processors", "share.auto.offset.reset", "earliest")
@@ -41,10 +60,10 @@ def main() -> int:
             for i in range(RECORDS)), producer_config={"batch.size": "16384"})
         print(f"[2/4] produced {RECORDS} orders to topic 'orders' ({TOPIC_PARTITIONS} "
               "partitions)")
-        return _run_query(kafka)
+        return _run_query(kafka, journal)
 
 
-def _run_query(kafka: LocalKafka) -> int:
+def _run_query(kafka: LocalKafka, journal: tuple[str, dict[str, str]]) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, get_json_object, spark_partition_id
 
@@ -58,7 +77,8 @@ def _run_query(kafka: LocalKafka) -> int:
             .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
             .option("kafka.group.id", "order-processors")
             .option("subscribe", "orders")
-            .option("journalPath", str(OUT / "journal"))
+            .option("journalPath", journal[0])
+            .options(**journal[1])
             .option("numPartitions", TASKS)
             .option("maxRecordsPerTrigger", 6000)
             .load()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -102,15 +103,30 @@ def test_late_attempt_of_a_committed_batch_cannot_publish(tmp_path: Path) -> Non
     assert not any(p.name.isdigit() for p in (tmp_path / "batches").glob("*/*/*"))
 
 
-def test_object_store_journal_is_refused() -> None:
+def test_journal_urls_object_stores_accepted_others_refused() -> None:
     from pyspark_kafka_share.errors import OptionError
-    from pyspark_kafka_share.source.journal.journal import check_journal_uri
+    from pyspark_kafka_share.source.journal.stores import check_journal_uri
 
-    for uri in ("s3://b/p", "gs://b/p", "abfs://c@a/p"):
+    for uri in ("/tmp/j", "file:///tmp/j", "hdfs://nn/j", "s3://b/p", "s3a://b/p", "gs://b/p",
+                "abfs://c@a.dfs.core.windows.net/p", "abfss://c@a.dfs.core.windows.net/p"):
+        check_journal_uri(uri)  # no I/O
+    for uri in ("ftp://h/j", "wasbs://c@a/p", "s3:///no-bucket"):
         with pytest.raises(OptionError, match="journalPath"):
             check_journal_uri(uri)
-    for uri in ("/tmp/j", "file:///tmp/j", "hdfs://nn/j"):
-        check_journal_uri(uri)
+
+
+@pytest.mark.parametrize(("uri", "extra"), [("s3://b/j", "s3"), ("s3a://b/j", "s3"),
+                                            ("gs://b/j", "gcs"), ("abfss://c@a/j", "azure")])
+def test_a_missing_extra_is_named_at_load(uri: str, extra: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from pyspark_kafka_share.errors import OptionError
+    from pyspark_kafka_share.source.journal.stores import check_journal
+
+    monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore -> ImportError
+    with pytest.raises(OptionError, match=rf"pip install 'pyspark-kafka-share\[{extra}\]'"):
+        check_journal(uri, {})
 
 
 def test_a_retried_create_reported_as_existing_is_recognised_as_ours(tmp_path: Path) -> None:
@@ -180,3 +196,153 @@ def test_fsync_is_done_only_when_asked(tmp_path: Path, monkeypatch: pytest.Monke
     log.append(_batch("t", [0]), attempt=1)
     log.end(_end(1))
     assert bool(calls) is fsync
+
+
+class _CountingStore:
+    """Wraps a store and counts whole and partial reads per path."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.reads: list[str] = []
+        self.heads: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def read(self, path: str) -> bytes:
+        self.reads.append(path)
+        return bytes(self.inner.read(path))
+
+    def read_head(self, path: str, size: int) -> bytes:
+        self.heads.append(path)
+        return bytes(self.inner.read_head(path, size))
+
+
+def test_scan_reads_one_listing_and_only_the_last_slot(tmp_path: Path) -> None:
+    j = Journal(str(tmp_path), fsync=False)
+    log = j.part_log(1, 0)
+    log.open()
+    for i in range(5):
+        log.append(_batch("t", [i]), attempt=1)
+    counting = _CountingStore(j.store)
+    j.store = counting  # type: ignore[assignment]
+    scan = j.part_log(1, 0).scan()
+    assert (scan.data_slots, scan.end, scan.next_slot) == ([0, 1, 2, 3, 4], None, 5)
+    assert counting.reads == [] and counting.heads == [log.slot_path(4)]
+    log.end(_end(1))
+    counting.reads.clear()
+    counting.heads.clear()
+    scan = j.part_log(1, 0).scan()
+    assert scan.data_slots == [0, 1, 2, 3, 4] and scan.end is not None and scan.next_slot == 5
+    assert counting.heads == [log.slot_path(5)] and counting.reads == [log.slot_path(5)], \
+        "only the END marker (the last slot) may be read"
+    counting.reads.clear()
+    assert set(j.batch_ends(1)) == {0} and len(counting.reads) == 1
+
+
+def test_a_create_reported_existing_for_an_absent_slot_is_retried(tmp_path: Path) -> None:
+    # S3 answers 409 ConditionalRequestConflict while another conditional write is in flight;
+    # object_store reports it as "already exists" though the object may never appear.
+    j = Journal(str(tmp_path))
+    log = j.part_log(1, 0)
+    log.open()
+    real = j.store.create_exclusive
+    refused: list[str] = []
+
+    def conflicting(path: str, data: bytes, fsync: bool) -> bool:
+        if len(refused) < 2:
+            refused.append(path)
+            return False
+        return bool(real(path, data, fsync))
+
+    j.store.create_exclusive = conflicting  # type: ignore[method-assign]
+    assert log.append(_batch("t", [0]), attempt=1) == 0, "the slot was skipped, not retried"
+    assert refused == [log.slot_path(0)] * 2
+    assert log.end(_end(1)).data_slots == [0]
+
+
+def test_commit_writes_no_dedup_keys_for_slots_of_an_already_committed_batch(
+    tmp_path: Path,
+) -> None:
+    # Without rename (object stores), a late attempt can create a slot in a committed batch
+    # after its data was deleted, and die before withdrawing it. Those records were never
+    # acknowledged: taking them for published ones would drop their redeliveries.
+    j = Journal(str(tmp_path))
+    log = j.part_log(1, 0)
+    log.open()
+    log.append(_batch("t", [0]), attempt=1)
+    log.end(_end(1, acked=(0,)))
+    j.commit(1, dedup_retention_ms=3_600_000)
+    orphan_dir = tmp_path / "batches" / "000000000001" / "00000"
+    orphan_dir.mkdir(parents=True)
+    late = j.part_log(1, 0)
+    late._next = 0
+    assert late.append(_batch("t", [7]), attempt=9) == 0  # the late attempt's slot
+    j.part_log(2, 0).open()
+    j.part_log(2, 0).end(_end(1))
+    j.commit(2, dedup_retention_ms=3_600_000)
+    assert j.find_journaled({("t", 0, 7)}) == set(), "an orphan slot was taken as published"
+    assert not (tmp_path / "batches" / "000000000001").exists(), "the orphan was not swept"
+    assert j.committed_seq() == 2
+    j.commit(1, dedup_retention_ms=3_600_000)
+    assert j.committed_seq() == 2, "the fence went backwards"
+
+
+def test_store_options_never_appear_in_repr_or_errors() -> None:
+    from pyspark_kafka_share.errors import OptionError
+    from pyspark_kafka_share.source.options import parse_options
+
+    secret = "wJalrXUtnFEMI-K7MDENG-SECRET"
+    base = {"kafka.bootstrap.servers": "h:9092", "kafka.group.id": "g", "subscribe": "a"}
+    with pytest.raises(OptionError) as info:
+        parse_options({**base, "journalPath": "/tmp/j", "journal.aws_secret_access_key": secret})
+    assert info.value.option == "journal.aws_secret_access_key"
+    assert secret not in str(info.value) and secret not in repr(info.value)
+    with pytest.raises(OptionError) as info:
+        parse_options({**base, "journalPath": "s3://bucket/j", "journal.aws_no_such": secret})
+    assert info.value.option == "journal.aws_no_such" and secret not in str(info.value)
+    with pytest.raises(OptionError) as info:  # a value obstore cannot parse is not echoed
+        parse_options({**base, "journalPath": "s3://bucket/j",
+                       "journal.aws_skip_signature": secret})
+    assert secret not in str(info.value)
+    from pyspark_kafka_share.source.options import SourceOptions
+
+    opts = SourceOptions("h:9092", "g", ("a",), journal_path="s3://bucket/j",
+                         journal_options=(("aws_access_key_id", "AKIDEXAMPLE"),
+                                          ("aws_secret_access_key", secret)))
+    assert secret not in repr(opts)
+    journal = Journal.of(opts)
+    assert secret not in repr(journal) and secret not in repr(journal.store)
+
+
+def test_the_load_probe_refuses_a_store_that_ignores_conditional_create(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyspark_kafka_share.errors import OptionError
+    from pyspark_kafka_share.source.journal import stores
+
+    objects: dict[str, bytes] = {}
+
+    class Ignoring(stores.Store):
+        renames = False
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def create_exclusive(self, path: str, data: bytes, fsync: bool) -> bool:
+            objects[path] = data  # overwrites: no If-None-Match
+            return True
+
+        def read(self, path: str) -> bytes:
+            return objects[path]
+
+        def listdir(self, path: str) -> list[str]:
+            return [k.rsplit("/", 1)[-1] for k in objects]
+
+        def remove(self, path: str) -> None:
+            objects.pop(path, None)
+
+    monkeypatch.setattr(stores, "ObjectStore", Ignoring)
+    with pytest.raises(OptionError, match="accepted a second exclusive create"):
+        stores.check_journal("s3://bucket/ignoring", {})
+    assert objects == {}, "the probe object was left behind"

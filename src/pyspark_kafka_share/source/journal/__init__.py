@@ -7,7 +7,8 @@ from pyspark_kafka_share.source.journal.journal import (
     Journal,
     PartLog,
     ScanResult,
+    check_journal,
     check_journal_uri,
 )
 
-__all__ = ["EndMarker", "Journal", "PartLog", "ScanResult", "check_journal_uri"]
+__all__ = ["EndMarker", "Journal", "PartLog", "ScanResult", "check_journal", "check_journal_uri"]

@@ -7,231 +7,53 @@ Layout under ``journalPath``::
     dedup/<seq>-<part>-<slot>     (topic, partition, offset) of committed records whose
                                   acknowledgement was not confirmed
     committed                     the newest batch Spark committed (a fence for late attempts)
+    owner                         the streaming query that owns the journal
+    markers/<id>                  written by the driver when a query starts; every task must
+                                  see it before it acknowledges anything (one shared journal)
 
 Every slot is created *exclusively*: of all attempts that try to create slot ``n`` exactly one
 succeeds. An attempt appends its records at the first free slot; if the slot it finds taken is
 an END marker, the partition is closed and it releases its records instead. A partition's
 output is the data slots before its first END, so every attempt that returns yields the same
-rows, and nothing is ever published after END. See ``docs/design.md``.
+rows, and nothing is ever published after END. Slots are contiguous and END is the last one,
+so a log's state is known from one listing plus the first bytes of its last slot.
 
-Exclusive create needs an atomic no-overwrite primitive: ``link(2)`` on a local or mounted
-filesystem, ``rename`` on HDFS. Object stores have none that pyarrow exposes and are refused.
+Exclusive create is ``link(2)`` on a local or mounted filesystem, ``rename`` on HDFS, and a
+conditional put on S3, GCS and Azure (see :mod:`.stores`). Object stores have no rename: a late
+attempt of a committed batch can still create a slot there, and it withdraws it after seeing
+the ``committed`` fence, which it reads after every append; ``commit`` writes de-duplication
+keys only for batches above the previous fence, so such a slot is never taken for published
+data, and later commits delete it. See ``docs/design.md`` ("The journal on object stores").
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
-import os
-import shutil
+import socket
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyarrow import ipc
 
 from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA, keys_of
-from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
+from pyspark_kafka_share.errors import JournalClosed, JournalError
+from pyspark_kafka_share.source.journal.stores import check_journal, check_journal_uri, store_for
 
-__all__ = ["EndMarker", "Journal", "PartLog", "check_journal_uri"]
+if TYPE_CHECKING:
+    from pyspark_kafka_share.source.options import SourceOptions
+
+__all__ = ["EndMarker", "Journal", "PartLog", "ScanResult", "check_journal", "check_journal_uri"]
 
 _ARROW_MAGIC = b"ARROW1"
-_LOCAL_SCHEMES = ("", "file")
-_HADOOP_SCHEMES = ("hdfs", "viewfs")
-
-
-def check_journal_uri(uri: str) -> None:
-    """Refuse journal locations without an atomic exclusive create (raised at load)."""
-    scheme = urlparse(uri).scheme.lower()
-    if scheme in _LOCAL_SCHEMES or scheme in _HADOOP_SCHEMES:
-        return
-    raise OptionError(
-        "journalPath", uri,
-        f"the '{scheme}' filesystem has no atomic create-if-absent that pyarrow exposes, which "
-        "the journal needs so that exactly one task attempt wins each slot. Use a local or "
-        "mounted shared path (NFS, a FUSE mount of your store with atomic link) or hdfs://",
-    )
-
-
-# -- storage back ends -----------------------------------------------------------------------
-
-
-class _Store:
-    """Minimal filesystem operations the journal needs."""
-
-    def create_exclusive(self, path: str, data: bytes, fsync: bool) -> bool:
-        raise NotImplementedError
-
-    def read(self, path: str) -> bytes:
-        raise NotImplementedError
-
-    def write(self, path: str, data: bytes) -> None:
-        raise NotImplementedError
-
-    def listdir(self, path: str) -> list[str]:
-        raise NotImplementedError
-
-    def makedirs(self, path: str) -> None:
-        raise NotImplementedError
-
-    def remove_tree(self, path: str) -> None:
-        raise NotImplementedError
-
-    def mtime(self, path: str) -> float:
-        raise NotImplementedError
-
-    def remove(self, path: str) -> None:
-        raise NotImplementedError
-
-    def retire(self, path: str) -> str:
-        """Atomically move ``path`` aside to a hidden sibling; return the new path."""
-        raise NotImplementedError
-
-
-class _LocalStore(_Store):
-    def create_exclusive(self, path: str, data: bytes, fsync: bool) -> bool:
-        directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)  # atomic; fails if path exists. Never creates the directory.
-        except FileExistsError:
-            return False
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        if fsync:
-            dfd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        return True
-
-    def read(self, path: str) -> bytes:
-        with open(path, "rb") as f:
-            return f.read()
-
-    def write(self, path: str, data: bytes) -> None:
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-
-    def listdir(self, path: str) -> list[str]:
-        try:
-            return os.listdir(path)
-        except FileNotFoundError:
-            return []
-
-    def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
-
-    def remove_tree(self, path: str) -> None:
-        shutil.rmtree(path, ignore_errors=True)
-
-    def mtime(self, path: str) -> float:
-        return os.stat(path).st_mtime
-
-    def remove(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-    def retire(self, path: str) -> str:
-        target = os.path.join(os.path.dirname(path), f".gc-{uuid.uuid4().hex}")
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(path, target)
-        return target
-
-
-class _ArrowFsStore(_Store):  # pragma: no cover - needs a Hadoop cluster; see docs/design.md
-    """HDFS through ``pyarrow.fs``: ``move`` is HDFS rename, which refuses an existing target."""
-
-    def __init__(self, uri: str) -> None:
-        from pyarrow import fs as pafs
-
-        self.fs, _ = pafs.FileSystem.from_uri(uri)
-
-    def create_exclusive(self, path: str, data: bytes, fsync: bool) -> bool:
-        tmp = f"{os.path.dirname(path)}/.tmp-{uuid.uuid4().hex}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        try:
-            self.fs.move(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                self.fs.delete_file(tmp)
-            if self._exists(path):
-                return False
-            raise
-        return True
-
-    def _exists(self, path: str) -> bool:
-        from pyarrow import fs as pafs
-
-        return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
-
-    def read(self, path: str) -> bytes:
-        with self.fs.open_input_stream(path) as f:
-            return bytes(f.read())
-
-    def write(self, path: str, data: bytes) -> None:
-        with self.fs.open_output_stream(path) as out:
-            out.write(data)
-
-    def listdir(self, path: str) -> list[str]:
-        from pyarrow import fs as pafs
-
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-        except FileNotFoundError:
-            return []
-        return [os.path.basename(i.path) for i in infos]
-
-    def makedirs(self, path: str) -> None:
-        self.fs.create_dir(path, recursive=True)
-
-    def remove_tree(self, path: str) -> None:
-        with contextlib.suppress(OSError):
-            self.fs.delete_dir(path)
-
-    def mtime(self, path: str) -> float:
-        info = self.fs.get_file_info(path)
-        return float(info.mtime.timestamp()) if info.mtime else time.time()
-
-    def remove(self, path: str) -> None:
-        with contextlib.suppress(OSError):
-            self.fs.delete_file(path)
-
-    def retire(self, path: str) -> str:
-        target = f"{os.path.dirname(path)}/.gc-{uuid.uuid4().hex}"
-        with contextlib.suppress(OSError):
-            self.fs.move(path, target)
-        return target
-
-
-def _store_for(uri: str) -> tuple[_Store, str]:
-    parsed = urlparse(uri)
-    if parsed.scheme.lower() in _LOCAL_SCHEMES:
-        return _LocalStore(), os.path.abspath(parsed.path if parsed.scheme else uri)
-    return _ArrowFsStore(uri), parsed.path
+# Give up on a slot after this many "exists" answers for an object that cannot be read.
+_MAX_CONFLICTS = 50
 
 
 # -- serialisation ----------------------------------------------------------------------------
@@ -292,15 +114,31 @@ _KEY_CACHE: OrderedDict[str, frozenset[tuple[str, int, int]]] = OrderedDict()
 _KEY_CACHE_LOCK = threading.Lock()
 _KEY_CACHE_MAX = 4096
 _CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
+_MARKERS_SEEN: set[tuple[str, str]] = set()  # (journal uri, marker) seen by this process
 
 
 class Journal:
-    """One query's journal directory."""
+    """One query's journal directory (or key prefix, on an object store).
 
-    def __init__(self, uri: str, *, fsync: bool = True) -> None:
+    ``options``: ``journal.<key>`` settings of an object-store journal (endpoint,
+    credentials, ...), without the prefix. Never logged nor shown in errors.
+    """
+
+    def __init__(self, uri: str, *, fsync: bool = True,
+                 options: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
         self.uri = uri
-        self.store, self.root = _store_for(uri)
+        self.store, self.root = store_for(uri, options)
         self.fsync = fsync
+
+    @classmethod
+    def of(cls, options: SourceOptions) -> Journal:
+        """The journal of a source's options (``journalPath`` must be set)."""
+        assert options.journal_path is not None
+        return cls(options.journal_path, fsync=options.journal_fsync,
+                   options=options.journal_options)
+
+    def __repr__(self) -> str:
+        return f"Journal({self.uri!r})"
 
     def _p(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
@@ -311,6 +149,15 @@ class Journal:
 
     def part_log(self, seq: int, part: int) -> PartLog:
         return PartLog(self, seq, part)
+
+    def _batch_names(self) -> list[str]:
+        """Names of the batch directories, oldest first."""
+        return sorted(n for n in self.store.listdir(self._p("batches")) if n.isdigit())
+
+    def batches(self) -> list[int]:
+        """The batches the journal still holds (uncommitted ones, and leftovers of committed
+        ones until the next commit deletes them), oldest first."""
+        return [int(n) for n in self._batch_names()]
 
     # -- the committed fence ------------------------------------------------------------
 
@@ -329,14 +176,59 @@ class Journal:
             return
         self.store.makedirs(self.root)
         path = self._p("owner")
-        if not self.store.create_exclusive(path, query_id.encode(), self.fsync):
-            owner = self.store.read(path).decode()
+        for _ in range(_MAX_CONFLICTS):
+            if self.store.create_exclusive(path, query_id.encode(), self.fsync):
+                break
+            try:
+                owner = self.store.read(path).decode()
+            except FileNotFoundError:
+                continue  # reported as existing, yet absent (a conflicting create): retry
             if owner != query_id:
                 raise JournalError(
                     f"journalPath {self.uri!r} belongs to streaming query {owner}, not to this "
                     f"query ({query_id}). Give every query its own journal, like its "
                     "checkpoint; if the old query is gone for good, delete the directory")
+            break
+        else:
+            raise JournalError(f"cannot create {path}: the store keeps reporting a conflict")
         _CLAIMED[self.uri] = query_id
+
+    # -- one journal for the driver and every executor -----------------------------------
+
+    def place_marker(self) -> str:
+        """Leave a new marker for this run's tasks (driver); its name. Markers of runs older
+        than a week are removed."""
+        self.store.makedirs(self._p("markers"))
+        name = uuid.uuid4().hex
+        self.store.create_exclusive(self._p("markers", name), b"driver", self.fsync)
+        week_ago = time.time() - 7 * 24 * 3600
+        for old in self.store.listdir(self._p("markers")):
+            path = self._p("markers", old)
+            try:
+                if old != name and not old.startswith(".") and self.store.mtime(path) < week_ago:
+                    self.store.remove(path)
+            except FileNotFoundError:
+                continue
+        return name
+
+    def check_marker(self, name: str) -> None:
+        """Raise :class:`JournalError` unless the driver's marker ``name`` is visible here: a
+        journal path that is not one place for the driver and every executor (a node-local or
+        relative path on a cluster) would break exactly-once. Called before any record is
+        acknowledged; cached per process."""
+        if (self.uri, name) in _MARKERS_SEEN:
+            return
+        try:
+            self.store.read(self._p("markers", name))
+        except FileNotFoundError:
+            raise JournalError(
+                f"option 'journalPath' = {self.uri!r} is not the same place on this executor "
+                f"host ({socket.gethostname()}) as on the driver: the marker the driver wrote "
+                "there when the query started is missing. Exactly-once needs one journal that "
+                "the driver and every executor share: an absolute path on a shared filesystem "
+                "(NFS, HDFS) or an object store (s3://, gs://, abfss://). Nothing was "
+                "acknowledged") from None
+        _MARKERS_SEEN.add((self.uri, name))
 
     def in_use(self) -> str | None:
         """What shows that a query already committed batches with this journal, or None.
@@ -350,10 +242,11 @@ class Journal:
     # -- de-duplication -----------------------------------------------------------------
 
     def _slot_keys(self, path: str) -> frozenset[tuple[str, int, int]]:
+        cache_key = f"{self.uri}\0{path}"
         with _KEY_CACHE_LOCK:
-            hit = _KEY_CACHE.get(path)
+            hit = _KEY_CACHE.get(cache_key)
             if hit is not None:
-                _KEY_CACHE.move_to_end(path)
+                _KEY_CACHE.move_to_end(cache_key)
                 return hit
         data = self.store.read(path)
         if not data.startswith(_ARROW_MAGIC):
@@ -361,7 +254,7 @@ class Journal:
         else:
             keys = frozenset(keys_of(_from_ipc(data)))
         with _KEY_CACHE_LOCK:
-            _KEY_CACHE[path] = keys
+            _KEY_CACHE[cache_key] = keys
             while len(_KEY_CACHE) > _KEY_CACHE_MAX:
                 _KEY_CACHE.popitem(last=False)
         return keys
@@ -377,13 +270,15 @@ class Journal:
         # Fence first: keys of committed batches are in dedup/ (written before the fence),
         # and a committed batch directory may hold a late attempt's withdrawn slot.
         fence = self.committed_seq()
-        for seq in self.store.listdir(self._p("batches")):
-            if seq.startswith(".") or int(seq) <= fence:
+        for seq in self._batch_names():
+            if int(seq) <= fence:
                 continue
             for part in self.store.listdir(self._p("batches", seq)):
+                if not part.isdigit():
+                    continue
                 paths.extend(self._p("batches", seq, part, name)
                              for name in self.store.listdir(self._p("batches", seq, part))
-                             if not name.startswith("."))
+                             if name.isdigit())
         paths.extend(self._p("dedup", n) for n in self.store.listdir(self._p("dedup"))
                      if not n.startswith("."))
         for path in paths:
@@ -401,10 +296,12 @@ class Journal:
         """END markers of batch ``seq``, by partition."""
         ends: dict[int, EndMarker] = {}
         for part in self.store.listdir(self._p("batches", self._seq(seq))):
-            if part.startswith("."):
+            if not part.isdigit():
                 continue
-            log = self.part_log(seq, int(part))
-            end = log.scan().end
+            try:
+                end = self.part_log(seq, int(part)).scan().end
+            except JournalClosed:
+                continue  # committed and deleted meanwhile
             if end is not None:
                 ends[int(part)] = end
         return ends
@@ -414,14 +311,22 @@ class Journal:
         """Batch ``seq`` is committed by Spark: keep dedup keys, fence it, delete its data.
 
         Order matters: dedup entries first (``find_journaled`` skips fenced batches), then
-        the fence, then each batch directory is renamed aside before it is deleted.
+        the fence, then the batch directories (renamed aside first where the store can).
+
+        Dedup entries are written only for batches above the previous fence. A batch at or
+        below it was committed before, with its entries; whatever is in it now was written by
+        a late attempt after that commit (possible on object stores, which cannot rename the
+        directory away), was never acknowledged, and is only deleted here: taking its records
+        for published ones would drop their redeliveries.
         """
         self.store.makedirs(self._p("dedup"))
-        done = [n for n in sorted(self.store.listdir(self._p("batches")))
-                if not n.startswith(".") and int(n) <= seq]
+        previous = self.committed_seq()
+        done = [n for n in self._batch_names() if int(n) <= seq]
         for name in done:
+            if int(name) <= previous:
+                continue
             for part in self.store.listdir(self._p("batches", name)):
-                if part.startswith("."):
+                if not part.isdigit():
                     continue
                 log = self.part_log(int(name), int(part))
                 scan = log.scan()
@@ -436,13 +341,16 @@ class Journal:
                     )
                     target = self._p("dedup", f"{name}-{int(part):05d}-{slot:06d}")
                     self.store.create_exclusive(target, _to_ipc(keys), self.fsync)
-        self.store.write(self._p("committed"), json.dumps({"seq": seq}).encode())
+        if seq > previous:
+            self.store.write(self._p("committed"), json.dumps({"seq": seq}).encode())
         for name in done:
-            # Renamed first: a late attempt's link into the old path then fails (ENOENT).
+            # Renamed first where possible: a late attempt's link into the old path then
+            # fails (ENOENT). Without rename, the fence does that job (see the docstring).
             self.store.remove_tree(self.store.retire(self._p("batches", name)))
-        for name in self.store.listdir(self._p("batches")):
-            if name.startswith(".gc-"):
-                self.store.remove_tree(self._p("batches", name))
+        if self.store.renames:
+            for name in self.store.listdir(self._p("batches")):
+                if name.startswith(".gc-"):
+                    self.store.remove_tree(self._p("batches", name))
         self.prune_dedup(start_offsets, dedup_retention_ms)
 
     def prune_dedup(self, start_offsets: dict[str, int] | None, retention_ms: int) -> None:
@@ -498,22 +406,49 @@ class PartLog:
         return self.scan()
 
     def scan(self) -> ScanResult:
-        names = sorted(n for n in self.journal.store.listdir(self.dir) if n.isdigit())
-        data: list[int] = []
-        end: EndMarker | None = None
-        slot = 0
-        for name in names:
-            if int(name) != slot:
-                break  # slots are contiguous; nothing can follow a gap
-            raw = self.journal.store.read(self.slot_path(slot))
-            if raw.startswith(_ARROW_MAGIC):
-                data.append(slot)
-            else:
-                end = EndMarker.from_bytes(raw)
-                break
-            slot += 1
-        self._next = slot
-        return ScanResult(data, end, slot)
+        """The log's data slots, END marker and first free slot.
+
+        Reads one listing and the first bytes of the last slot only: slots are contiguous
+        from 0 (each is created only by an attempt that found the one before taken) and END,
+        if any, is the last (an attempt that finds a slot taken by END stops). Raises
+        :class:`JournalClosed` if that slot vanished (its batch was committed and deleted).
+        """
+        store = self.journal.store
+        numbers = sorted(int(n) for n in store.listdir(self.dir) if n.isdigit())
+        count = 0
+        for number in numbers:
+            if number != count:
+                break  # a gap: only in a committed batch (a withdrawn slot); stop there
+            count += 1
+        if count == 0:
+            self._next = 0
+            return ScanResult([], None, 0)
+        last = count - 1
+        try:
+            head = store.read_head(self.slot_path(last), len(_ARROW_MAGIC))
+            end = None if head == _ARROW_MAGIC else \
+                EndMarker.from_bytes(store.read(self.slot_path(last)))
+        except FileNotFoundError as exc:
+            raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
+        if end is None:
+            self._next = count
+            return ScanResult(list(range(count)), None, count)
+        self._next = last
+        return ScanResult(list(range(last)), end, last)
+
+    def _create(self, slot: int, payload: bytes) -> bool:
+        try:
+            return self.journal.store.create_exclusive(self.slot_path(slot), payload,
+                                                       self.journal.fsync)
+        except FileNotFoundError as exc:  # the batch directory was cleaned up: committed
+            raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
+        except JournalError:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
+            raise JournalError(f"cannot write journal slot {self.slot_path(slot)}: "
+                               f"{exc}") from exc
 
     def append(self, batch: pa.RecordBatch, attempt: int) -> int:
         """Publish ``batch`` in the first free slot; return the slot number.
@@ -522,25 +457,28 @@ class PartLog:
         if the log was ENDed first (nothing was published).
         """
         payload = _to_ipc(batch, {"attempt": str(attempt)})
+        conflicts = 0
         while True:
             slot = self._next
-            try:
-                won = self.journal.store.create_exclusive(self.slot_path(slot), payload,
-                                                          self.journal.fsync)
-            except FileNotFoundError as exc:  # the batch directory was cleaned up: committed
-                raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
-            except OSError as exc:
-                if exc.errno == errno.ENOENT:
-                    raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
-                raise JournalError(f"cannot write journal slot {self.slot_path(slot)}: "
-                                   f"{exc}") from exc
-            self._next = slot + 1
-            if won:
+            if self._create(slot, payload):
+                self._next = slot + 1
                 return slot
-            taken = self.journal.store.read(self.slot_path(slot))
+            try:
+                taken = self.journal.store.read(self.slot_path(slot))
+            except FileNotFoundError:
+                # Reported as existing, yet absent: S3's 409 for a conditional write still in
+                # flight elsewhere, or a slot deleted meanwhile. Try the same slot again.
+                conflicts += 1
+                if conflicts >= _MAX_CONFLICTS:
+                    raise JournalError(f"cannot create journal slot {self.slot_path(slot)}: "
+                                       "the store keeps reporting a conflict") from None
+                time.sleep(min(0.01 * conflicts, 0.2))
+                continue
+            self._next = slot + 1
             if taken == payload:
-                # Our own create, retried by the filesystem client (NFS, HDFS failover) and
-                # reported as "exists": the payload names this attempt, so it is ours.
+                # Our own create, retried by the filesystem client (NFS, HDFS failover, an
+                # object store's retry) and reported as "exists": the payload names this
+                # attempt, so it is ours.
                 return slot
             if not taken.startswith(_ARROW_MAGIC):
                 raise JournalClosed(f"partition {self.part} of batch {self.seq} is closed")
@@ -552,18 +490,16 @@ class PartLog:
     def end(self, marker_for: Any) -> ScanResult:
         """Close the log with an END marker (``marker_for(scan) -> EndMarker``); return the
         final scan. If another attempt ENDed first, its marker stands."""
-        while True:
+        for attempt in range(_MAX_CONFLICTS):
             scan = self.scan()
             if scan.end is not None:
                 return scan
             marker: EndMarker = marker_for(scan)
-            try:
-                won = self.journal.store.create_exclusive(
-                    self.slot_path(scan.next_slot), marker.to_bytes(), self.journal.fsync)
-            except FileNotFoundError as exc:
-                raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
-            if won:
+            if self._create(scan.next_slot, marker.to_bytes()):
                 return ScanResult(scan.data_slots, marker, scan.next_slot)
+            time.sleep(min(0.01 * attempt, 0.2))  # lost the slot: look again
+        raise JournalError(f"cannot END journal log {self.dir}: the store keeps reporting a "
+                           "conflict")
 
     def writer(self, slot: int) -> int:
         """The task attempt that published data slot ``slot``."""
