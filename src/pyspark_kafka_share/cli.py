@@ -22,8 +22,10 @@ __all__ = ["main"]
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from pyspark_kafka_share.localkafka import LocalKafka
+    from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP, LocalKafka, ensure_jars
 
+    if not os.environ.get(ENV_BOOTSTRAP):
+        ensure_jars(quiet=False)  # a first run downloads for a minute or two: show progress
     kafka = LocalKafka(lock_duration_ms=args.lock_duration_ms)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())

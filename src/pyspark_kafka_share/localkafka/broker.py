@@ -10,13 +10,15 @@ The broker is Apache Kafka's own server, run from the Maven Central jars in a JV
         kafka.set_group_config("workers", "share.auto.offset.reset", "earliest")
         print(kafka.bootstrap_servers)
 
-Jars are fetched once with Maven into :func:`cache_dir` (``$PYSPARK_KAFKA_SHARE_CACHE``, default
-``~/.cache/pyspark-kafka-share``). With ``$PYSPARK_KAFKA_SHARE_BOOTSTRAP`` set, no broker is
-started and that one is used instead.
+Jars are fetched once with Maven into :func:`~pyspark_kafka_share.localkafka.jars.cache_dir`
+(``$PYSPARK_KAFKA_SHARE_CACHE``, default ``~/.cache/pyspark-kafka-share``; see
+:mod:`pyspark_kafka_share.localkafka.jars`). With ``$PYSPARK_KAFKA_SHARE_BOOTSTRAP`` set, no
+broker is started and that one is used instead.
 
 The JVM never outlives its owner: :meth:`LocalKafka.stop` (also run by the context manager, at
 interpreter exit and on SIGTERM) terminates it, and on Linux the kernel kills it if the owning
-process dies without cleaning up (``PR_SET_PDEATHSIG``).
+process dies without cleaning up (``PR_SET_PDEATHSIG``). :meth:`LocalKafka.kill` and
+:meth:`LocalKafka.restart` rehearse a broker crash: the data and the ports survive them.
 """
 
 from __future__ import annotations
@@ -25,25 +27,34 @@ import atexit
 import base64
 import contextlib
 import ctypes
-import fcntl
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from pyspark_kafka_share._kafka.group import write_group_configs
+from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.errors import LocalKafkaError
+from pyspark_kafka_share.localkafka.jars import (
+    ENV_CACHE,
+    KAFKA_VERSION,
+    cache_dir,
+    ensure_jars,
+    require_tool,
+)
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -58,17 +69,8 @@ __all__ = [
     "ensure_jars",
 ]
 
-KAFKA_VERSION = "4.3.1"
-"""The Apache Kafka version the harness runs (share groups are GA from 4.2)."""
-
-ENV_CACHE = "PYSPARK_KAFKA_SHARE_CACHE"
-"""Environment variable: directory holding the downloaded broker jars."""
-
 ENV_BOOTSTRAP = "PYSPARK_KAFKA_SHARE_BOOTSTRAP"
 """Environment variable: use this existing broker instead of starting one."""
-
-_LOG4J_VERSION = "2.24.3"
-_SLF4J_VERSION = "2.0.17"
 
 _TOOL_CLASSES = {
     "ShareGroupCommand": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
@@ -81,28 +83,8 @@ _TOOL_CLASSES = {
     "GetOffsetShell": "org.apache.kafka.tools.GetOffsetShell",
 }
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>pyspark-kafka-share</groupId>
-  <artifactId>broker-jars</artifactId>
-  <version>{kafka}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
-      <version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId>
-      <version>{kafka}</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId>
-      <version>{slf4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId>
-      <version>{log4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
-      <version>{log4j}</version></dependency>
-  </dependencies>
-</project>
-"""
-
-_LOG4J2 = """Configuration:
+# The broker logs to stdout (its broker.log); Kafka's coordinators are chatty at INFO.
+_BROKER_LOG4J2 = """Configuration:
   Appenders:
     Console:
       name: STDOUT
@@ -110,7 +92,7 @@ _LOG4J2 = """Configuration:
         pattern: "[%d] %p %m (%c)%n"
   Loggers:
     Root:
-      level: {level}
+      level: INFO
       AppenderRef:
         - ref: STDOUT
     Logger:
@@ -120,67 +102,49 @@ _LOG4J2 = """Configuration:
         level: WARN
 """
 
+# The tools log to stderr, so that stdout is only their output. A configuration file beats
+# -Dlog4j2.level (which only sets the level of log4j's default configuration), hence one file
+# per level.
+_TOOL_LOG4J2 = """Configuration:
+  Appenders:
+    Console:
+      name: STDERR
+      target: SYSTEM_ERR
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: {level}
+      AppenderRef:
+        - ref: STDERR
+"""
 
-def cache_dir() -> Path:
-    """The directory holding downloaded broker jars (``$PYSPARK_KAFKA_SHARE_CACHE``)."""
-    env = os.environ.get(ENV_CACHE)
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pyspark-kafka-share"
+_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 
 
-def _require_tool(name: str, why: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise LocalKafkaError(
-            f"{name!r} was not found on PATH; {why}. Install it (Debian: "
-            f"'apt-get install {'openjdk-17-jre-headless' if name == 'java' else 'maven'}') "
-            f"or set {ENV_BOOTSTRAP} to use an existing broker."
-        )
+def _config_file(directory: Path, name: str, text: str) -> Path:
+    """``directory/name`` holding ``text``: written (atomically) only if missing or different."""
+    path = directory / name
+    with contextlib.suppress(OSError):
+        if path.read_text() == text:
+            return path
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
     return path
 
 
-def ensure_jars(version: str = KAFKA_VERSION, *, quiet: bool = True) -> Path:
-    """Fetch the broker and tools jars from Maven Central once; return the directory of jars.
+def _broker_log4j(libs: Path) -> Path:
+    return _config_file(libs.parent, "log4j2.yaml", _BROKER_LOG4J2)
 
-    Safe to call concurrently from several processes (a file lock serialises the download).
-    """
-    root = cache_dir() / f"kafka-{version}"
-    libs = root / "libs"
-    done = root / ".complete"
-    if done.exists():
-        return libs
-    root.mkdir(parents=True, exist_ok=True)
-    mvn = _require_tool("mvn", "Maven fetches the Apache Kafka jars from Maven Central")
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return libs
-        (root / "pom.xml").write_text(
-            _POM.format(kafka=version, slf4j=_SLF4J_VERSION, log4j=_LOG4J_VERSION)
-        )
-        staging = root / "libs.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        cmd = [
-            mvn, "-B", "-q", "-f", str(root / "pom.xml"),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
-        ]
-        if not quiet:
-            print(f"fetching Apache Kafka {version} jars into {libs} ...", file=sys.stderr)
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr)[-3000:]
-            raise LocalKafkaError(
-                f"Maven could not fetch Apache Kafka {version} jars (exit {proc.returncode}). "
-                f"Check that Maven Central is reachable. Output:\n{tail}"
-            )
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        (root / "log4j2.yaml").write_text(_LOG4J2.format(level="INFO"))
-        done.write_text(version)
-    return libs
+
+def _tool_log4j(libs: Path, level: str) -> Path:
+    if level.upper() not in _LOG_LEVELS:
+        raise LocalKafkaError(f"unknown log4j level {level!r}; one of {', '.join(_LOG_LEVELS)}")
+    return _config_file(libs.parent, f"log4j2-tools-{level.lower()}.yaml",
+                        _TOOL_LOG4J2.format(level=level.upper()))
 
 
 def _cluster_id() -> str:
@@ -232,6 +196,53 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+# PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not the process: a
+# broker (re)started from a short-lived thread (say a timer rehearsing an outage) would be
+# killed as soon as that thread returned. So JVMs are forked by the main thread, or else by
+# one daemon thread that lives as long as the process.
+_SPAWN_QUEUE: queue.SimpleQueue[tuple[Sequence[str], dict[str, Any], Future[Any]]] | None = None
+_SPAWN_LOCK = threading.Lock()
+
+
+def _spawner() -> None:  # pragma: no cover - its effects are tested through LocalKafka
+    assert _SPAWN_QUEUE is not None
+    while True:
+        argv, kwargs, future = _SPAWN_QUEUE.get()
+        try:
+            future.set_result(subprocess.Popen(argv, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            future.set_exception(exc)
+
+
+def _spawn_jvm(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``Popen(argv, start_new_session=True, preexec_fn=die-with-parent)`` from a long-lived
+    thread, so that the kernel kills the JVM when this process dies, and only then."""
+    global _SPAWN_QUEUE
+    kwargs.update(start_new_session=True, preexec_fn=_die_with_parent)
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(argv, **kwargs)
+    with _SPAWN_LOCK:
+        if _SPAWN_QUEUE is None:
+            _SPAWN_QUEUE = queue.SimpleQueue()
+            threading.Thread(target=_spawner, name="localkafka-spawner", daemon=True).start()
+    future: Future[subprocess.Popen[bytes]] = Future()
+    _SPAWN_QUEUE.put((argv, kwargs, future))
+    return future.result()
+
+
+def _end_process_group(proc: subprocess.Popen[bytes], *, graceful: bool) -> None:
+    """SIGTERM (then SIGKILL after 15 s) or SIGKILL the JVM's process group; reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM if graceful else signal.SIGKILL)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+
+
 @dataclass(frozen=True)
 class ProducerRecord:
     """One record for :meth:`LocalKafka.produce`."""
@@ -246,7 +257,8 @@ class ProducerRecord:
 # Every started broker, so that interpreter exit and SIGTERM stop them all.
 _LIVE: weakref.WeakSet[LocalKafka] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
-_HOOKS_INSTALLED = False
+_ATEXIT_INSTALLED = False
+_SIGTERM_INSTALLED = False
 
 
 def _stop_all() -> None:
@@ -256,13 +268,15 @@ def _stop_all() -> None:
 
 
 def _install_exit_hooks() -> None:
-    global _HOOKS_INSTALLED
+    """atexit once; the SIGTERM handler once, from the main thread (signal handlers must be)."""
+    global _ATEXIT_INSTALLED, _SIGTERM_INSTALLED
     with _LIVE_LOCK:
-        if _HOOKS_INSTALLED:
+        if not _ATEXIT_INSTALLED:
+            _ATEXIT_INSTALLED = True
+            atexit.register(_stop_all)
+        if _SIGTERM_INSTALLED or threading.current_thread() is not threading.main_thread():
             return
-        _HOOKS_INSTALLED = True
-    atexit.register(_stop_all)
-    if threading.current_thread() is threading.main_thread():
+        _SIGTERM_INSTALLED = True
         previous = signal.getsignal(signal.SIGTERM)
 
         def on_term(signum: int, frame: object) -> None:
@@ -279,6 +293,10 @@ def _install_exit_hooks() -> None:
 class LocalKafka:
     """One combined broker+controller Kafka JVM on free loopback ports, for tests and development.
 
+    Life cycle: :meth:`start` (fresh data, new ports), then any number of :meth:`kill` (a
+    crash: SIGKILL, data kept) and :meth:`restart` (same data, same ports), then :meth:`stop`
+    (data deleted).
+
     Args:
         lock_duration_ms: broker default for ``share.record.lock.duration.ms`` (acquisition lock).
         delivery_count_limit: broker default for ``share.delivery.count.limit``.
@@ -287,7 +305,7 @@ class LocalKafka:
         session_timeout_ms: share-group session timeout; how soon a dead member's records are
             released.
         extra_config: more ``server.properties`` entries, overriding the above.
-        start_timeout_s: how long :meth:`start` waits for the broker to answer.
+        start_timeout_s: how long :meth:`start` and :meth:`restart` wait for the broker.
         heap: the JVM's ``-Xmx``.
     """
 
@@ -321,20 +339,27 @@ class LocalKafka:
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` of the running broker."""
+        """``host:port`` of the broker; the same after :meth:`kill` and :meth:`restart`."""
         if self._bootstrap is None:
             raise LocalKafkaError("the broker is not started; call start() or use 'with'")
         return self._bootstrap
 
     @property
     def log_path(self) -> Path | None:
-        """The broker's log file (``None`` for an external broker)."""
+        """The broker's log file (``None`` for an external broker); restarts append to it."""
         return None if self._workdir is None else self._workdir / "broker.log"
 
     @property
     def is_external(self) -> bool:
         """True when ``$PYSPARK_KAFKA_SHARE_BOOTSTRAP`` named a broker and none was started."""
         return self._external
+
+    @property
+    def is_running(self) -> bool:
+        """True while this broker's JVM runs (an external broker: while it is in use)."""
+        if self._external:
+            return True
+        return self._proc is not None and self._proc.poll() is None
 
     def server_properties(self, port: int, controller_port: int, log_dir: Path) -> dict[str, str]:
         """The ``server.properties`` the broker starts with."""
@@ -373,15 +398,22 @@ class LocalKafka:
         return props
 
     def start(self) -> LocalKafka:
-        """Format storage, start the JVM and wait until the broker answers. Idempotent."""
+        """Format storage, start the JVM and wait until the broker answers. Idempotent.
+
+        Raises :class:`LocalKafkaError` after :meth:`kill`: use :meth:`restart` (same data)
+        or :meth:`stop` and then start (fresh data).
+        """
         if self._bootstrap is not None:
+            if self._workdir is not None and not self.is_running:
+                raise LocalKafkaError("the broker was killed; restart() it (its data and "
+                                      "ports are kept) or stop() it before start()")
             return self
         external = os.environ.get(ENV_BOOTSTRAP)
         if external:
             self._bootstrap, self._external = external, True
             self._wait_ready(time.monotonic() + self.start_timeout_s)
             return self
-        java = _require_tool("java", "the broker runs in a Java 17+ JVM")
+        java = require_tool("java", "the broker runs in a Java 17+ JVM")
         libs = ensure_jars(self.version)
         _sweep_orphaned_workdirs()
         workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
@@ -392,33 +424,81 @@ class LocalKafka:
             props = self.server_properties(port, controller_port, workdir / "data")
             conf = workdir / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            classpath = f"{libs}/*"
-            log4j = f"-Dlog4j2.configurationFile={libs.parent / 'log4j2.yaml'}"
             fmt = subprocess.run(
-                [java, log4j, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", _cluster_id(), "-c", str(conf)],
+                [java, f"-Dlog4j2.configurationFile={_broker_log4j(libs)}", "-cp", f"{libs}/*",
+                 "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(conf)],
                 capture_output=True, text=True, check=False,
             )
             if fmt.returncode != 0:
                 raise LocalKafkaError(
                     f"formatting KRaft storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}"
                 )
-            log = open(workdir / "broker.log", "wb")  # noqa: SIM115 - owned by the child
-            self._proc = subprocess.Popen(
-                [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC",
-                 "-Djava.awt.headless=true", log4j, "-cp", classpath, "kafka.Kafka", str(conf)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509
-            )
-            log.close()
-            _install_exit_hooks()
-            _LIVE.add(self)
             self._bootstrap = f"127.0.0.1:{port}"
-            self._wait_ready(time.monotonic() + self.start_timeout_s)
+            self._launch()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _launch(self) -> None:
+        """Start the JVM on the formatted data dir and wait until it is ready."""
+        assert self._workdir is not None
+        java = require_tool("java", "the broker runs in a Java 17+ JVM")
+        libs = ensure_jars(self.version)
+        _install_exit_hooks()
+        _LIVE.add(self)
+        with open(self._workdir / "broker.log", "ab") as log:
+            if log.tell():
+                log.write(f"\n===== localkafka: restarting the broker at "
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n\n".encode())
+                log.flush()
+            self._proc = _spawn_jvm(
+                [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC",
+                 "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={_broker_log4j(libs)}",
+                 "-cp", f"{libs}/*", "kafka.Kafka", str(self._workdir / "server.properties")],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        self._wait_ready(time.monotonic() + self.start_timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL the broker JVM, as a crash would: no controlled shutdown; the data is kept.
+
+        Clients get connection errors until :meth:`restart`; :attr:`bootstrap_servers` stays
+        valid. Idempotent. Raises :class:`LocalKafkaError` for an external broker or one not
+        started.
+        """
+        self._check_own("kill")
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _end_process_group(proc, graceful=False)
+
+    def restart(self) -> LocalKafka:
+        """Start the broker again with the same data, cluster id and ports; wait until ready.
+
+        After :meth:`kill` this starts a new JVM, which recovers the logs as after a crash.
+        While the broker runs, it is first stopped cleanly (SIGTERM, data kept): a rolling
+        restart. Not after :meth:`stop`, which deletes the data (use :meth:`start`), and not
+        for an external broker: both raise :class:`LocalKafkaError`. If the new JVM fails to
+        become ready (for example another process took its port meanwhile), it is killed, the
+        data is kept, and :class:`LocalKafkaError` says why; restart() may be called again.
+        """
+        self._check_own("restart")
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _end_process_group(proc, graceful=True)
+        try:
+            self._launch()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def _check_own(self, what: str) -> None:
+        if self._external:
+            raise LocalKafkaError(f"cannot {what} an external broker (${ENV_BOOTSTRAP} is set)")
+        if self._workdir is None or self._bootstrap is None:
+            raise LocalKafkaError(f"cannot {what} a broker that is not started (stop() deletes "
+                                  "the data: start() a new one)")
 
     def _log_tail(self, chars: int = 4000) -> str:
         path = self.log_path
@@ -428,10 +508,11 @@ class LocalKafka:
         return data.decode("utf-8", errors="replace")
 
     def _wait_ready(self, deadline: float) -> None:
+        """Until the broker answers metadata requests and every partition has a leader."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-        last: Exception | None = None
+        last: object = None
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 code = self._proc.returncode
@@ -441,8 +522,11 @@ class LocalKafka:
                 )
             try:
                 md = admin.list_topics(timeout=2)
-                if md.brokers:
+                leaderless = [f"{t}-{p.id}" for t, tm in md.topics.items()
+                              for p in tm.partitions.values() if p.leader < 0]
+                if md.brokers and not leaderless:
                     return
+                last = f"partitions without a leader: {leaderless[:5]}"
             except Exception as exc:  # noqa: BLE001 - retried until the deadline
                 last = exc
             time.sleep(0.2)
@@ -454,15 +538,8 @@ class LocalKafka:
     def stop(self) -> None:
         """Stop the JVM (SIGTERM, then SIGKILL after 15 s) and delete its data. Idempotent."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=15)
+        if proc is not None:
+            _end_process_group(proc, graceful=True)
         _LIVE.discard(self)
         workdir, self._workdir = self._workdir, None
         if workdir is not None:
@@ -527,21 +604,14 @@ class LocalKafka:
         count = 0
         for item in records:
             rec = item if isinstance(item, ProducerRecord) else ProducerRecord(value=item)
-            kwargs: dict[str, object] = {"value": rec.value, "key": rec.key,
-                                         "on_delivery": on_delivery}
+            extra: dict[str, int] = {}
             part = rec.partition if rec.partition is not None else partition
             if part is not None:
-                kwargs["partition"] = part
-            if rec.headers is not None:
-                kwargs["headers"] = rec.headers
+                extra["partition"] = part
             if rec.timestamp_ms is not None:
-                kwargs["timestamp"] = rec.timestamp_ms
-            while True:
-                try:
-                    producer.produce(topic, **kwargs)  # type: ignore[arg-type]
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+                extra["timestamp"] = rec.timestamp_ms
+            produce(producer, topic, rec.value, key=rec.key, headers=rec.headers,
+                    on_delivery=on_delivery, timeout_s=60, **extra)
             count += 1
             if count % 10_000 == 0:
                 producer.poll(0)
@@ -554,36 +624,24 @@ class LocalKafka:
 
     def set_group_config(self, group: str, key: str, value: str | int) -> None:
         """Set one dynamic config of a (share) group, e.g. ``share.auto.offset.reset``."""
-        from confluent_kafka.admin import (
-            AlterConfigOpType,
-            ConfigEntry,
-            ConfigResource,
-            ResourceType,
-        )
-
-        resource = ConfigResource(
-            ResourceType.GROUP, group,
-            incremental_configs=[ConfigEntry(key, str(value),
-                                             incremental_operation=AlterConfigOpType.SET)],
-        )
-        admin = self.admin()  # must outlive the futures: a collected client cancels them
-        for fut in admin.incremental_alter_configs([resource]).values():
-            fut.result(timeout=30)
+        # The client must outlive the futures: a collected client cancels them.
+        write_group_configs(self.admin(), group, {key: value}, 30.0)
 
     def run_tool(self, main_class: str, *args: str, timeout_s: float = 180.0,
-                 check: bool = True) -> subprocess.CompletedProcess[str]:
+                 check: bool = True, log_level: str = "WARN") -> subprocess.CompletedProcess[str]:
         """Run a Kafka command-line tool class (e.g. ``"ShareGroupCommand"``) in a JVM.
 
         ``main_class`` is a fully qualified class name or one of the short names in
         ``_TOOL_CLASSES``. Arguments are passed as given (add ``--bootstrap-server``
-        yourself, it is :attr:`bootstrap_servers`). Raises :class:`LocalKafkaError` on a
-        non-zero exit when ``check`` is true.
+        yourself, it is :attr:`bootstrap_servers`). The tool's stdout is its output only; its
+        log goes to stderr at ``log_level`` (``"INFO"`` shows the clients' configs and
+        more). Raises :class:`LocalKafkaError` on a non-zero exit when ``check`` is true.
         """
-        java = _require_tool("java", "Kafka's tools run in a JVM")
+        java = require_tool("java", "Kafka's tools run in a JVM")
         libs = ensure_jars(self.version)
         cls = _TOOL_CLASSES.get(main_class, main_class)
-        cmd = [java, "-Xmx512m", f"-Dlog4j2.configurationFile={libs.parent / 'log4j2.yaml'}",
-               "-Dlog4j2.level=WARN", "-cp", f"{libs}/*", cls, *args]
+        cmd = [java, "-Xmx512m", f"-Dlog4j2.configurationFile={_tool_log4j(libs, log_level)}",
+               "-cp", f"{libs}/*", cls, *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                               check=False, stdin=subprocess.DEVNULL)
         if check and proc.returncode != 0:
@@ -591,11 +649,3 @@ class LocalKafka:
                 f"{cls} exited with {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}"
             )
         return proc
-
-
-@contextlib.contextmanager
-def local_kafka(**kwargs: object) -> Iterator[LocalKafka]:
-    """``with local_kafka(lock_duration_ms=5000) as kafka:`` -- same as ``with LocalKafka(...)``."""
-    kafka = LocalKafka(**kwargs)  # type: ignore[arg-type]
-    with kafka:
-        yield kafka
