@@ -103,20 +103,11 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(name, raw, "must be true or false")
 
 
-def parse_options(options: Mapping[str, str]) -> SourceOptions:
-    """Validate ``options`` (keys case-insensitive) into :class:`SourceOptions`."""
-    if not options:
-        raise OptionError(
-            "kafka.bootstrap.servers", None,
-            "no options reached the source at all. PySpark 4.3 does not pass a table's "
-            "OPTIONS to a Python streaming source read from the catalog (SELECT * FROM STREAM "
-            "t, spark.readStream.table(t)). Use spark.readStream.format('kafka-share')"
-            ".options(...).load(); for SQL, register that DataFrame with "
-            "createOrReplaceTempView and query the view",
-        )
+def _lowered(options: Mapping[str, str]) -> tuple[dict[str, str], bool]:
+    """Options with lower-case keys, and whether they come from a table (CREATE TABLE ...
+    USING), where Spark passes table properties (owner, provider, ...) beside the user's
+    OPTIONS, which may also appear as "option.<key>"."""
     opts: dict[str, str] = {k.lower(): v for k, v in options.items()}
-    # A table (CREATE TABLE ... USING): Spark passes table properties (owner, provider, ...)
-    # beside the user's OPTIONS, which may also appear as "option.<key>".
     from_table = any(k.startswith("option.") for k in opts) or "provider" in opts
     if from_table:
         merged = {k: v for k, v in opts.items() if not k.startswith("option.")}
@@ -127,6 +118,13 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         name = "subscribePattern" if "subscribepattern" in opts else "assign"
         raise OptionError(name, opts.get(name.lower()),
                           "share groups take topic names only; use 'subscribe'")
+    return opts, from_table
+
+
+def _pass_through(options: Mapping[str, str], opts: dict[str, str], from_table: bool) \
+        -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """The ``kafka.*`` client settings and the ``journal.*`` store settings; any other key
+    must be a source option."""
     spelled = {k.lower().removeprefix("option."): k.removeprefix("option.") for k in options}
     known = {name.lower(): name for name in SOURCE_OPTIONS}
     client: list[tuple[str, str]] = []
@@ -152,12 +150,11 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                               "options: "
                               f"{', '.join(SOURCE_OPTIONS)}, kafka.* client settings and "
                               "journal.* object-store settings")
+    return tuple(sorted(client)), tuple(sorted(journal_opts))
 
-    bootstrap = check_bootstrap(opts.get("kafka.bootstrap.servers"), "kafka.bootstrap.servers")
-    group = check_group(opts.get("kafka.group.id"), "kafka.group.id")
-    raw_topics = opts.get("subscribe")
-    topics = check_topics("" if raw_topics is None else raw_topics, "subscribe")
 
+def _delivery_and_journal(opts: Mapping[str, str], journal_opts: tuple[tuple[str, str], ...]) \
+        -> tuple[Delivery, str | None]:
     delivery_raw = opts.get("delivery", "exactly-once").strip().lower()
     if delivery_raw not in ("exactly-once", "at-most-once"):
         raise OptionError("delivery", opts.get("delivery"),
@@ -169,9 +166,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "journalPath", None,
             "delivery=exactly-once needs a durable journal: records are written there before "
             "they are acknowledged, so a re-run micro-batch replays them exactly. Set it to a "
-            "directory on a shared filesystem (local path on one machine, HDFS on a cluster) "
-            "used by this query only, like its checkpointLocation; or set "
-            "delivery=at-most-once to acknowledge on poll and accept losing records on failure",
+            "location the driver and every executor share (an object store such as "
+            "s3://bucket/path, HDFS, or a local path on one machine), used by this query "
+            "only, like its checkpointLocation; or set delivery=at-most-once to acknowledge "
+            "on poll and accept losing records on failure",
         )
     if journal is not None:
         # Also probes an object store's conditional create (a few requests, once per process).
@@ -182,19 +180,42 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise OptionError(f"journal.{journal_opts[0][0]}", None,
                           "journal.* options configure an object-store journalPath; set "
                           "journalPath or remove them")
+    return delivery, journal
 
-    lock_fraction_raw = opts.get("locksafetyfraction")
-    lock_fraction = 0.5
-    if lock_fraction_raw is not None:
-        try:
-            lock_fraction = float(lock_fraction_raw)
-        except ValueError:
-            raise OptionError("lockSafetyFraction", lock_fraction_raw,
-                              "must be a number between 0.1 and 0.9") from None
-        if not 0.1 <= lock_fraction <= 0.9:
-            raise OptionError("lockSafetyFraction", lock_fraction_raw,
-                              "must be between 0.1 and 0.9")
 
+def _fraction(opts: Mapping[str, str]) -> float:
+    raw = opts.get("locksafetyfraction")
+    if raw is None:
+        return 0.5
+    try:
+        value = float(raw)
+    except ValueError:
+        raise OptionError("lockSafetyFraction", raw,
+                          "must be a number between 0.1 and 0.9") from None
+    if not 0.1 <= value <= 0.9:
+        raise OptionError("lockSafetyFraction", raw, "must be between 0.1 and 0.9")
+    return value
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    """Validate ``options`` (keys case-insensitive) into :class:`SourceOptions`."""
+    if not options:
+        raise OptionError(
+            "kafka.bootstrap.servers", None,
+            "no options reached the source at all. PySpark 4.3 does not pass a table's "
+            "OPTIONS to a Python streaming source read from the catalog (SELECT * FROM STREAM "
+            "t, spark.readStream.table(t)). Use spark.readStream.format('kafka-share')"
+            ".options(...).load(); for SQL, register that DataFrame with "
+            "createOrReplaceTempView and query the view",
+        )
+    opts, from_table = _lowered(options)
+    client, journal_opts = _pass_through(options, opts, from_table)
+    bootstrap = check_bootstrap(opts.get("kafka.bootstrap.servers"), "kafka.bootstrap.servers")
+    group = check_group(opts.get("kafka.group.id"), "kafka.group.id")
+    raw_topics = opts.get("subscribe")
+    topics = check_topics("" if raw_topics is None else raw_topics, "subscribe")
+    delivery, journal = _delivery_and_journal(opts, journal_opts)
+    lock_fraction = _fraction(opts)
     return SourceOptions(
         bootstrap_servers=bootstrap,
         group_id=group,
@@ -214,7 +235,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         dedup_retention_ms=_int(opts, "dedupRetentionMs", 7 * 24 * 3600 * 1000,
                                 minimum=0) or 0,
         broker_timeout_ms=_int(opts, "brokerTimeoutMs", 30_000, minimum=1_000) or 30_000,
-        client_config=tuple(sorted(client)),
-        journal_options=tuple(sorted(journal_opts)),
+        client_config=client,
+        journal_options=journal_opts,
         fault_injection=opts.get(_TEST_OPTION),
     )

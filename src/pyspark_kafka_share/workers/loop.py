@@ -21,6 +21,7 @@ The worker's counters travel to the driver over :mod:`_control` and as the task'
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import enum
 import os
@@ -298,45 +299,33 @@ class _Worker:
 
     def _call(self, chunk: list[Any]) -> list[_Verdict]:
         """The function's verdict per record; its mistakes are the records' poison."""
-        spec = self.config
-        if spec.batch_format == "record":
-            out = []
-            for m in chunk:
-                try:
-                    result = self.fn(_record(m))
-                except spec.retry_on as exc:
-                    out.append(_failed(Outcome.RELEASE, exc))
-                    continue
-                except Exception as exc:  # noqa: BLE001 - the user's failure is the record's
-                    out.append(_failed(Outcome.REJECT, exc))
-                    continue
-                out.append(self._checked(result))
-            return out
+        if self.config.batch_format == "record":
+            return [self._call_one(m) for m in chunk]
+        return self._call_batch(chunk)
+
+    def _call_one(self, m: Any) -> _Verdict:
+        try:
+            result = self.fn(_record(m))
+        except self.config.retry_on as exc:
+            return _failed(Outcome.RELEASE, exc)
+        except Exception as exc:  # noqa: BLE001 - the user's failure is the record's
+            return _failed(Outcome.REJECT, exc)
+        return self._checked(result)
+
+    def _call_batch(self, chunk: list[Any]) -> list[_Verdict]:
         table: Any = pa.Table.from_batches([messages_to_batch(chunk, include_headers=True)])
-        if spec.batch_format == "pandas":
+        if self.config.batch_format == "pandas":
             table = table.to_pandas()
         try:
             results = self.fn(table)
-        except spec.retry_on as exc:
+        except self.config.retry_on as exc:
             return [_failed(Outcome.RELEASE, exc) for _ in chunk]
         except Exception as exc:  # noqa: BLE001 - the user's failure is the records'
             return [_failed(Outcome.REJECT, exc) for _ in chunk]
-        if results is None:
-            return [_Verdict(Outcome.ACCEPT) for _ in chunk]
-        try:
-            if isinstance(results, pa.Array | pa.ChunkedArray):
-                results = results.to_pylist()
-            elif hasattr(results, "tolist"):  # pandas Series, numpy array
-                results = results.tolist()
-            results = list(results)
-        except TypeError as exc:
-            return [_invalid(f"the batch function returned {type(results).__name__}: {exc}")
-                    for _ in chunk]
-        if len(results) != len(chunk):
-            return [_invalid(f"the batch function returned {len(results)} results for "
-                             f"{len(chunk)} rows; return one per row, in order, or None")
-                    for _ in chunk]
-        return [self._checked(r) for r in results]
+        rows = _result_rows(results, len(chunk))
+        if isinstance(rows, _Verdict):  # one verdict for all: a copy per record
+            return [dataclasses.replace(rows) for _ in chunk]
+        return [self._checked(r) for r in rows]
 
     def _checked(self, result: Any) -> _Verdict:
         """A result as a verdict; a result that cannot be honoured is poison, not a crash."""
@@ -492,6 +481,25 @@ def _reporter(errs: list[Any]) -> Callable[[Any, Any], None]:
         errs.append(err)
 
     return on_delivery
+
+
+def _result_rows(results: Any, n: int) -> list[Any] | _Verdict:
+    """A batch function's results as one per row (None: all ACCEPT), or the verdict for all
+    ``n`` rows when they cannot be read that way."""
+    if results is None:
+        return _Verdict(Outcome.ACCEPT)
+    try:
+        if isinstance(results, pa.Array | pa.ChunkedArray):
+            results = results.to_pylist()
+        elif hasattr(results, "tolist"):  # pandas Series, numpy array
+            results = results.tolist()
+        rows = list(results)
+    except TypeError as exc:
+        return _invalid(f"the batch function returned {type(results).__name__}: {exc}")
+    if len(rows) != n:
+        return _invalid(f"the batch function returned {len(rows)} results for {n} rows; "
+                        "return one per row, in order, or None")
+    return rows
 
 
 def _invalid(why: str) -> _Verdict:
