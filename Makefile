@@ -7,8 +7,9 @@ BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 QUICK ?=
 BENCH_ARGS ?=
+JOURNAL ?=# make demo JOURNAL=s3: the demo's journal on a local S3 server (LocalS3)
 
-.PHONY: demo demo-workers test unit lint typecheck jars bench clean help
+.PHONY: demo demo-workers test test-cluster unit lint typecheck jars bench clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
@@ -42,13 +43,19 @@ unit: $(STAMP)
 test: $(STAMP) lint typecheck jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The cluster tier: a Spark standalone master and two workers (tests/cluster, marker
+# "cluster"), in a pytest process of its own; its summary shows what Spark really did.
+test-cluster: $(STAMP) jars
+	$(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS)
+
 demo: $(STAMP) jars
-	$(PY) demo/demo.py
+	$(PY) demo/demo.py $(if $(JOURNAL),--journal $(JOURNAL))
 
 # make bench QUICK=1 for the quick mode; BENCH_ARGS="--only share-*,kafka --rounds 1" etc.
 bench: $(BENCH_STAMP) jars
 	$(PY) bench/_jars.py >/dev/null
 	$(PY) bench/run.py $(if $(filter-out 0 no false,$(QUICK)),--quick) $(BENCH_ARGS)
+	$(PY) bench/journal_slot.py
 
 demo-workers: $(STAMP) jars
 	$(PY) demo/workers_demo.py

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -36,7 +35,7 @@ import _jars  # noqa: E402
 import _machine  # noqa: E402
 import _report  # noqa: E402
 
-from pyspark_kafka_share.localkafka import LocalKafka  # noqa: E402
+from pyspark_kafka_share.localkafka import LocalKafka, local_spark  # noqa: E402
 
 MASTER = "local[8]"
 SCALE_TASKS = (1, 2, 4, 8)
@@ -210,25 +209,12 @@ def log(msg: str) -> None:
 
 
 def make_spark(jars: list[Path]) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master(MASTER)
-        .appName("pyspark-kafka-share-bench")
-        .config("spark.jars", ",".join(str(j) for j in jars))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.memory", "4g")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    # local_spark's defaults (UI and progress bar off, reused Python workers, ...) plus these.
+    return local_spark(MASTER, "pyspark-kafka-share-bench", log_level="ERROR", conf={
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.driver.memory": "4g",
+        "spark.sql.streaming.numRecentProgressUpdates": "10000",
+    })
 
 
 def warm_up(bench: Bench) -> None:

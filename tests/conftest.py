@@ -14,16 +14,14 @@ automatically; ``make unit`` runs the rest.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.localkafka import LocalKafka, local_spark
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -88,20 +86,7 @@ def share_consumer(kafka: LocalKafka) -> Iterator[Callable[..., Any]]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2, 4]")  # 4 attempts per task
-        .appName("pyspark-kafka-share-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("WARN")
+    # local[2, 4]: 2 task slots, 4 attempts per task; Python workers run this interpreter.
+    session = local_spark("local[2, 4]", "pyspark-kafka-share-tests")
     yield session
     session.stop()

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from pyspark_kafka_share.localkafka.broker import (
-    ENV_BOOTSTRAP,
-    ENV_CACHE,
-    KAFKA_VERSION,
-    LocalKafka,
-    ProducerRecord,
-    cache_dir,
-    ensure_jars,
-)
+from pyspark_kafka_share.localkafka.broker import ENV_BOOTSTRAP, LocalKafka, ProducerRecord
+from pyspark_kafka_share.localkafka.jars import ENV_CACHE, KAFKA_VERSION, cache_dir, ensure_jars
+from pyspark_kafka_share.localkafka.s3 import LocalS3
+from pyspark_kafka_share.localkafka.spark import LocalSparkCluster, local_spark
 
 __all__ = [
     "ENV_BOOTSTRAP",
     "ENV_CACHE",
     "KAFKA_VERSION",
     "LocalKafka",
+    "LocalS3",
+    "LocalSparkCluster",
     "ProducerRecord",
     "cache_dir",
     "ensure_jars",
+    "local_spark",
 ]

@@ -1,0 +1,113 @@
+"""The cluster tier: the source and the queue workers on a real Spark standalone cluster.
+
+- ``cluster``: a :class:`LocalSparkCluster` (one master, two workers with one core each on
+  127.0.0.1 and 127.0.0.2, one executor JVM per worker) for the test session.
+- ``cluster_spark``: a SparkSession on it, with speculative execution on and tuned to launch
+  copies of a task that is clearly slower than the others.
+- ``journal``: where the source's journal lives, a parameter (local directory today; every
+  executor of this one-machine cluster sees it).
+- ``evidence``: lines (speculative attempts, killed executors) printed at once and again in the
+  terminal summary, so that CI output shows what the tier did.
+
+The ``kafka`` broker fixture comes from ``tests/conftest.py``. A process holds one
+SparkContext, so these tests run in a pytest process of their own (``make test-cluster``); in a
+run that also collects other tests they are skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from pyspark_kafka_share.localkafka import LocalKafka, LocalSparkCluster
+
+SPECULATION = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "200ms",
+    # Once half of a stage's tasks are done, a task running 1.5x their median (and at
+    # least 2 s) gets a copy on another executor (another host: see LocalSparkCluster).
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.multiplier": "1.5",
+    "spark.speculation.minTaskRuntime": "2s",
+}
+
+_EVIDENCE: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    cluster = [i for i in items if i.get_closest_marker("cluster") is not None]
+    if cluster and len(cluster) < len(items):
+        skip = pytest.mark.skip(reason="the cluster tier needs a pytest process of its own "
+                                       "(one SparkContext per process): make test-cluster")
+        for item in cluster:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _EVIDENCE:
+        terminalreporter.section("cluster tier: what really happened")
+        for line in _EVIDENCE:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def evidence(request: pytest.FixtureRequest) -> Any:
+    """``evidence("...")`` prints a line now and in the terminal summary."""
+    def note(line: str) -> None:
+        text = f"[{request.node.name}] {line}"
+        _EVIDENCE.append(text)
+        print(text, flush=True)
+
+    return note
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalSparkCluster]:
+    started = time.monotonic()
+    with LocalSparkCluster(workers=2, cores_per_worker=1) as c:
+        print(f"\nSpark standalone cluster up in {time.monotonic() - started:.1f}s: "
+              f"{c.master_url}, workers on {', '.join(c.hosts)}", flush=True)
+        yield c
+
+
+@pytest.fixture(scope="session")
+def cluster_spark(cluster: LocalSparkCluster, kafka: LocalKafka) -> Iterator[Any]:
+    # kafka first: the broker is started before (and stopped after) the executors using it.
+    started = time.monotonic()
+    spark = cluster.session("pyspark-kafka-share-cluster-tests", conf={
+        **SPECULATION,
+        # An executor lost to SIGKILL is a task failure; keep Spark's default of 4 attempts.
+        "spark.task.maxFailures": "4",
+    })
+    executors = [(e.worker, e.executor_id, e.host, e.pid) for e in cluster.executors()]
+    print(f"SparkSession {spark.sparkContext.applicationId} up in "
+          f"{time.monotonic() - started:.1f}s; executors (worker, id, host, pid): {executors}",
+          flush=True)
+    yield spark
+    spark.stop()
+
+
+@dataclass(frozen=True)
+class Journal:
+    """Where a query's journal lives: ``journalPath`` and the reader options it needs."""
+
+    kind: str
+    url: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+# Journal kinds the tier runs against. The executors of this one-machine cluster all see a
+# local directory; an "s3" kind (LocalS3, its endpoint and credentials in ``options``) goes here.
+JOURNAL_KINDS = ["local"]
+
+
+@pytest.fixture(params=JOURNAL_KINDS)
+def journal(request: pytest.FixtureRequest, tmp_path: Any) -> Journal:
+    if request.param == "local":
+        return Journal("local", str(tmp_path / "journal"))
+    raise AssertionError(f"unknown journal kind {request.param!r}")

@@ -1,0 +1,232 @@
+"""The kafka-share source on a Spark standalone cluster: speculative copies and a killed executor.
+
+Both tests read with ``numPartitions`` 4 into Spark's exactly-once file sink (Parquet files and
+a checkpoint) and check that the sink holds every produced record exactly once. What Spark did
+is read back from the driver's REST API (``/api/v1/applications/<id>/stages``): which task
+attempts were speculative, which failed with the executor, and which succeeded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyspark_kafka_share.localkafka import LocalKafka, LocalSparkCluster, ProducerRecord
+
+pytestmark = pytest.mark.cluster
+
+Key = tuple[str, int, int]
+
+
+def _reader(spark: Any, kafka: LocalKafka, topic: str, group: str, journal: Any,
+            **options: Any) -> Any:
+    r = (spark.readStream.format("kafka-share")
+         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+         .option("kafka.group.id", group)
+         .option("subscribe", topic)
+         .option("journalPath", journal.url)
+         .option("numPartitions", 4)
+         .option("pollTimeoutMs", 1500))
+    for k, v in {**journal.options, **options}.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def _produce(kafka: LocalKafka, topic: str, partitions: int, n: int) -> set[Key]:
+    kafka.produce(topic, (ProducerRecord(value=b"v%d" % i, key=b"k%d" % i,
+                                         partition=i % partitions) for i in range(n)),
+                  producer_config={"batch.size": "16384"})
+    per = Counter(i % partitions for i in range(n))
+    return {(topic, p, o) for p, c in per.items() for o in range(c)}
+
+
+def _sink_keys(spark: Any, out: Path) -> list[Key]:
+    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
+    return [(r.topic, r.partition, r.offset) for r in rows]
+
+
+def _assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
+    dups = [k for k, c in Counter(got).items() if c > 1]
+    assert not dups, f"{len(dups)} records in the sink twice, e.g. {dups[:3]}"
+    missing = expected - set(got)
+    assert not missing, f"{len(missing)} records missing from the sink, e.g. {sorted(missing)[:3]}"
+    assert set(got) == expected
+
+
+def _stage_ids(cluster: LocalSparkCluster, spark: Any) -> set[tuple[int, int]]:
+    return {(s["stageId"], s["attemptId"]) for s in cluster.app_api(spark, "/stages")}
+
+
+def _tasks(cluster: LocalSparkCluster, spark: Any,
+           stages: set[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Every task attempt of ``stages``, as the REST API describes it (with ``stageId``)."""
+    out = []
+    for stage_id, attempt in sorted(stages):
+        for t in cluster.app_api(spark, f"/stages/{stage_id}/{attempt}/taskList?length=10000"):
+            out.append({**t, "stageId": stage_id})
+    return out
+
+
+def _describe(t: dict[str, Any]) -> str:
+    written = (t.get("taskMetrics") or {}).get("outputMetrics", {}).get("recordsWritten")
+    error = (t.get("errorMessage") or "").splitlines()[0][:90] if t.get("errorMessage") else ""
+    return (f"stage {t['stageId']} task {t['index']} attempt {t['attempt']} (taskId "
+            f"{t['taskId']}) on executor {t['executorId']} ({t['host']}): {t['status']}"
+            f"{' speculative' if t['speculative'] else ''}, {t.get('duration', 0)} ms, "
+            f"rows written {written}{f', {error}' if error else ''}")
+
+
+def _run_to_end(query: Any, timeout_s: float = 300) -> None:
+    query.awaitTermination(timeout_s)
+    assert not query.isActive, "the AvailableNow query did not finish"
+    if query.exception() is not None:
+        raise AssertionError(f"query failed: {query.exception()}")
+
+
+def test_speculative_copies_run_and_the_sink_stays_exactly_once(
+    cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka, topic_factory: Any,
+    group: str, journal: Any, tmp_path: Path, evidence: Any,
+) -> None:
+    spark = cluster_spark
+    topic = topic_factory(2)
+    expected = _produce(kafka, topic, 2, 20_000)
+    before = _stage_ids(cluster, spark)
+    # Task 0 of the first batch holds its END for 25 s (after journaling and ACCEPTing what it
+    # read); the others end in a few seconds, so Spark launches a copy of task 0 on the other
+    # executor. The copy (attempt 1, no sleep) finds the log open and ENDs it; the original
+    # finds END taken when it wakes (or is killed first) and RELEASEs what it holds.
+    df = _reader(spark, kafka, topic, group, journal,
+                 _faultInjection="sleep-before-end:seq=1:part=0:attempt=0:ms=25000")
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True)
+         .start())
+    _run_to_end(q)
+    # Spark kills the losing attempt once the copy succeeded: wait until it is gone.
+    deadline = time.monotonic() + 60
+    while True:
+        tasks = _tasks(cluster, spark, _stage_ids(cluster, spark) - before)
+        if time.monotonic() > deadline or all(t["status"] != "RUNNING" for t in tasks):
+            break
+        time.sleep(0.5)
+    speculative = [t for t in tasks if t["speculative"]]
+    for t in tasks:
+        if t["speculative"] or t["index"] == 0:
+            evidence(_describe(t))
+    assert speculative, "Spark launched no speculative attempt: \n" + "\n".join(
+        _describe(t) for t in tasks)
+    winners = [t for t in speculative if t["status"] == "SUCCESS"]
+    assert winners, "no speculative attempt succeeded:\n" + "\n".join(map(_describe, speculative))
+    # The copy ran on the other executor, which the scheduler sees as another host.
+    for t in winners:
+        original = next(o for o in tasks if o["stageId"] == t["stageId"]
+                        and o["index"] == t["index"] and not o["speculative"])
+        assert original["host"] != t["host"]
+        assert original["status"] in ("KILLED", "SUCCESS")
+    evidence(f"{len(speculative)} speculative attempt(s), {len(winners)} succeeded; "
+             f"sink checked for {len(expected)} records")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+
+
+def _log_state(journal: Any, seq: int, part: int) -> tuple[int, bool]:
+    """(data slots, END written) of the journal's log of ``(seq, part)`` (docs/design.md:
+    a data slot is an Arrow IPC file, END a JSON document)."""
+    if journal.kind != "local":
+        raise NotImplementedError(f"reading a {journal.kind} journal")  # add with the kind
+    log = Path(journal.url) / "batches" / f"{seq:012d}" / f"{part:05d}"
+    slots, ended = 0, False
+    for slot in log.glob("*") if log.exists() else []:
+        try:
+            with open(slot, "rb") as f:
+                head = f.read(6)
+        except OSError:  # renamed away by a commit
+            continue
+        slots += head == b"ARROW1"
+        ended = ended or head.startswith(b"{")
+    return slots, ended
+
+
+def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
+    cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka, topic_factory: Any,
+    group: str, journal: Any, tmp_path: Path, evidence: Any,
+) -> None:
+    spark = cluster_spark
+    topic = topic_factory(2)
+    expected = _produce(kafka, topic, 2, 30_000)
+    before = _stage_ids(cluster, spark)
+    executors = {e.executor_id: e for e in cluster.executors()}
+    # The first attempts of tasks 0 and 1 of batch 1 hold each poll's records 2 s before
+    # journaling them, then hold their END for 15 s. The victim is the executor of the first
+    # of them seen with a journaled (and ACCEPTed) slot and no END: its retry must replay the
+    # slots and continue the log.
+    faults = ";".join(f"sleep-before-publish:seq=1:part={p}:attempt=0:ms=2000;"
+                      f"sleep-before-end:seq=1:part={p}:attempt=0:ms=15000" for p in (0, 1))
+    df = _reader(spark, kafka, topic, group, journal, _faultInjection=faults)
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True)
+         .start())
+    deadline = time.monotonic() + 120
+    slots = 0
+    chosen: dict[str, Any] | None = None
+    while chosen is None and time.monotonic() < deadline and q.isActive:
+        stages = _stage_ids(cluster, spark) - before
+        first = {min(stages)} if stages else set()  # batch 1 (Spark's batch 0)
+        for t in _tasks(cluster, spark, first):
+            if t["status"] != "RUNNING" or t["index"] > 1 or t["executorId"] not in executors:
+                continue
+            slots, ended = _log_state(journal, 1, t["index"])
+            if slots >= 1 and not ended:
+                chosen = t
+                break
+        time.sleep(0.1)
+    assert chosen is not None, (
+        f"no running task 0 or 1 of batch 1 journaled a slot before its END: nothing to kill "
+        f"mid-batch; "
+        f"query active: {q.isActive}, error: {q.exception()}; tasks:\n" + "\n".join(
+            _describe(t) for t in _tasks(cluster, spark, _stage_ids(cluster, spark) - before)))
+    victim = executors[chosen["executorId"]]
+    killed = cluster.kill_executor(victim.worker)
+    assert killed.pid == victim.pid
+    evidence(f"SIGKILLed executor {killed.executor_id} (pid {killed.pid}, worker "
+             f"{killed.worker}, {killed.host}) while task {chosen['index']} of batch 1 ran there "
+             f"with {slots} slot(s) journaled and ACCEPTed and no END")
+    with contextlib.suppress(Exception):  # a failed query raises here; checked below
+        q.awaitTermination(300)
+    assert not q.isActive, "the AvailableNow query did not finish"
+    outcome = "the query recovered by itself (tasks retried)"
+    if q.exception() is not None:
+        # A query may also fail on the lost executor; it must recover from its checkpoint.
+        evidence(f"the query failed: {str(q.exception())[:200]}; restarting it from the "
+                 f"checkpoint")
+        df2 = _reader(spark, kafka, topic, group, journal)
+        q2 = (df2.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+              .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True)
+              .start())
+        _run_to_end(q2)
+        outcome = "the query was restarted from its checkpoint"
+    tasks = _tasks(cluster, spark, _stage_ids(cluster, spark) - before)
+    lost = [t for t in tasks if t["executorId"] == killed.executor_id
+            and t["status"] != "SUCCESS"]
+    for t in lost:
+        evidence("lost with the executor: " + _describe(t))
+    assert lost, "no task attempt failed with the killed executor"
+    assert any(t["index"] == chosen["index"] and t["stageId"] == chosen["stageId"]
+               for t in lost), f"task {chosen['index']} was not running on the executor"
+    assert all("ExecutorLostFailure" in (t.get("errorMessage") or "") or
+               t["status"] == "KILLED" for t in lost), "\n".join(map(_describe, lost))
+    for t in lost:
+        retries = [r for r in tasks if r["stageId"] == t["stageId"] and r["index"] == t["index"]
+                   and r["status"] == "SUCCESS"]
+        assert retries, f"task {t['index']} of stage {t['stageId']} never succeeded"
+        evidence("retried: " + _describe(retries[0]))
+    rows = spark.read.parquet(str(tmp_path / "out")).select("deliveryCount").collect()
+    redelivered = sum(1 for r in rows if r.deliveryCount > 1)
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    evidence(f"{outcome}; the sink holds each of the {len(expected)} records once; "
+             f"{redelivered} of them have deliveryCount > 1 (the killed executor held them "
+             f"unacknowledged; the broker redelivered them)")
+    cluster.wait_for_executors(spark, timeout_s=120)  # the replacement, for the next tests
