@@ -230,3 +230,46 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
              f"{redelivered} of them have deliveryCount > 1 (the killed executor held them "
              f"unacknowledged; the broker redelivered them)")
     cluster.wait_for_executors(spark, timeout_s=120)  # the replacement, for the next tests
+
+
+def test_a_journal_path_the_executors_do_not_share_fails_clearly(
+    cluster_spark: Any, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
+    share_consumer: Any, evidence: Any,
+) -> None:
+    """A relative ``journalPath`` is a different directory for the driver (its working
+    directory) and for each executor (its own work directory), as a node-local path is on a
+    multi-node cluster. The tasks must fail on the driver's missing marker, naming the option,
+    before they acknowledge anything."""
+    import shutil
+    import uuid
+    from types import SimpleNamespace
+
+    from confluent_kafka import AcknowledgeType
+    from pyspark.errors import StreamingQueryException
+
+    topic = topic_factory(2)
+    _produce(kafka, topic, 2, 100)
+    relative = f"node-local-journal-{uuid.uuid4().hex[:8]}"
+    df = _reader(cluster_spark, kafka, topic, group, SimpleNamespace(url=relative, options={}))
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "chk")).start())
+    try:
+        with pytest.raises(StreamingQueryException) as failure:
+            q.awaitTermination(240)
+    finally:
+        q.stop()
+        shutil.rmtree(relative, ignore_errors=True)  # the driver's side, in its cwd
+    text = str(failure.value)
+    assert "option 'journalPath'" in text and "not the same place on this executor host" in text
+    evidence(f"relative journalPath {relative!r}: the query failed with: "
+             f"{text[text.index('option'):][:160]}")
+    # Nothing was acquired or acknowledged: every record comes on its first delivery.
+    consumer = share_consumer(group, [topic])
+    got: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 100 and time.monotonic() < deadline:
+        for m in consumer.poll(1.0):
+            got.append(m.delivery_count())
+            consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+        consumer.commit_sync(10)
+    assert sorted(got) == [1] * 100

@@ -400,3 +400,53 @@ def test_output_the_broker_refuses_is_never_accepted(
     assert [m.value() for m in dead] == [b"huge"]
     error = _headers(dead[0])["kafka-share.error"].decode()
     assert error.startswith("gave up after 2 attempts: output not delivered"), error
+
+
+def test_a_second_attempt_of_a_running_worker_opens_no_consumer(
+    kafka: LocalKafka, topic: str, group: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A speculative (or late) copy of a worker task waits for its worker index's lease from
+    the driver instead of joining the group as a second consumer, and ends without a consumer
+    when the holder finishes. Two attempts of worker 0 run in threads against a real broker
+    and the driver's control server, as Spark's speculation would run them."""
+    from pyspark_kafka_share.admin import ShareGroupAdmin
+    from pyspark_kafka_share.workers import loop
+    from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
+    from pyspark_kafka_share.workers.control import ControlServer
+
+    kafka.produce(topic, [b"%d" % i for i in range(50)])
+    ident = threading.local()
+    monkeypatch.setattr(loop, "attempt_identity", lambda: (0, 0, ident.attempt))
+    server = ControlServer("127.0.0.1")
+    config = WorkerConfig.create(topics=topic, group=group, time_budget_s=12,
+                                 bootstrap_servers=kafka.bootstrap_servers)
+    spec = WorkerSpec(config, lock_ms=30_000, delivery_limit=5, control=server.endpoint,
+                      report_interval_s=0.2)
+    results: dict[int, dict[str, Any]] = {}
+
+    def attempt(n: int) -> None:
+        ident.attempt = n
+        results[n] = loop.run_worker(spec, lambda r: None)
+
+    holder = threading.Thread(target=attempt, args=(0,))
+    holder.start()
+    try:
+        with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=10) as admin:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and \
+                    server.latest().get(0, {}).get("processed", 0) < 50:
+                time.sleep(0.2)
+            assert server.latest()[0]["processed"] == 50, "the first attempt did not run"
+            copy = threading.Thread(target=attempt, args=(1,))
+            copy.start()
+            time.sleep(3)
+            members = admin.describe(group).members
+            assert len(members) == 1, f"a second consumer joined: {members}"
+            copy.join(30)
+            holder.join(30)
+    finally:
+        holder.join(30)
+        server.close()
+    assert results[0]["state"] == "stopped" and results[0]["processed"] == 50
+    assert results[1]["state"] == "duplicate", results[1]
+    assert "received" not in results[1]  # it never polled
