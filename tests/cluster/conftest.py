@@ -4,8 +4,8 @@
   127.0.0.1 and 127.0.0.2, one executor JVM per worker) for the test session.
 - ``cluster_spark``: a SparkSession on it, with speculative execution on and tuned to launch
   copies of a task that is clearly slower than the others.
-- ``journal``: where the source's journal lives, a parameter (local directory today; every
-  executor of this one-machine cluster sees it).
+- ``journal``: where the source's journal lives, a parameter: a local directory (every
+  executor of this one-machine cluster sees it) and ``s3://`` on a :class:`LocalS3`.
 - ``evidence``: lines (speculative attempts, killed executors) printed at once and again in the
   terminal summary, so that CI output shows what the tier did.
 
@@ -17,13 +17,14 @@ run that also collects other tests they are skipped.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from pyspark_kafka_share.localkafka import LocalKafka, LocalSparkCluster
+from pyspark_kafka_share.localkafka import LocalKafka, LocalS3, LocalSparkCluster
 
 SPECULATION = {
     "spark.speculation": "true",
@@ -101,13 +102,24 @@ class Journal:
     options: dict[str, str] = field(default_factory=dict)
 
 
-# Journal kinds the tier runs against. The executors of this one-machine cluster all see a
-# local directory; an "s3" kind (LocalS3, its endpoint and credentials in ``options``) goes here.
-JOURNAL_KINDS = ["local"]
+# Journal kinds the tier runs against: a local directory (every executor of this one-machine
+# cluster sees it) and s3:// on LocalS3 (moto on loopback), as clusters keep it in production.
+JOURNAL_KINDS = ["local", "s3"]
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[LocalS3]:
+    with LocalS3() as server:
+        server.create_bucket("journals")
+        yield server
 
 
 @pytest.fixture(params=JOURNAL_KINDS)
 def journal(request: pytest.FixtureRequest, tmp_path: Any) -> Journal:
     if request.param == "local":
         return Journal("local", str(tmp_path / "journal"))
+    if request.param == "s3":
+        server: LocalS3 = request.getfixturevalue("s3")
+        return Journal("s3", f"s3://journals/j-{uuid.uuid4().hex[:12]}",
+                       server.journal_options())
     raise AssertionError(f"unknown journal kind {request.param!r}")

@@ -133,21 +133,17 @@ def test_speculative_copies_run_and_the_sink_stays_exactly_once(
 
 
 def _log_state(journal: Any, seq: int, part: int) -> tuple[int, bool]:
-    """(data slots, END written) of the journal's log of ``(seq, part)`` (docs/design.md:
-    a data slot is an Arrow IPC file, END a JSON document)."""
-    if journal.kind != "local":
-        raise NotImplementedError(f"reading a {journal.kind} journal")  # add with the kind
-    log = Path(journal.url) / "batches" / f"{seq:012d}" / f"{part:05d}"
-    slots, ended = 0, False
-    for slot in log.glob("*") if log.exists() else []:
-        try:
-            with open(slot, "rb") as f:
-                head = f.read(6)
-        except OSError:  # renamed away by a commit
-            continue
-        slots += head == b"ARROW1"
-        ended = ended or head.startswith(b"{")
-    return slots, ended
+    """(data slots, END written) of the journal's log of ``(seq, part)``, read with the
+    package's own journal (local directory or object store alike)."""
+    from pyspark_kafka_share.errors import JournalError
+    from pyspark_kafka_share.source.journal.journal import Journal
+
+    store_options = {k.removeprefix("journal."): v for k, v in journal.options.items()}
+    try:
+        scan = Journal(journal.url, fsync=False, options=store_options).part_log(seq, part).scan()
+    except (FileNotFoundError, JournalError):  # not there yet, or renamed away by a commit
+        return 0, False
+    return len(scan.data_slots), scan.end is not None
 
 
 def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
