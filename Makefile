@@ -15,6 +15,7 @@ help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
 	@echo "make demo-workers - queue workers scoring records (ACCEPT/RELEASE/REJECT, DLQ)"
 	@echo "make test   - lint, type-check and run all tests (real broker, local Spark)"
+	@echo "make test-cluster - the cluster tier: a Spark standalone cluster on loopback"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
 	@echo "make bench  - benchmark (~14 min; QUICK=1: ~4 min) -> docs/benchmarks/"
 
