@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord, local_spark
 
 RECORDS = 20_000
 TOPIC_PARTITIONS = 2
@@ -40,7 +40,6 @@ def main() -> int:
                     help="where the journal lives (default: $DEMO_JOURNAL or local)")
     args = ap.parse_args()
     shutil.rmtree(OUT, ignore_errors=True)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     with LocalKafka() as kafka, contextlib.ExitStack() as stack:
         journal: tuple[str, dict[str, str]] = (str(OUT / "journal"), {})
         if args.journal == "s3":
@@ -64,13 +63,10 @@ def main() -> int:
 
 
 def _run_query(kafka: LocalKafka, journal: tuple[str, dict[str, str]]) -> int:
-    from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, get_json_object, spark_partition_id
 
-    spark = (SparkSession.builder.master("local[2, 4]").appName("kafka-share-demo")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    # UI and console progress off (local_spark), Python workers run this interpreter.
+    spark = local_spark("local[2, 4]", "kafka-share-demo", log_level="ERROR")
     try:
         orders = (
             spark.readStream.format("kafka-share")

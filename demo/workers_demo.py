@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import uuid
 from collections import Counter
 
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord, local_spark
 from pyspark_kafka_share.workers import Record, Result, run_workers
 
 RECORDS = 3_000
@@ -46,9 +45,7 @@ def score(record: Record) -> Result:
 
 
 def main() -> int:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     from confluent_kafka import Consumer
-    from pyspark.sql import SparkSession
 
     with LocalKafka() as kafka:
         print(f"[1/3] Kafka broker up at {kafka.bootstrap_servers}")
@@ -64,10 +61,8 @@ def main() -> int:
         poison = sum(1 for i in range(RECORDS) if i % POISON_EVERY == 7)
         print(f"[1/3] produced {RECORDS} transactions ({poison} malformed)")
 
-        spark = (SparkSession.builder.master(f"local[{WORKERS}]").appName("workers-demo")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        # UI and console progress off (local_spark), Python workers run this interpreter.
+        spark = local_spark(f"local[{WORKERS}]", "workers-demo", log_level="ERROR")
         try:
             print(f"[2/3] {WORKERS} workers scoring (progress every 2 s)")
             summary = run_workers(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_kafka_share.errors import KafkaShareError, LocalKafkaError
-from pyspark_kafka_share.localkafka import LocalKafka, jars
+from pyspark_kafka_share.localkafka import LocalKafka, _process, jars
 from pyspark_kafka_share.localkafka import broker as localkafka
 
 
@@ -204,7 +204,7 @@ def test_jvm_spawned_from_a_short_lived_thread_outlives_the_thread() -> None:
     """PR_SET_PDEATHSIG fires when the forking *thread* ends: a broker restarted from a timer
     thread must not be killed when the timer returns."""
     procs: list[subprocess.Popen[bytes]] = []
-    thread = threading.Thread(target=lambda: procs.append(localkafka._spawn_jvm(["sleep", "60"])))
+    thread = threading.Thread(target=lambda: procs.append(_process.spawn(["sleep", "60"])))
     thread.start()
     thread.join()
     try:

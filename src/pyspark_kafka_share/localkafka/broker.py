@@ -23,31 +23,23 @@ process dies without cleaning up (``PR_SET_PDEATHSIG``). :meth:`LocalKafka.kill`
 
 from __future__ import annotations
 
-import atexit
 import base64
 import contextlib
-import ctypes
 import os
-import queue
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
-import weakref
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark_kafka_share._kafka.group import write_group_configs
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.errors import LocalKafkaError
+from pyspark_kafka_share.localkafka import _process
 from pyspark_kafka_share.localkafka.jars import (
     ENV_CACHE,
     KAFKA_VERSION,
@@ -159,88 +151,7 @@ def _cluster_id() -> str:
             return cid
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 _WORKDIR_PREFIX = "localkafka-"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _sweep_orphaned_workdirs() -> None:
-    """Delete broker data dirs left by owners that were killed (SIGKILL skips all cleanup)."""
-    for path in Path(tempfile.gettempdir()).glob(f"{_WORKDIR_PREFIX}*"):
-        try:
-            owner = int((path / "owner.pid").read_text())
-        except (OSError, ValueError):
-            continue
-        if not _pid_alive(owner):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """In the JVM's child process: ask the kernel to SIGKILL it when its parent dies."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-# PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not the process: a
-# broker (re)started from a short-lived thread (say a timer rehearsing an outage) would be
-# killed as soon as that thread returned. So JVMs are forked by the main thread, or else by
-# one daemon thread that lives as long as the process.
-_SPAWN_QUEUE: queue.SimpleQueue[tuple[Sequence[str], dict[str, Any], Future[Any]]] | None = None
-_SPAWN_LOCK = threading.Lock()
-
-
-def _spawner() -> None:  # pragma: no cover - its effects are tested through LocalKafka
-    assert _SPAWN_QUEUE is not None
-    while True:
-        argv, kwargs, future = _SPAWN_QUEUE.get()
-        try:
-            future.set_result(subprocess.Popen(argv, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            future.set_exception(exc)
-
-
-def _spawn_jvm(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    """``Popen(argv, start_new_session=True, preexec_fn=die-with-parent)`` from a long-lived
-    thread, so that the kernel kills the JVM when this process dies, and only then."""
-    global _SPAWN_QUEUE
-    kwargs.update(start_new_session=True, preexec_fn=_die_with_parent)
-    if threading.current_thread() is threading.main_thread():
-        return subprocess.Popen(argv, **kwargs)
-    with _SPAWN_LOCK:
-        if _SPAWN_QUEUE is None:
-            _SPAWN_QUEUE = queue.SimpleQueue()
-            threading.Thread(target=_spawner, name="localkafka-spawner", daemon=True).start()
-    future: Future[subprocess.Popen[bytes]] = Future()
-    _SPAWN_QUEUE.put((argv, kwargs, future))
-    return future.result()
-
-
-def _end_process_group(proc: subprocess.Popen[bytes], *, graceful: bool) -> None:
-    """SIGTERM (then SIGKILL after 15 s) or SIGKILL the JVM's process group; reap it."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM if graceful else signal.SIGKILL)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
 
 
 @dataclass(frozen=True)
@@ -254,43 +165,8 @@ class ProducerRecord:
     timestamp_ms: int | None = None
 
 
-# Every started broker, so that interpreter exit and SIGTERM stop them all.
-_LIVE: weakref.WeakSet[LocalKafka] = weakref.WeakSet()
-_LIVE_LOCK = threading.Lock()
-_ATEXIT_INSTALLED = False
-_SIGTERM_INSTALLED = False
-
-
-def _stop_all() -> None:
-    for kafka in list(_LIVE):
-        with contextlib.suppress(Exception):
-            kafka.stop()
-
-
-def _install_exit_hooks() -> None:
-    """atexit once; the SIGTERM handler once, from the main thread (signal handlers must be)."""
-    global _ATEXIT_INSTALLED, _SIGTERM_INSTALLED
-    with _LIVE_LOCK:
-        if not _ATEXIT_INSTALLED:
-            _ATEXIT_INSTALLED = True
-            atexit.register(_stop_all)
-        if _SIGTERM_INSTALLED or threading.current_thread() is not threading.main_thread():
-            return
-        _SIGTERM_INSTALLED = True
-        previous = signal.getsignal(signal.SIGTERM)
-
-        def on_term(signum: int, frame: object) -> None:
-            _stop_all()
-            if callable(previous):
-                previous(signum, frame)  # type: ignore[arg-type]
-            else:
-                raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, on_term)
-
-
 @dataclass(eq=False)
-class LocalKafka:
+class LocalKafka(_process.Harness):
     """One combined broker+controller Kafka JVM on free loopback ports, for tests and development.
 
     Life cycle: :meth:`start` (fresh data, new ports), then any number of :meth:`kill` (a
@@ -325,24 +201,10 @@ class LocalKafka:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def __enter__(self) -> LocalKafka:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     @property
     def bootstrap_servers(self) -> str:
         """``host:port`` of the broker; the same after :meth:`kill` and :meth:`restart`."""
-        if self._bootstrap is None:
-            raise LocalKafkaError("the broker is not started; call start() or use 'with'")
-        return self._bootstrap
+        return _process.started(self._bootstrap, "the broker")
 
     @property
     def log_path(self) -> Path | None:
@@ -415,12 +277,10 @@ class LocalKafka:
             return self
         java = require_tool("java", "the broker runs in a Java 17+ JVM")
         libs = ensure_jars(self.version)
-        _sweep_orphaned_workdirs()
-        workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
-        (workdir / "owner.pid").write_text(str(os.getpid()))
+        workdir = _process.make_workdir(_WORKDIR_PREFIX)
         self._workdir = workdir
         try:
-            port, controller_port = _free_port(), _free_port()
+            port, controller_port = _process.free_port(), _process.free_port()
             props = self.server_properties(port, controller_port, workdir / "data")
             conf = workdir / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -445,14 +305,13 @@ class LocalKafka:
         assert self._workdir is not None
         java = require_tool("java", "the broker runs in a Java 17+ JVM")
         libs = ensure_jars(self.version)
-        _install_exit_hooks()
-        _LIVE.add(self)
+        _process.track(self)
         with open(self._workdir / "broker.log", "ab") as log:
             if log.tell():
                 log.write(f"\n===== localkafka: restarting the broker at "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n\n".encode())
                 log.flush()
-            self._proc = _spawn_jvm(
+            self._proc = _process.spawn(
                 [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC",
                  "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={_broker_log4j(libs)}",
                  "-cp", f"{libs}/*", "kafka.Kafka", str(self._workdir / "server.properties")],
@@ -470,7 +329,7 @@ class LocalKafka:
         self._check_own("kill")
         proc, self._proc = self._proc, None
         if proc is not None:
-            _end_process_group(proc, graceful=False)
+            _process.end_process_groups([proc], graceful=False)
 
     def restart(self) -> LocalKafka:
         """Start the broker again with the same data, cluster id and ports; wait until ready.
@@ -485,7 +344,7 @@ class LocalKafka:
         self._check_own("restart")
         proc, self._proc = self._proc, None
         if proc is not None:
-            _end_process_group(proc, graceful=True)
+            _process.end_process_groups([proc], graceful=True)
         try:
             self._launch()
         except BaseException:
@@ -501,46 +360,38 @@ class LocalKafka:
                                   "the data: start() a new one)")
 
     def _log_tail(self, chars: int = 4000) -> str:
-        path = self.log_path
-        if path is None or not path.exists():
-            return "(no broker log)"
-        data = path.read_bytes()[-chars:]
-        return data.decode("utf-8", errors="replace")
+        return _process.log_tail(self.log_path, chars, "(no broker log)")
 
     def _wait_ready(self, deadline: float) -> None:
         """Until the broker answers metadata requests and every partition has a leader."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-        last: object = None
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                code = self._proc.returncode
-                raise LocalKafkaError(
-                    f"the Kafka broker exited with code {code} while starting; "
-                    f"log tail:\n{self._log_tail()}"
-                )
-            try:
-                md = admin.list_topics(timeout=2)
-                leaderless = [f"{t}-{p.id}" for t, tm in md.topics.items()
-                              for p in tm.partitions.values() if p.leader < 0]
-                if md.brokers and not leaderless:
-                    return
-                last = f"partitions without a leader: {leaderless[:5]}"
-            except Exception as exc:  # noqa: BLE001 - retried until the deadline
-                last = exc
-            time.sleep(0.2)
-        raise LocalKafkaError(
-            f"the Kafka broker at {self._bootstrap} did not answer within "
-            f"{self.start_timeout_s:.0f}s (last error: {last}); log tail:\n{self._log_tail()}"
+
+        def answers() -> bool:
+            md = admin.list_topics(timeout=2)
+            leaderless = [f"{t}-{p.id}" for t, tm in md.topics.items()
+                          for p in tm.partitions.values() if p.leader < 0]
+            if md.brokers and not leaderless:
+                return True
+            raise _process.NotReady(f"partitions without a leader: {leaderless[:5]}")
+
+        _process.wait_ready(
+            answers, deadline, interval_s=0.2,
+            children=lambda: [] if self._proc is None else [("broker", self._proc)],
+            exited=lambda _, code: (f"the Kafka broker exited with code {code} while starting; "
+                                    f"log tail:\n{self._log_tail()}"),
+            timed_out=lambda last: (
+                f"the Kafka broker at {self._bootstrap} did not answer within "
+                f"{self.start_timeout_s:.0f}s (last error: {last}); log tail:\n{self._log_tail()}"),
         )
 
     def stop(self) -> None:
         """Stop the JVM (SIGTERM, then SIGKILL after 15 s) and delete its data. Idempotent."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            _end_process_group(proc, graceful=True)
-        _LIVE.discard(self)
+            _process.end_process_groups([proc], graceful=True)
+        _process.untrack(self)
         workdir, self._workdir = self._workdir, None
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -25,7 +25,6 @@ terminates it, and on Linux the kernel kills it if the owning process dies
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -34,60 +33,19 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from pyspark_kafka_share.errors import LocalKafkaError
+from pyspark_kafka_share.localkafka import _process
 
 __all__ = ["LocalS3"]
 
 # Credentials moto accepts (it does not check signatures unless told to).
 _ACCESS_KEY = "testing"
 _SECRET_KEY = "testing"
-
-
-_LIVE: weakref.WeakSet[LocalS3] = weakref.WeakSet()
-_HOOKS_LOCK = threading.Lock()
-_HOOKS_INSTALLED = False
-
-
-def _stop_all() -> None:
-    for server in list(_LIVE):
-        with contextlib.suppress(Exception):
-            server.stop()
-
-
-def _install_exit_hooks() -> None:
-    global _HOOKS_INSTALLED
-    with _HOOKS_LOCK:
-        if _HOOKS_INSTALLED:
-            return
-        _HOOKS_INSTALLED = True
-    import atexit
-
-    atexit.register(_stop_all)
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.getsignal(signal.SIGTERM)
-
-        def on_term(signum: int, frame: object) -> None:
-            _stop_all()
-            if callable(previous):
-                previous(signum, frame)  # type: ignore[arg-type]
-            else:
-                raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, on_term)
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """In the server's process: ask the kernel to SIGKILL it when its parent (thread) dies."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _child_env() -> dict[str, str]:
@@ -99,7 +57,7 @@ def _child_env() -> dict[str, str]:
 
 
 @dataclass(eq=False)
-class LocalS3:
+class LocalS3(_process.Harness):
     """Moto's S3 server on a free loopback port, in a child process.
 
     Args:
@@ -116,20 +74,10 @@ class LocalS3:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def __enter__(self) -> LocalS3:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
     @property
     def endpoint_url(self) -> str:
         """``http://127.0.0.1:<port>`` of the running server."""
-        if self._endpoint is None:
-            raise LocalKafkaError("the S3 server is not started; call start() or use 'with'")
-        return self._endpoint
+        return _process.started(self._endpoint, "the S3 server")
 
     @property
     def log_path(self) -> Path | None:
@@ -157,15 +105,13 @@ class LocalS3:
         port_file = Path(log_name + ".port")
         try:
             with open(self._log, "wb") as log:
-                self._proc = subprocess.Popen(
+                self._proc = _process.spawn(
                     [sys.executable, "-m", "pyspark_kafka_share.localkafka.s3",
                      str(port_file)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509
                     env=_child_env(),
                 )
-            _install_exit_hooks()
-            _LIVE.add(self)
+            _process.track(self)
             port = self._wait_port(port_file, time.monotonic() + self.start_timeout_s)
             self._endpoint = f"http://127.0.0.1:{port}"
         except BaseException:
@@ -177,36 +123,29 @@ class LocalS3:
         return self
 
     def _log_tail(self, chars: int = 3000) -> str:
-        if self._log is None or not self._log.exists():
-            return "(no log)"
-        return self._log.read_bytes()[-chars:].decode("utf-8", errors="replace")
+        return _process.log_tail(self._log, chars, "(no log)")
 
     def _wait_port(self, port_file: Path, deadline: float) -> int:
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise LocalKafkaError(f"the S3 server exited with code {self._proc.returncode}"
-                                      f" while starting; log tail:\n{self._log_tail()}")
-            with contextlib.suppress(FileNotFoundError, ValueError):
-                port = int(port_file.read_text())
-                with socket.create_connection(("127.0.0.1", port), timeout=2):
-                    return port
-            time.sleep(0.05)
-        raise LocalKafkaError(f"the S3 server did not start within {self.start_timeout_s:.0f}s;"
-                              f" log tail:\n{self._log_tail()}")
+        def answers() -> int:
+            port = int(port_file.read_text())
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return port
+
+        return _process.wait_ready(
+            answers, deadline, interval_s=0.05, retry_on=(FileNotFoundError, ValueError),
+            children=lambda: [] if self._proc is None else [("server", self._proc)],
+            exited=lambda _, code: (f"the S3 server exited with code {code} while starting; "
+                                    f"log tail:\n{self._log_tail()}"),
+            timed_out=lambda _: (f"the S3 server did not start within "
+                                 f"{self.start_timeout_s:.0f}s; log tail:\n{self._log_tail()}"),
+        )
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s). Idempotent."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        _LIVE.discard(self)
+        if proc is not None:
+            _process.end_process_groups([proc], graceful=True, timeout_s=10)
+        _process.untrack(self)
         if self._log is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._log.unlink()

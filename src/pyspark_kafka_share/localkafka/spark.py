@@ -24,28 +24,22 @@ then exit because their worker is gone, and the next start sweeps anything left.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import urllib.request
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from pyspark_kafka_share.errors import LocalKafkaError
-from pyspark_kafka_share.localkafka.broker import _pid_alive, _spawn_jvm
+from pyspark_kafka_share.localkafka import _process
 from pyspark_kafka_share.localkafka.jars import require_tool
 
 if TYPE_CHECKING:
@@ -111,12 +105,6 @@ _TAG = "-Dpyspark_kafka_share.localspark="
 _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _spark_home() -> Path:
     from pyspark.find_spark_home import _find_spark_home
 
@@ -170,18 +158,6 @@ def _kill_leftovers(workdir: Path) -> list[int]:
     return killed
 
 
-def _sweep_orphaned_workdirs() -> None:
-    """Kill what clusters of owners killed with SIGKILL left behind, and delete their dirs."""
-    for path in Path(tempfile.gettempdir()).glob(f"{_WORKDIR_PREFIX}*"):
-        try:
-            owner = int((path / "owner.pid").read_text())
-        except (OSError, ValueError):
-            continue
-        if not _pid_alive(owner):
-            _kill_leftovers(path)
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def _arg_after(args: tuple[str, ...], flag: str) -> str:
     with contextlib.suppress(ValueError, IndexError):
         return args[args.index(flag) + 1]
@@ -206,43 +182,8 @@ class ExecutorProcess:
     host: str
 
 
-# Every started cluster, so that interpreter exit and SIGTERM stop them all.
-_LIVE: weakref.WeakSet[LocalSparkCluster] = weakref.WeakSet()
-_LIVE_LOCK = threading.Lock()
-_ATEXIT_INSTALLED = False
-_SIGTERM_INSTALLED = False
-
-
-def _stop_all() -> None:
-    for cluster in list(_LIVE):
-        with contextlib.suppress(Exception):
-            cluster.stop()
-
-
-def _install_exit_hooks() -> None:
-    """atexit once; the SIGTERM handler once, from the main thread (signal handlers must be)."""
-    global _ATEXIT_INSTALLED, _SIGTERM_INSTALLED
-    with _LIVE_LOCK:
-        if not _ATEXIT_INSTALLED:
-            _ATEXIT_INSTALLED = True
-            atexit.register(_stop_all)
-        if _SIGTERM_INSTALLED or threading.current_thread() is not threading.main_thread():
-            return
-        _SIGTERM_INSTALLED = True
-        previous = signal.getsignal(signal.SIGTERM)
-
-        def on_term(signum: int, frame: object) -> None:
-            _stop_all()
-            if callable(previous):
-                previous(signum, frame)  # type: ignore[arg-type]
-            else:
-                raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, on_term)
-
-
 @dataclass(eq=False)
-class LocalSparkCluster:
+class LocalSparkCluster(_process.Harness):
     """A Spark standalone master and ``workers`` workers on this machine, for tests.
 
     Each worker offers ``cores_per_worker`` cores and ``worker_memory``, so an application
@@ -281,18 +222,6 @@ class LocalSparkCluster:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def __enter__(self) -> LocalSparkCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     @property
     def master_url(self) -> str:
         """``spark://127.0.0.1:<port>``: the master to give a SparkSession."""
@@ -308,9 +237,7 @@ class LocalSparkCluster:
     @property
     def workdir(self) -> Path:
         """The cluster's temporary directory (logs, work dirs); deleted by :meth:`stop`."""
-        if self._workdir is None:
-            raise LocalKafkaError("the Spark cluster is not started; call start() or use 'with'")
-        return self._workdir
+        return _process.started(self._workdir, "the Spark cluster")
 
     @property
     def log_dir(self) -> Path:
@@ -323,8 +250,7 @@ class LocalSparkCluster:
                 for i in range(self.workers)]
 
     def _require_started(self) -> None:
-        if self._master is None:
-            raise LocalKafkaError("the Spark cluster is not started; call start() or use 'with'")
+        _process.started(self._master, "the Spark cluster")
 
     def start(self) -> LocalSparkCluster:
         """Start the master and the workers; wait until the master lists every worker ALIVE.
@@ -337,18 +263,16 @@ class LocalSparkCluster:
             raise LocalKafkaError("a LocalSparkCluster needs at least one worker with one core")
         require_tool("java", "Spark runs in a Java 17+ JVM")
         spark_class = str(_spark_home() / "bin" / "spark-class")
-        _sweep_orphaned_workdirs()
-        workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
-        (workdir / "owner.pid").write_text(str(os.getpid()))
+        # Kill what clusters of owners killed with SIGKILL left behind, and delete their dirs.
+        workdir = _process.make_workdir(_WORKDIR_PREFIX, _kill_leftovers)
         (workdir / "logs").mkdir()
         (workdir / "conf").mkdir()  # an empty SPARK_CONF_DIR: no user defaults leak in
         self._workdir = workdir
-        _install_exit_hooks()
-        _LIVE.add(self)
+        _process.track(self)
         deadline = time.monotonic() + self.start_timeout_s
         try:
-            self._master_port = _free_port("127.0.0.1")
-            self._master_ui_port = _free_port("127.0.0.1")
+            self._master_port = _process.free_port("127.0.0.1")
+            self._master_ui_port = _process.free_port("127.0.0.1")
             self._master = self._launch(
                 spark_class, "master", "127.0.0.1",
                 ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -362,8 +286,8 @@ class LocalSparkCluster:
                 self._workers.append(self._launch(
                     spark_class, f"worker-{i}", host,
                     ["org.apache.spark.deploy.worker.Worker", self.master_url,
-                     "--host", host, "--port", str(_free_port(host)),
-                     "--webui-port", str(_free_port(host)),
+                     "--host", host, "--port", str(_process.free_port(host)),
+                     "--webui-port", str(_process.free_port(host)),
                      "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
                      "--work-dir", str(work)],
                     {"SPARK_WORKER_DIR": str(work)},
@@ -397,31 +321,22 @@ class LocalSparkCluster:
         log = open(workdir / "logs" / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
         try:
             # spark-class execs the JVM: the pid is the JVM's, and PDEATHSIG carries over.
-            return _spawn_jvm([spark_class, *args], stdout=log, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env=env, cwd=str(workdir))
+            return _process.spawn([spark_class, *args], stdout=log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=env, cwd=str(workdir))
         finally:
             log.close()
 
     def _wait(self, deadline: float, what: str, ready: Callable[[], bool]) -> None:
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            for name, proc in self._named_procs():
-                if proc.poll() is not None:
-                    raise LocalKafkaError(
-                        f"the Spark {name} exited with code {proc.returncode} while waiting for "
-                        f"{what}; log tail:\n{self.log_tail(name)}"
-                    )
-            try:
-                if ready():
-                    return
-            except Exception as exc:  # noqa: BLE001 - retried until the deadline
-                last = exc
-            time.sleep(0.3)
-        tails = "\n".join(f"--- {name}:\n{self.log_tail(name, 1500)}"
-                          for name, _ in self._named_procs())
-        raise LocalKafkaError(
-            f"timed out after {self.start_timeout_s:.0f}s waiting for {what} "
-            f"(last error: {last}); log tails:\n{tails}"
+        def tails() -> str:
+            return "\n".join(f"--- {name}:\n{self.log_tail(name, 1500)}"
+                             for name, _ in self._named_procs())
+
+        _process.wait_ready(
+            lambda: ready() or None, deadline, interval_s=0.3, children=self._named_procs,
+            exited=lambda name, code: (f"the Spark {name} exited with code {code} while waiting "
+                                       f"for {what}; log tail:\n{self.log_tail(name)}"),
+            timed_out=lambda last: (f"timed out after {self.start_timeout_s:.0f}s waiting for "
+                                    f"{what} (last error: {last}); log tails:\n{tails()}"),
         )
 
     def _named_procs(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
@@ -446,9 +361,7 @@ class LocalSparkCluster:
         if self._workdir is None:
             return "(no log: the cluster is stopped)"
         path = self._workdir / "logs" / f"{name}.log"
-        if not path.exists():
-            return f"(no log at {path})"
-        return path.read_bytes()[-chars:].decode("utf-8", errors="replace")
+        return _process.log_tail(path, chars, f"(no log at {path})")
 
     def stop(self) -> None:
         """Stop the workers (and so their executors) and the master; kill whatever is left
@@ -457,21 +370,11 @@ class LocalSparkCluster:
         workers, self._workers = self._workers, []
         master, self._master = self._master, None
         for group in (workers, [master] if master is not None else []):
-            for proc in group:
-                if proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGTERM)
-            for proc in group:
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=15)
+            _process.end_process_groups(group, graceful=True)
         for proc in procs:  # executors share their worker's process group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-        _LIVE.discard(self)
+        _process.untrack(self)
         workdir, self._workdir = self._workdir, None
         if workdir is not None:
             _kill_leftovers(workdir)
@@ -499,7 +402,7 @@ class LocalSparkCluster:
             "spark.executor.cores": self.cores_per_worker,
             "spark.cores.max": self.workers * self.cores_per_worker,
             "spark.ui.enabled": "true",
-            "spark.ui.port": _free_port("127.0.0.1"),
+            "spark.ui.port": _process.free_port("127.0.0.1"),
             **(conf or {}),
         }
         spark = local_spark(self.master_url, app_name, conf=settings, log_level=log_level)
@@ -590,7 +493,7 @@ class LocalSparkCluster:
             time.sleep(0.2)
         victim = found[0]
         os.kill(victim.pid, signal.SIGKILL)
-        while _pid_alive(victim.pid) and time.monotonic() < deadline + 30:
+        while _process.pid_alive(victim.pid) and time.monotonic() < deadline + 30:
             # The worker JVM reaps it; until then it is a zombie, which no longer runs.
             with contextlib.suppress(OSError):
                 if (Path(f"/proc/{victim.pid}/stat").read_text()
