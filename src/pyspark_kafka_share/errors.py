@@ -21,7 +21,10 @@
     ├── JournalError                    the acknowledgement journal could not be read/written
     │   └── JournalClosed               a partition log was ENDed or its batch committed (a
     │                                   late task attempt; handled inside the source)
-    └── LocalKafkaError                 the local development broker could not be set up
+    └── LocalKafkaError                 a local harness (broker, S3 server, Spark cluster)
+        │                               could not be set up
+        ├── ArtifactNotFoundError       Maven Central has no such jar
+        └── NotReady                    a harness is not ready yet (retried until a deadline)
 
 Errors from confluent-kafka are mapped into this tree by :func:`from_client_error`, and Kafka
 protocol error codes by :func:`error_for`.
@@ -32,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ArtifactNotFoundError",
     "AuthorizationError",
     "BrokerError",
     "CoordinatorNotAvailableError",
@@ -44,6 +48,7 @@ __all__ = [
     "KafkaShareError",
     "LagUnavailableError",
     "LocalKafkaError",
+    "NotReady",
     "OptionError",
     "ProtocolDecodeError",
     "UnknownTopicError",
@@ -203,7 +208,15 @@ class JournalClosed(JournalError):
 
 
 class LocalKafkaError(KafkaShareError):
-    """The local Kafka broker harness could not fetch its jars or start the broker."""
+    """A local harness (Kafka broker, S3 server, Spark cluster) could not be set up."""
+
+
+class ArtifactNotFoundError(LocalKafkaError):
+    """Maven Central has no artifact of the coordinates (or version) asked for."""
+
+
+class NotReady(LocalKafkaError):
+    """Raised by a harness's readiness probe: not ready yet, and why (the last error shown)."""
 
 
 def from_client_error(exc: BaseException, context: str, fix: str = "") -> BrokerError:

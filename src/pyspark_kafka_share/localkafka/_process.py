@@ -237,10 +237,6 @@ def make_workdir(prefix: str, clean: Callable[[Path], object] | None = None) -> 
 # -- waiting until ready -----------------------------------------------------------------------
 
 
-class NotReady(Exception):
-    """Raised by a :func:`wait_ready` probe: not ready yet, and why (the last error shown)."""
-
-
 def log_tail(path: Path | None, chars: int, missing: str) -> str:
     """The last ``chars`` bytes of the log at ``path``, decoded; ``missing`` if there is none."""
     if path is None or not path.exists():

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from pyspark_kafka_share._kafka.group import write_group_configs
 from pyspark_kafka_share._kafka.produce import produce
-from pyspark_kafka_share.errors import LocalKafkaError
+from pyspark_kafka_share.errors import LocalKafkaError, NotReady
 from pyspark_kafka_share.localkafka import _process
 from pyspark_kafka_share.localkafka.jars import (
     ENV_CACHE,
@@ -374,7 +374,7 @@ class LocalKafka(_process.Harness):
                           for p in tm.partitions.values() if p.leader < 0]
             if md.brokers and not leaderless:
                 return True
-            raise _process.NotReady(f"partitions without a leader: {leaderless[:5]}")
+            raise NotReady(f"partitions without a leader: {leaderless[:5]}")
 
         _process.wait_ready(
             answers, deadline, interval_s=0.2,

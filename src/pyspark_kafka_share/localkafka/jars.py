@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from pyspark_kafka_share.errors import LocalKafkaError
+from pyspark_kafka_share.errors import ArtifactNotFoundError, LocalKafkaError
 
 __all__ = [
     "ENV_CACHE",
@@ -91,10 +91,6 @@ class Jar:
 
     artifact: Artifact
     path: Path
-
-
-class ArtifactNotFoundError(LocalKafkaError):
-    """Maven Central has no artifact of the coordinates (or version) asked for."""
 
 
 def kafka_artifacts(version: str = KAFKA_VERSION) -> list[Artifact]:
