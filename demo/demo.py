@@ -10,6 +10,9 @@
 The journal is a local directory under demo-output/; with ``--journal s3`` (``make demo
 JOURNAL=s3``, or ``DEMO_JOURNAL=s3``) it lives on a local S3 server instead (moto, started on
 127.0.0.1 by ``LocalS3``), reached through ``journal.*`` options.
+
+The demo prints only its own lines: the log lines of the Kafka clients, Spark (its JVM and
+Python workers) and the broker go to demo-output/demo.log (see ``_quiet.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+
+from _quiet import logs_to_file
 
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord, local_spark
 
@@ -40,7 +46,9 @@ def main() -> int:
                     help="where the journal lives (default: $DEMO_JOURNAL or local)")
     args = ap.parse_args()
     shutil.rmtree(OUT, ignore_errors=True)
-    with LocalKafka() as kafka, contextlib.ExitStack() as stack:
+    with logs_to_file(OUT / "demo.log") as log, LocalKafka() as kafka, \
+            contextlib.ExitStack() as stack:
+        print(f"      (log lines of the Kafka clients, Spark and the broker: {log})")
         journal: tuple[str, dict[str, str]] = (str(OUT / "journal"), {})
         if args.journal == "s3":
             from pyspark_kafka_share.localkafka.s3 import LocalS3
@@ -89,26 +97,41 @@ def _run_query(kafka: LocalKafka, journal: tuple[str, dict[str, str]]) -> int:
                  .option("path", str(OUT / "orders"))
                  .option("checkpointLocation", str(OUT / "checkpoint"))
                  .trigger(availableNow=True).start())
-        _print_progress(query)
+        finish_progress = _print_progress(query)
         query.awaitTermination()
+        finish_progress()
         return _verify(spark)
     finally:
         spark.stop()
 
 
-def _print_progress(query: object) -> None:
+def _print_progress(query: object) -> Callable[[], None]:
+    """Print each batch's progress as it ends; returns the function that prints the rest
+    (call it after the query terminated: its last batch ends after ``isActive`` turns off)."""
     seen: set[int] = set()
+    lock = threading.Lock()
 
-    def report() -> None:
-        while query.isActive:  # type: ignore[attr-defined]
+    def report_new() -> None:
+        with lock:
             for p in query.recentProgress:  # type: ignore[attr-defined]
                 if p.batchId not in seen:
                     seen.add(p.batchId)
                     print(f"      batch {p.batchId}: {p.numInputRows} rows "
-                          f"({p.processedRowsPerSecond:.0f} rows/s)")
+                          f"({p.processedRowsPerSecond:.0f} rows/s)", flush=True)
+
+    def report() -> None:
+        while query.isActive:  # type: ignore[attr-defined]
+            report_new()
             time.sleep(0.5)
 
-    threading.Thread(target=report, daemon=True).start()
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+
+    def finish() -> None:
+        thread.join()
+        report_new()
+
+    return finish
 
 
 def _verify(spark: object) -> int:

@@ -7,6 +7,10 @@
    is ACCEPTed); timeouts are RELEASEd and retried; malformed records go to 'transactions-dlq'
    with the error in headers, then are REJECTed;
 3. stop when the queue has been idle for 5 s, print the summary and verify the topics.
+
+The demo prints only its own lines (and the workers' progress): the log lines of the Kafka
+clients, Spark (its JVM and Python workers) and the broker go to demo-output/workers-demo.log
+(see ``_quiet.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import math
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
+
+from _quiet import logs_to_file
 
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord, local_spark
 from pyspark_kafka_share.workers import Record, Result, run_workers
@@ -24,6 +31,7 @@ RECORDS = 3_000
 WORKERS = 4
 POISON_EVERY = 250  # malformed JSON
 FLAKY_EVERY = 40  # the enrichment call times out on the first delivery
+LOG = Path(__file__).resolve().parent.parent / "demo-output" / "workers-demo.log"
 
 
 class EnrichmentTimeout(Exception):
@@ -47,7 +55,9 @@ def score(record: Record) -> Result:
 def main() -> int:
     from confluent_kafka import Consumer
 
-    with LocalKafka() as kafka:
+    LOG.unlink(missing_ok=True)
+    with logs_to_file(LOG), LocalKafka() as kafka:
+        print(f"      (log lines of the Kafka clients, Spark and the broker: {LOG})")
         print(f"[1/3] Kafka broker up at {kafka.bootstrap_servers}")
         for name, parts in (("transactions", 2), ("scores", 2), ("transactions-dlq", 1)):
             kafka.create_topic(name, parts)

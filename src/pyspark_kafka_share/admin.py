@@ -18,7 +18,7 @@ Errors are :class:`~pyspark_kafka_share.errors.BrokerError` subclasses (below);
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -36,6 +36,7 @@ from pyspark_kafka_share.errors import (
     KafkaApiError,
     KafkaConnectionError,
     LagUnavailableError,
+    NotAShareGroupError,
     OptionError,
     ProtocolDecodeError,
     UnknownTopicError,
@@ -56,6 +57,7 @@ __all__ = [
     "KafkaConnectionError",
     "LagUnavailableError",
     "Member",
+    "NotAShareGroupError",
     "PartitionOffset",
     "ProtocolDecodeError",
     "ShareGroupAdmin",
@@ -72,6 +74,8 @@ SHARE_GROUP_CONFIGS = (
 """The per-group configs that shape a share group's queue behaviour (see docs/operations.md)."""
 
 ResetTarget = Literal["earliest", "latest"] | datetime
+Topics = Sequence[str] | Mapping[str, Sequence[int] | None]
+"""Topic names (every partition), or ``{topic: partitions}`` (``None``: every partition)."""
 
 
 @dataclass(frozen=True)
@@ -145,12 +149,25 @@ class ShareGroupAdmin:
         """The ids of every share group in the cluster, sorted (ListGroups v5, type "share")."""
         return [g.group_id for g in self._client.list_groups(types=("share",))]
 
+    def group_type(self, group: str) -> str | None:
+        """The type of the group named ``group`` (``share``, ``classic``, ``consumer``,
+        ``streams``), or ``None`` if there is no group of that name (ListGroups v5)."""
+        for listed in self._client.list_groups(types=()):
+            if listed.group_id == group:
+                return listed.group_type or None
+        return None
+
     def describe(self, group: str) -> GroupDescription:
         """The group's state and its members with their assignments (ShareGroupDescribe).
 
-        Raises :class:`GroupNotFoundError` if no share group of that name exists.
+        Raises :class:`GroupNotFoundError` if no share group of that name exists, and its
+        subclass :class:`NotAShareGroupError` if the name is taken by a group of another type.
         """
-        described = self._client.describe_share_group(group)
+        try:
+            described = self._client.describe_share_group(group)
+        except GroupNotFoundError as exc:
+            self._raise_if_other_type(exc, group)
+            raise
         members = []
         for m in described.members:
             assignment: dict[str, list[int]] = {}
@@ -200,11 +217,12 @@ class ShareGroupAdmin:
     # -- changing ----------------------------------------------------------------------------
 
     def plan_reset(self, group: str, to: ResetTarget,
-                   topics: Sequence[str] | None = None) -> dict[str, dict[int, int]]:
+                   topics: Topics | None = None) -> dict[str, dict[int, int]]:
         """The start offsets :meth:`reset` would set, ``{topic: {partition: offset}}``.
 
         ``topics=None`` means every partition the group has share state for; naming topics
-        resets all of their partitions. Nothing is changed.
+        resets all of their partitions, and ``{topic: [partitions]}`` only those (``None`` for
+        all of a topic's). Nothing is changed.
         """
         target = _check_target(to)
         if topics is None:
@@ -213,19 +231,18 @@ class ShareGroupAdmin:
                 raise OptionError("topics", None, f"share group {group!r} has no offsets yet; "
                                   "name the topics to reset")
         else:
-            if isinstance(topics, str) or not topics:
-                raise OptionError("topics", topics, "give a non-empty list of topic names")
-            partitions = self._topic_partitions(topics)
+            partitions = self._topic_partitions(_topic_selection(topics))
         return self._resolve(partitions, target)
 
     def reset(self, group: str, to: ResetTarget,
-              topics: Sequence[str] | None = None) -> dict[str, dict[int, int]]:
+              topics: Topics | None = None) -> dict[str, dict[int, int]]:
         """Move the group's start offsets to ``"earliest"``, ``"latest"`` or a time.
 
         A timezone-aware ``datetime`` selects, per partition, the first record at or after
-        it (the end of the partition if there is none). The group must have no members:
-        otherwise :class:`GroupNotEmptyError`. A group that does not exist yet is created.
-        Returns the offsets set, ``{topic: {partition: offset}}``.
+        it (the end of the partition if there is none). ``topics`` as for :meth:`plan_reset`.
+        The group must have no members: otherwise :class:`GroupNotEmptyError`. A group that
+        does not exist yet is created; a group of another type raises
+        :class:`NotAShareGroupError`. Returns the offsets set, ``{topic: {partition: offset}}``.
         """
         plan = self.plan_reset(group, to, topics)
         what = _describe_target(to)
@@ -234,6 +251,9 @@ class ShareGroupAdmin:
         except GroupNotEmptyError as exc:
             raise self._not_empty(exc, group, f"cannot reset share group {group!r} to "
                                   f"{what}") from exc
+        except GroupNotFoundError as exc:
+            self._raise_if_other_type(exc, group)
+            raise
         failed = [(t.topic, p) for t in result.topics for p in t.partitions if p.error_code]
         if failed:
             topic, p = failed[0]
@@ -255,6 +275,9 @@ class ShareGroupAdmin:
         except GroupNotEmptyError as exc:
             raise self._not_empty(exc, group, f"cannot delete the offsets of share group "
                                   f"{group!r}") from exc
+        except GroupNotFoundError as exc:
+            self._raise_if_other_type(exc, group)
+            raise
         failed = [t for t in result.topics if t.error_code]
         if failed:
             t = failed[0]
@@ -262,7 +285,13 @@ class ShareGroupAdmin:
                             f"for topic {t.topic!r}", t.error_message)
 
     def delete_group(self, group: str) -> None:
-        """Delete the share group and its state (DeleteGroups); it must have no members."""
+        """Delete the share group and its state (DeleteGroups); it must have no members.
+
+        DeleteGroups deletes groups of any type, so the group is first described as a share
+        group: a consumer group of that name raises :class:`NotAShareGroupError` and is left
+        alone; an unknown group raises :class:`GroupNotFoundError`.
+        """
+        self.describe(group)
         try:
             self._client.delete_group(group)
         except GroupNotEmptyError as exc:
@@ -276,6 +305,20 @@ class ShareGroupAdmin:
         except BrokerError:
             context += ": the group is not empty"
         return GroupNotEmptyError(exc.code, context, exc.broker_message)
+
+    def _raise_if_other_type(self, exc: GroupNotFoundError, group: str) -> None:
+        """Raise :class:`NotAShareGroupError` for ``exc`` if ``group`` is a group of another
+        type (the broker answers GROUP_ID_NOT_FOUND for both); return if it does not exist."""
+        if isinstance(exc, NotAShareGroupError):
+            raise exc
+        try:
+            kind = self.group_type(group)
+        except BrokerError:
+            return  # the original error stands
+        if kind is not None and kind != "share":
+            raise NotAShareGroupError(
+                exc.code, f"{group!r} is a {kind} group, not a share group",
+                exc.broker_message) from exc
 
     # -- configs -----------------------------------------------------------------------------
 
@@ -306,19 +349,27 @@ class ShareGroupAdmin:
         return admin_client(ClientSettings(self.bootstrap_servers, group_id="",
                                            timeout_s=self.timeout_s))
 
-    def _topic_partitions(self, topics: Sequence[str]) -> list[tuple[str, int]]:
+    def _topic_partitions(self, topics: dict[str, list[int] | None]) -> list[tuple[str, int]]:
+        """``(topic, partition)`` pairs of the selection; unknown topics and partitions raise
+        :class:`UnknownTopicError`."""
         try:
             md = self._admin_client().list_topics(timeout=self.timeout_s)
         except Exception as exc:
             raise from_client_error(
                 exc, f"cannot read topic metadata from {self.bootstrap_servers}") from exc
         out: list[tuple[str, int]] = []
-        for topic in topics:
+        for topic, wanted in topics.items():
             meta = md.topics.get(topic)
             if meta is None or meta.error is not None:
                 raise error_for(3, f"topic {topic!r}",
                                 None if meta is None else str(meta.error))
-            out.extend((topic, p) for p in sorted(meta.partitions))
+            have = sorted(meta.partitions)
+            missing = sorted(set(wanted or ()) - set(have))
+            if missing:
+                raise UnknownTopicError(
+                    3, f"topic {topic!r} has no partition {', '.join(map(str, missing))} (its "
+                    f"partitions are {have[0]}..{have[-1]})", from_broker=False)
+            out.extend((topic, p) for p in (have if wanted is None else sorted(set(wanted))))
         return out
 
     def _resolve(self, partitions: list[tuple[str, int]],
@@ -355,6 +406,23 @@ class ShareGroupAdmin:
         except Exception as exc:
             raise from_client_error(
                 exc, f"cannot look up offsets on {self.bootstrap_servers}") from exc
+
+
+def _topic_selection(topics: Topics) -> dict[str, list[int] | None]:
+    """``topics`` as ``{topic: sorted partitions, or None for all}``; raises OptionError."""
+    if isinstance(topics, str) or not topics:
+        raise OptionError("topics", topics, "give a non-empty list of topic names or a "
+                          "{topic: [partitions]} mapping")
+    if not isinstance(topics, Mapping):
+        return dict.fromkeys(topics)
+    out: dict[str, list[int] | None] = {}
+    for topic, parts in topics.items():
+        if parts is not None and (isinstance(parts, str) or not parts or any(
+                not isinstance(p, int) or isinstance(p, bool) or p < 0 for p in parts)):
+            raise OptionError("topics", dict(topics), f"the partitions of {topic!r} must be a "
+                              "non-empty list of partition numbers (>= 0), or None for all")
+        out[topic] = None if parts is None else sorted(set(parts))
+    return out
 
 
 def _check_target(to: object) -> Literal["earliest", "latest"] | int:

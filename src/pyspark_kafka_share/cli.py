@@ -8,17 +8,78 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyspark_kafka_share import __version__
-from pyspark_kafka_share.errors import KafkaShareError
+from pyspark_kafka_share.errors import (
+    GroupNotFoundError,
+    KafkaShareError,
+    LagUnavailableError,
+    NotAShareGroupError,
+    OptionError,
+)
 
 if TYPE_CHECKING:
-    from pyspark_kafka_share.admin import PartitionOffset, ShareGroupAdmin
+    from pyspark_kafka_share.admin import GroupDescription, PartitionOffset, ShareGroupAdmin
 
-__all__ = ["main"]
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_GROUP_NOT_FOUND",
+    "EXIT_LAG_UNKNOWN",
+    "EXIT_NOT_A_SHARE_GROUP",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
+
+EXIT_OK = 0
+"""Success: what was printed is the whole answer (for ``lag``: every partition's lag is known)."""
+EXIT_ERROR = 1
+"""Any other error: broker unreachable, group not empty, unknown topic, ..."""
+EXIT_USAGE = 2
+"""Bad arguments (argparse's code), or ``reset``/``delete`` without ``--execute`` or
+``--dry-run``: the plan was printed and nothing was changed."""
+EXIT_GROUP_NOT_FOUND = 3
+"""No group of that name exists."""
+EXIT_NOT_A_SHARE_GROUP = 4
+"""A group of that name exists but is not a share group (e.g. a classic consumer group)."""
+EXIT_LAG_UNKNOWN = 5
+"""``lag``: the lag of some partition is unknown (no share state yet: no member has fetched
+from it) or the broker does not report lag; the table is printed, the total counts only the
+known partitions."""
+
+# Most specific first: NotAShareGroupError is a GroupNotFoundError.
+_EXIT_CODES: tuple[tuple[type[KafkaShareError], int], ...] = (
+    (NotAShareGroupError, EXIT_NOT_A_SHARE_GROUP),
+    (GroupNotFoundError, EXIT_GROUP_NOT_FOUND),
+    (LagUnavailableError, EXIT_LAG_UNKNOWN),
+    (OptionError, EXIT_USAGE),
+)
+
+EXIT_CODES_HELP = f"""\
+exit codes:
+  {EXIT_OK}  success: the output is the whole answer
+  {EXIT_ERROR}  any other error (broker unreachable, group not empty, unknown topic, ...)
+  {EXIT_USAGE}  bad arguments, or reset/delete without --execute or --dry-run (the plan
+     is printed, nothing is changed)
+  {EXIT_GROUP_NOT_FOUND}  no group of that name
+  {EXIT_NOT_A_SHARE_GROUP}  the group is not a share group (e.g. a classic consumer group)
+  {EXIT_LAG_UNKNOWN}  lag: some partition's lag is unknown (no member has fetched from it yet,
+     or the broker predates lag reporting); the table is printed and TOTAL-LAG
+     counts the known partitions only
+"""
+
+
+def exit_code(exc: KafkaShareError) -> int:
+    """The exit code for an error (see :data:`EXIT_CODES_HELP`)."""
+    for cls, code in _EXIT_CODES:
+        if isinstance(exc, cls):
+            return code
+    return EXIT_ERROR
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
@@ -35,14 +96,14 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         if kafka.log_path is not None:
             print(f"# broker log: {kafka.log_path}; Ctrl-C stops the broker", file=sys.stderr)
         stop.wait()
-    return 0
+    return EXIT_OK
 
 
 def _cmd_fetch_jars(args: argparse.Namespace) -> int:
     from pyspark_kafka_share.localkafka import ensure_jars
 
     print(ensure_jars(quiet=False))
-    return 0
+    return EXIT_OK
 
 
 # -- kafka-share groups ... ------------------------------------------------------------------
@@ -63,6 +124,10 @@ def _print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _note(text: str) -> None:
+    print(f"kafka-share: note: {text}", file=sys.stderr)
 
 
 def _offset_rows(offsets: Sequence[PartitionOffset]) -> list[list[object]]:
@@ -87,29 +152,66 @@ def _reset_target(text: str) -> str | datetime:
     return when if when.tzinfo is not None else when.astimezone()
 
 
-def _cmd_groups_list(args: argparse.Namespace) -> int:
-    with _group_admin(args) as admin:
-        groups = admin.list_groups()
-    if args.json:
-        _print_json(groups)
-    else:
-        for group in groups:
-            print(group)
-    return 0
+def _topic_arg(text: str) -> tuple[str, tuple[int, ...] | None]:
+    """``TOPIC`` (every partition) or ``TOPIC:P[,P...]``, as Kafka's tools take it."""
+    topic, sep, parts = text.rpartition(":")
+    if not sep:
+        topic, parts = text, ""
+    try:
+        partitions = tuple(int(p) for p in parts.split(",")) if sep else None
+    except ValueError:
+        partitions = ()
+    if not topic or partitions == () or any(p < 0 for p in partitions or ()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give TOPIC (every partition) or TOPIC:PARTITIONS with partition "
+            "numbers separated by commas, e.g. orders or orders:0,1")
+    return topic, partitions
 
 
-def _cmd_groups_describe(args: argparse.Namespace) -> int:
-    with _group_admin(args) as admin:
-        desc = admin.describe(args.group)
-        offsets = admin.offsets(args.group)
-    if args.json:
-        _print_json({
-            "group": desc.group, "state": desc.state,
-            "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.host,
-                         "assignment": m.assignment} for m in desc.members],
-            "offsets": _offset_dicts(offsets),
-        })
-        return 0
+def _topic_selection(
+    given: Sequence[tuple[str, tuple[int, ...] | None]] | None,
+) -> dict[str, list[int] | None] | None:
+    """Repeated ``--topic`` values merged: ``{topic: partitions, or None for all}``."""
+    if not given:
+        return None
+    out: dict[str, list[int] | None] = {}
+    for topic, partitions in given:
+        if partitions is None or (topic in out and out[topic] is None):
+            out[topic] = None
+        else:
+            out[topic] = sorted({*(out.get(topic) or ()), *partitions})
+    return out
+
+
+def _selection_text(topics: dict[str, list[int] | None]) -> str:
+    return ", ".join(t if ps is None else f"{t}:{','.join(map(str, ps))}"
+                     for t, ps in topics.items())
+
+
+def _group_names(args: argparse.Namespace, admin: ShareGroupAdmin) -> list[str]:
+    """The group argument, or every share group with ``--all-groups`` (exactly one given)."""
+    if args.all_groups and args.group:
+        raise OptionError("--all-groups", True, f"give either a group ({args.group!r}) or "
+                          "--all-groups, not both")
+    if not args.all_groups and not args.group:
+        raise OptionError("group", None, "give a share group's name, or --all-groups for "
+                          "every share group")
+    return admin.list_groups() if args.all_groups else [args.group]
+
+
+# -- describe ----------------------------------------------------------------------------------
+
+
+def _describe_json(desc: GroupDescription, offsets: Sequence[PartitionOffset]) -> dict[str, Any]:
+    return {
+        "group": desc.group, "state": desc.state,
+        "members": [{"member_id": m.member_id, "client_id": m.client_id, "host": m.host,
+                     "assignment": m.assignment} for m in desc.members],
+        "offsets": _offset_dicts(offsets),
+    }
+
+
+def _print_description(desc: GroupDescription, offsets: Sequence[PartitionOffset]) -> None:
     print(f"GROUP {desc.group}  STATE {desc.state}  MEMBERS {len(desc.members)}")
     if desc.members:
         print()
@@ -120,61 +222,199 @@ def _cmd_groups_describe(args: argparse.Namespace) -> int:
     if offsets:
         print()
         _print_table(["TOPIC", "PARTITION", "START-OFFSET", "LAG"], _offset_rows(offsets))
-    return 0
+
+
+def _cmd_groups_describe(args: argparse.Namespace) -> int:
+    found: list[tuple[GroupDescription, list[PartitionOffset]]] = []
+    with _group_admin(args) as admin:
+        for group in _group_names(args, admin):
+            try:
+                found.append((admin.describe(group), admin.offsets(group)))
+            except GroupNotFoundError:
+                if not args.all_groups:
+                    raise  # with --all-groups: deleted since it was listed
+    if args.json:
+        described = [_describe_json(d, o) for d, o in found]
+        _print_json(described if args.all_groups else described[0])
+        return EXIT_OK
+    for i, (desc, offsets) in enumerate(found):
+        if i:
+            print()
+        _print_description(desc, offsets)
+    return EXIT_OK
+
+
+# -- lag ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Lag:
+    group: str
+    offsets: list[PartitionOffset]
+    total: int
+
+    @property
+    def unknown(self) -> list[str]:
+        """Why this group's total is not the whole answer (empty: it is)."""
+        if not self.offsets:
+            return [f"{self.group!r} (no share state on any partition: no member has fetched "
+                    "yet, or its offsets were deleted)"]
+        return [f"{self.group!r} on {o.topic}-{o.partition}" for o in self.offsets
+                if o.lag is None]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"group": self.group, "total_lag": self.total,
+                "partitions": _offset_dicts(self.offsets)}
+
+
+def _group_lag(admin: ShareGroupAdmin, group: str) -> _Lag:
+    admin.describe(group)  # an unknown group, or one of another type, has no offsets: say so
+    offsets = admin.offsets(group)
+    return _Lag(group, offsets, admin.total_lag(group, offsets))
+
+
+def _print_lags(lags: Sequence[_Lag], all_groups: bool) -> None:
+    if not all_groups:
+        _print_table(["TOPIC", "PARTITION", "START-OFFSET", "LAG"], _offset_rows(lags[0].offsets))
+        print(f"TOTAL-LAG {lags[0].total}")
+        return
+    _print_table(["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"],
+                 [[lag.group, *row] for lag in lags for row in _offset_rows(lag.offsets)])
+    print()
+    _print_table(["GROUP", "TOTAL-LAG"], [[lag.group, lag.total] for lag in lags])
 
 
 def _cmd_groups_lag(args: argparse.Namespace) -> int:
+    lags: list[_Lag] = []
     with _group_admin(args) as admin:
-        offsets = admin.offsets(args.group)
-        total = admin.total_lag(args.group, offsets)
+        for group in _group_names(args, admin):
+            try:
+                lags.append(_group_lag(admin, group))
+            except GroupNotFoundError:
+                if not args.all_groups:
+                    raise  # with --all-groups: deleted since it was listed
     if args.json:
-        _print_json({"group": args.group, "total_lag": total,
-                     "partitions": _offset_dicts(offsets)})
-        return 0
-    _print_table(["TOPIC", "PARTITION", "START-OFFSET", "LAG"], _offset_rows(offsets))
-    print(f"TOTAL-LAG {total}")
-    return 0
+        _print_json([lag.as_json() for lag in lags] if args.all_groups else lags[0].as_json())
+    else:
+        _print_lags(lags, args.all_groups)
+    unknown = [why for lag in lags for why in lag.unknown]
+    if unknown:
+        more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
+        raise LagUnavailableError(
+            f"the lag is unknown for {'; '.join(unknown[:5])}{more}: the broker has no share "
+            "state there yet, which it creates when a member first fetches from a partition "
+            "(an empty partition stays unknown until records arrive and are fetched); the "
+            "total counts only the partitions with a known lag")
+    return EXIT_OK
+
+
+# -- reset and delete --------------------------------------------------------------------------
+
+
+def _not_executed(args: argparse.Namespace, action: str) -> None:
+    """After printing the plan: the error for neither ``--execute`` nor ``--dry-run``."""
+    if not args.execute and not args.dry_run:
+        raise OptionError("--execute", None, f"nothing was changed: add --execute to {action} "
+                          "as planned above, or --dry-run to only print the plan")
+
+
+def _membership_note(admin: ShareGroupAdmin, group: str, *, creates: bool) -> str | None:
+    """A note on what ``--execute`` would meet: members, or (reset) a group not there yet.
+
+    Raises :class:`NotAShareGroupError` for a group of another type, and (unless ``creates``)
+    :class:`GroupNotFoundError` for an unknown group.
+    """
+    try:
+        members = len(admin.describe(group).members)
+    except NotAShareGroupError:
+        raise
+    except GroupNotFoundError:
+        if not creates:
+            raise
+        return f"share group {group!r} does not exist yet: --execute creates it"
+    if members:
+        return (f"share group {group!r} has {members} member(s): --execute fails until it is "
+                "empty (stop its consumers)")
+    return None
 
 
 def _cmd_groups_reset(args: argparse.Namespace) -> int:
-    topics = args.topic or None
+    topics = _topic_selection(args.topic)
     with _group_admin(args) as admin:
-        if args.dry_run:
-            plan = admin.plan_reset(args.group, args.to, topics)
-        else:
+        note = _membership_note(admin, args.group, creates=True)
+        if args.execute:
             plan = admin.reset(args.group, args.to, topics)
+        else:
+            plan = admin.plan_reset(args.group, args.to, topics)
     rows = [[t, p, o] for t, parts in sorted(plan.items()) for p, o in sorted(parts.items())]
     target = args.to.isoformat() if isinstance(args.to, datetime) else args.to
     if args.json:
         _print_json({"group": args.group, "to": target, "dry_run": args.dry_run,
+                     "executed": args.execute,
                      "offsets": [{"topic": t, "partition": p, "start_offset": o}
                                  for t, p, o in rows]})
-        return 0
-    _print_table(["TOPIC", "PARTITION", "NEW-START-OFFSET"], rows)
-    if args.dry_run:
-        print(f"# dry run: share group {args.group!r} was not changed")
     else:
-        print(f"# share group {args.group!r} reset to {target}")
-    return 0
+        _print_table(["TOPIC", "PARTITION", "NEW-START-OFFSET"], rows)
+        print(f"# share group {args.group!r} reset to {target}" if args.execute else
+              f"# plan only: share group {args.group!r} was not changed")
+    if note and not args.execute:
+        _note(note)
+    _not_executed(args, f"reset share group {args.group!r}")
+    return EXIT_OK
+
+
+def _delete_topics(args: argparse.Namespace) -> list[str] | None:
+    topics = _topic_selection(args.topic)
+    if topics is None:
+        return None
+    if any(ps is not None for ps in topics.values()):
+        raise OptionError("--topic", _selection_text(topics), "delete forgets a topic's "
+                          "offsets on all of its partitions (Kafka deletes share-group offsets "
+                          "per topic): give topic names without ':PARTITIONS'")
+    return list(topics)
 
 
 def _cmd_groups_delete(args: argparse.Namespace) -> int:
+    topics = _delete_topics(args)
     with _group_admin(args) as admin:
-        if args.topic:
-            admin.delete_offsets(args.group, args.topic)
-        else:
+        note = _membership_note(admin, args.group, creates=False)
+        offsets = [o for o in admin.offsets(args.group) if topics is None or o.topic in topics]
+        if args.execute and topics:
+            admin.delete_offsets(args.group, topics)
+        elif args.execute:
             admin.delete_group(args.group)
+    what = (f"the offsets of share group {args.group!r} for {', '.join(topics)}" if topics
+            else f"share group {args.group!r} and its offsets")
     if args.json:
-        _print_json({"group": args.group, "deleted": "offsets" if args.topic else "group",
-                     "topics": args.topic or []})
-    elif args.topic:
-        print(f"deleted the offsets of share group {args.group!r} for {', '.join(args.topic)}")
+        _print_json({"group": args.group, "deleted": "offsets" if topics else "group",
+                     "topics": topics or [], "dry_run": args.dry_run,
+                     "executed": args.execute, "offsets": _offset_dicts(offsets)})
+    elif args.execute:
+        print(f"deleted {what}")
     else:
-        print(f"deleted share group {args.group!r}")
-    return 0
+        print(f"# plan only: would delete {what}:")
+        _print_table(["TOPIC", "PARTITION", "START-OFFSET", "LAG"], _offset_rows(offsets))
+    if note and not args.execute:
+        _note(note)
+    _not_executed(args, f"delete {what}")
+    return EXIT_OK
 
 
-def _add_groups_parser(sub: Any) -> None:
+def _cmd_groups_list(args: argparse.Namespace) -> int:
+    with _group_admin(args) as admin:
+        groups = admin.list_groups()
+    if args.json:
+        _print_json(groups)
+    else:
+        for group in groups:
+            print(group)
+    return EXIT_OK
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+def _common_options() -> argparse.ArgumentParser:
     from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP
 
     common = argparse.ArgumentParser(add_help=False)
@@ -185,35 +425,63 @@ def _add_groups_parser(sub: Any) -> None:
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="bound on each broker operation (default: 30)")
-    groups = sub.add_parser("groups", help="list, watch, reset and delete share groups")
+    return common
+
+
+def _add_command(gsub: Any, name: str, common: argparse.ArgumentParser, help_text: str,
+                 func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    cmd: argparse.ArgumentParser = gsub.add_parser(
+        name, parents=[common], help=help_text, description=help_text, epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmd.set_defaults(func=func)
+    return cmd
+
+
+def _add_group_or_all(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("group", nargs="?", help="the share group (or --all-groups)")
+    cmd.add_argument("--all-groups", action="store_true", help="every share group")
+
+
+def _add_execute_or_dry_run(cmd: argparse.ArgumentParser, action: str) -> None:
+    mode = cmd.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true", help=f"{action} (one of --execute "
+                      "and --dry-run is required: with neither, the plan is printed, nothing "
+                      f"is changed and the exit code is {EXIT_USAGE})")
+    mode.add_argument("--dry-run", action="store_true",
+                      help="only print the plan; nothing is changed")
+
+
+def _add_groups_parser(sub: Any) -> None:
+    common = _common_options()
+    groups = sub.add_parser("groups", help="list, watch, reset and delete share groups",
+                            description="List, watch, reset and delete share groups.",
+                            epilog=EXIT_CODES_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     gsub = groups.add_subparsers(dest="groups_command", required=True)
-    cmd = gsub.add_parser("list", parents=[common], help="list the share groups")
-    cmd.set_defaults(func=_cmd_groups_list)
-    cmd = gsub.add_parser("describe", parents=[common],
-                          help="state, members, assignments, start offsets and lag of a group")
-    cmd.add_argument("group")
-    cmd.set_defaults(func=_cmd_groups_describe)
-    cmd = gsub.add_parser("lag", parents=[common], help="per-partition and total lag of a group")
-    cmd.add_argument("group")
-    cmd.set_defaults(func=_cmd_groups_lag)
-    cmd = gsub.add_parser("reset", parents=[common],
-                          help="move a group's start offsets (the group must have no members)")
+    _add_command(gsub, "list", common, "list the share groups", _cmd_groups_list)
+    cmd = _add_command(gsub, "describe", common, "state, members, assignments, start offsets "
+                       "and lag of a share group", _cmd_groups_describe)
+    _add_group_or_all(cmd)
+    cmd = _add_command(gsub, "lag", common, "per-partition and total lag of a share group",
+                       _cmd_groups_lag)
+    _add_group_or_all(cmd)
+    cmd = _add_command(gsub, "reset", common, "move a share group's start offsets (the group "
+                       "must have no members)", _cmd_groups_reset)
     cmd.add_argument("group")
     cmd.add_argument("--to", required=True, type=_reset_target, metavar="earliest|latest|TIME",
                      help="earliest, latest, or an ISO-8601 time (no zone: local time)")
-    cmd.add_argument("--topic", action="append", metavar="TOPIC",
-                     help="reset every partition of this topic (repeatable; default: every "
-                          "partition the group has offsets for)")
-    cmd.add_argument("--dry-run", action="store_true",
-                     help="print the new start offsets without changing anything")
-    cmd.set_defaults(func=_cmd_groups_reset)
-    cmd = gsub.add_parser("delete", parents=[common],
-                          help="delete a group, or only its offsets for some topics "
-                               "(the group must have no members)")
+    cmd.add_argument("--topic", action="append", type=_topic_arg, metavar="TOPIC[:P,P...]",
+                     help="reset this topic's partitions: all, or the listed ones as in "
+                          "orders:0,1 (repeatable; default: every partition the group has "
+                          "offsets for)")
+    _add_execute_or_dry_run(cmd, "reset the offsets")
+    cmd = _add_command(gsub, "delete", common, "delete a share group, or only its offsets for "
+                       "some topics (the group must have no members)", _cmd_groups_delete)
     cmd.add_argument("group")
-    cmd.add_argument("--topic", action="append", metavar="TOPIC",
-                     help="delete only the group's offsets for this topic (repeatable)")
-    cmd.set_defaults(func=_cmd_groups_delete)
+    cmd.add_argument("--topic", action="append", type=_topic_arg, metavar="TOPIC",
+                     help="delete only the group's offsets for this topic, on all of its "
+                          "partitions (repeatable)")
+    _add_execute_or_dry_run(cmd, "delete")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -231,12 +499,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``kafka-share``; the exit code (``EXIT_*``; argparse exits with 2 on bad usage)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except KafkaShareError as exc:
         print(f"kafka-share: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

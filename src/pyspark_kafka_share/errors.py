@@ -6,6 +6,8 @@
     ├── OptionError (ValueError)        an option or argument is missing or bad; raised before
     │                                   a query or a worker job starts
     │   └── UnsupportedSecurityProtocolError   the protocol client speaks PLAINTEXT only
+    ├── SetupError                      this Python, or the Python Spark runs, lacks the
+    │                                   package or a dependency (names the fix)
     ├── BrokerError                     the broker or a client reported an error; never
     │   │                               swallowed and never turned into "no data"
     │   ├── KafkaConnectionError        a broker could not be reached or did not answer
@@ -15,6 +17,7 @@
     │       ├── CoordinatorNotAvailableError
     │       ├── GroupNotEmptyError
     │       ├── GroupNotFoundError
+    │       │   └── NotAShareGroupError     a group of that name exists, of another type
     │       ├── UnknownTopicError
     │       ├── AuthorizationError
     │       └── UnsupportedVersionError
@@ -48,9 +51,11 @@ __all__ = [
     "KafkaShareError",
     "LagUnavailableError",
     "LocalKafkaError",
+    "NotAShareGroupError",
     "NotReady",
     "OptionError",
     "ProtocolDecodeError",
+    "SetupError",
     "UnknownTopicError",
     "UnsupportedSecurityProtocolError",
     "UnsupportedVersionError",
@@ -76,6 +81,11 @@ class OptionError(KafkaShareError, ValueError):
         self.fix = fix
         shown = "<missing>" if value is None else repr(value)
         super().__init__(f"option {option!r} = {shown}: {fix}")
+
+
+class SetupError(KafkaShareError):
+    """A Python environment lacks this package or a dependency; the message says which
+    Python (this one, or the one Spark starts) and the command that fixes it."""
 
 
 class UnsupportedSecurityProtocolError(KafkaShareError, ValueError):
@@ -163,6 +173,13 @@ class GroupNotFoundError(KafkaApiError):
     """The group does not exist, or is not a share group (``GROUP_ID_NOT_FOUND``)."""
 
     default_hint = "No share group of that name exists (check the name and the group type)"
+
+
+class NotAShareGroupError(GroupNotFoundError):
+    """A group of that name exists but is of another type, e.g. a classic consumer group."""
+
+    default_hint = ("kafka-share manages share groups only; use kafka-consumer-groups.sh for "
+                    "consumer groups")
 
 
 class UnknownTopicError(KafkaApiError):

@@ -13,8 +13,10 @@ from confluent_kafka import AcknowledgeType
 from pyspark_kafka_share.admin import (
     GroupNotEmptyError,
     GroupNotFoundError,
+    NotAShareGroupError,
     PartitionOffset,
     ShareGroupAdmin,
+    UnknownTopicError,
 )
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
@@ -207,6 +209,11 @@ def test_reset_to_a_time_and_to_latest(
     assert admin.offsets(group) == [PartitionOffset(topic, 0, 5, 5)]
     beyond = datetime.now(timezone.utc) + timedelta(days=1)
     assert admin.plan_reset(group, beyond, topics=[topic]) == {topic: {0: 10}}
+    assert admin.plan_reset(group, "earliest", topics={topic: [0]}) == {topic: {0: 0}}
+    with pytest.raises(OptionError, match="partition numbers"):
+        admin.plan_reset(group, "earliest", topics={topic: []})
+    with pytest.raises(UnknownTopicError, match="has no partition 3"):
+        admin.plan_reset(group, "earliest", topics={topic: [0, 3]})
 
     consumer = share_consumer(group, [topic])
     assert sorted(_drain_values(consumer, 5)) == [b"new%d" % i for i in range(5)]
@@ -291,8 +298,17 @@ def test_list_groups_has_share_groups_only(
     assert group in groups
     assert classic not in groups
     assert groups == sorted(groups)
-    with pytest.raises(GroupNotFoundError, match="not a share group"):
+    assert admin.group_type(classic) == "classic"
+    assert admin.group_type(group) == "share"
+    assert admin.group_type(f"{group}-missing") is None
+    with pytest.raises(NotAShareGroupError, match="not a share group"):
         admin.describe(classic)
+    with pytest.raises(NotAShareGroupError, match=f"{classic!r} is a classic group"):
+        admin.reset(classic, "earliest", topics=[topic])
+    # DeleteGroups deletes a group of any type: delete_group must not touch a consumer group.
+    with pytest.raises(NotAShareGroupError):
+        admin.delete_group(classic)
+    assert admin.group_type(classic) == "classic"
     with pytest.raises(GroupNotFoundError):
         admin.describe(f"{group}-missing")
     assert admin.offsets(f"{group}-missing") == []
@@ -321,8 +337,6 @@ def test_cli_groups_commands(
 
     from pyspark_kafka_share import cli
 
-    if "_cmd_groups_list" not in vars(cli):
-        pytest.skip("the 'kafka-share groups' commands are not in cli.py yet")
     bootstrap = ["--bootstrap-server", kafka.bootstrap_servers]
 
     def run(*args: str) -> tuple[int, str, str]:
@@ -343,18 +357,20 @@ def test_cli_groups_commands(
     assert lag["partitions"] == [{"topic": topic, "partition": 0,
                                   "start_offset": lag["partitions"][0]["start_offset"],
                                   "lag": 6}]
-    code, _, err = run("groups", "reset", group, "--to", "earliest")
-    assert code == 1 and "not empty" in err
+    code, _, err = run("groups", "reset", group, "--to", "earliest", "--dry-run")
+    assert code == cli.EXIT_OK and "1 member(s): --execute fails" in err
+    code, _, err = run("groups", "reset", group, "--to", "earliest", "--execute")
+    assert code == cli.EXIT_ERROR and "not empty" in err
     consumer.close()
     with ShareGroupAdmin(kafka.bootstrap_servers) as admin:
         _empty(admin, group)
     code, out, _ = run("groups", "reset", group, "--to", "latest", "--dry-run", "--json")
     assert json.loads(out)["offsets"] == [{"topic": topic, "partition": 0, "start_offset": 10}]
-    code, out, _ = run("groups", "reset", group, "--to", "earliest")
+    code, out, _ = run("groups", "reset", group, "--to", "earliest", "--execute")
     assert code == 0 and topic in out
     code, out, _ = run("groups", "lag", group)
     assert code == 0 and out.splitlines()[-1] == "TOTAL-LAG 10"
-    assert run("groups", "delete", group, "--topic", topic)[0] == 0
-    assert run("groups", "delete", group)[0] == 0
+    assert run("groups", "delete", group, "--topic", topic, "--execute")[0] == 0
+    assert run("groups", "delete", group, "--execute")[0] == 0
     code, _, err = run("groups", "describe", group)
-    assert code == 1 and "GROUP_ID_NOT_FOUND" in err
+    assert code == cli.EXIT_GROUP_NOT_FOUND and "GROUP_ID_NOT_FOUND" in err
