@@ -3,7 +3,9 @@
 Concurrent attempts of one task, as Spark's speculative execution runs them.
 
 The executor-side reader is called directly (two threads, two pooled share consumers, one real
-broker, one journal): no Spark scheduling decides the interleaving, so the race is real.
+broker, one journal): no Spark scheduling decides the interleaving, so the race is real. The
+race runs with the journal on each store (the ``journal`` fixture: a local directory and
+``s3://`` on LocalS3).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from helpers import JournalAt
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP, LocalKafka, ProducerRecord
@@ -37,10 +40,13 @@ def _keys(batches: list[pa.RecordBatch]) -> list[Key]:
     return out
 
 
-def _spec(kafka: LocalKafka, topic: str, group: str, journal: Path, **opts: str) -> TaskSpec:
+def _spec(kafka: LocalKafka, topic: str, group: str, journal: Path | JournalAt,
+          **opts: str) -> TaskSpec:
+    where = journal.source_options if isinstance(journal, JournalAt) else \
+        {"journalPath": str(journal)}
     options = parse_options({
         "kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group,
-        "subscribe": topic, "journalPath": str(journal), "pollTimeoutMs": "1500",
+        "subscribe": topic, **where, "pollTimeoutMs": "1500",
         "kafka.max.poll.records": "200", **opts})
     return TaskSpec(options=options, seq=1, part=0, parts=1, max_records=None, lock_ms=30_000)
 
@@ -63,13 +69,13 @@ def _drain(kafka: LocalKafka, group: str, topic: str, share_consumer: Any) -> li
 
 
 def test_two_racing_attempts_yield_identical_rows_and_lose_nothing(
-    kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path, share_consumer: Any
+    kafka: LocalKafka, topic_factory: Any, group: str, journal: JournalAt, share_consumer: Any
 ) -> None:
     topic = topic_factory(2)
     total = 6000
     kafka.produce(topic, (ProducerRecord(value=b"%d" % i, partition=i % 2) for i in range(total)),
                   producer_config={"batch.size": "2000"})
-    spec = _spec(kafka, topic, group, tmp_path / "journal")
+    spec = _spec(kafka, topic, group, journal)
     outputs: dict[str, list[Key]] = {}
     errors: list[BaseException] = []
     start = threading.Barrier(2)
@@ -91,7 +97,7 @@ def test_two_racing_attempts_yield_identical_rows_and_lose_nothing(
     assert outputs["a"] == outputs["b"], "two attempts of one task yielded different rows"
     emitted = outputs["a"]
     assert not [k for k, c in Counter(emitted).items() if c > 1], "a record emitted twice"
-    log = Journal(str(tmp_path / "journal")).part_log(1, 0)
+    log = journal.open().part_log(1, 0)
     scan = log.scan()
     assert scan.end is not None
     writers = {log.writer(slot) for slot in scan.data_slots}

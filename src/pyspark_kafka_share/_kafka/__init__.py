@@ -4,8 +4,12 @@ Both front-ends, the ``kafka-share`` source (:mod:`pyspark_kafka_share.source`) 
 workers (:mod:`pyspark_kafka_share.workers`), stand on it, as Spark's ``kafka010`` source stands
 on its ``consumer`` package:
 
-- ``settings``: the one place that derives consumer, producer and admin client configs;
-- ``group``: broker checks, group configs, the group's backlog (lag) and start offsets;
+- ``settings``: the one place that derives consumer, producer and admin client configs, and
+  has librdkafka judge them before anything starts (``clientconf``: its refusals as option
+  errors, with a "did you mean");
+- ``logs``: every client's log lines through Python logging, quiet by default, summarized;
+- ``group``: broker checks, group configs, the group's backlog (lag) and start offsets, the
+  check that subscribed topics still exist;
 - ``share``: the share-consumer kernel: acknowledge + commit, lock deadlines, the split of
   records on their last delivery, client-error checks;
 - ``pool``: share consumers pooled per Python worker process;

@@ -1,32 +1,40 @@
 """The share group and its topics, as the broker sees them: checks done before a query or a
-worker job starts, the group's configs, its backlog (lag) and start offsets.
+worker job starts, the group's configs, its backlog (lag) and start offsets, and the check
+that the subscribed topics still exist.
 
 Clients are cached per process: the driver asks on every trigger, and a new client costs a
 connection and a metadata round trip (~60 ms measured), a cached one ~1 ms. Every call is
-bounded by the settings' timeout; every failure is a :class:`BrokerError`, never "no data".
+bounded by the settings' timeout; every failure is a :class:`BrokerError`, never "no data";
+a subscribed topic that is gone is an :class:`UnknownTopicError`, never "no data" either.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark_kafka_share._kafka.clientconf import client_config_error
+from pyspark_kafka_share._kafka.logs import ClientLog, client_config
 from pyspark_kafka_share._kafka.protocol import api_versions
 from pyspark_kafka_share._kafka.settings import ClientSettings
-from pyspark_kafka_share.errors import BrokerError, from_client_error
+from pyspark_kafka_share.errors import BrokerError, UnknownTopicError, from_client_error
 
 __all__ = [
     "Backlog",
     "BrokerFacts",
+    "TopicWatch",
     "admin_client",
+    "ensure_topics",
     "inspect_broker",
     "latest_offsets",
     "read_backlog",
     "read_group_configs",
     "read_start_offsets",
+    "waiting_partitions",
     "write_group_configs",
 ]
 
@@ -42,21 +50,40 @@ class BrokerFacts:
     delivery_limit: int
 
 
-_ADMINS: dict[tuple[tuple[str, str], ...], Any] = {}
+_ADMINS: dict[tuple[tuple[str, str], ...], tuple[Any, ClientLog]] = {}
 _ADMINS_LOCK = threading.Lock()
 
 
 def admin_client(settings: ClientSettings) -> Any:
-    """A confluent-kafka ``AdminClient`` for ``settings``, shared within the process."""
+    """A confluent-kafka ``AdminClient`` for ``settings``, shared within the process.
+
+    An admin client hands its log lines over only when polled: each call serves them."""
+    return _admin(settings)[0]
+
+
+def _admin(settings: ClientSettings) -> tuple[Any, ClientLog]:
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     conf = settings.admin()
     key = tuple(sorted(conf.items()))
     with _ADMINS_LOCK:
-        admin = _ADMINS.get(key)
-        if admin is None:
-            admin = _ADMINS[key] = AdminClient(dict(conf))
-        return admin
+        entry = _ADMINS.get(key)
+        if entry is None:
+            full = client_config(conf)
+            try:
+                entry = _ADMINS[key] = (AdminClient(full), full["logger"])
+            except (KafkaException, ValueError, TypeError) as exc:
+                names = settings.names
+                raise client_config_error(exc, conf, names.of, names.settings) from None
+    entry[0].poll(0)
+    return entry
+
+
+def _last_problem(settings: ClientSettings) -> str:
+    """What the admin client's hidden log lines last complained about, as a suffix."""
+    problem = _admin(settings)[1].last_problem
+    return f"; the client last reported: {problem}" if problem else ""
 
 
 def read_group_configs(admin: Any, group: str, timeout_s: float) -> dict[str, Any]:
@@ -87,28 +114,30 @@ def write_group_configs(admin: Any, group: str, configs: Mapping[str, str | int]
 
 
 def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
-                   bootstrap_name: str = "kafka.bootstrap.servers",
-                   topics_name: str = "subscribe") -> BrokerFacts:
+                   bootstrap_name: str | None = None,
+                   topics_name: str | None = None) -> BrokerFacts:
     """Check reachability, topics and share-group support; read the group's lock settings.
 
-    ``bootstrap_name``/``topics_name``: what errors call those settings (option or argument).
+    ``bootstrap_name``/``topics_name``: what errors call those settings (option or argument;
+    default: the settings' :class:`OptionNames`).
     """
     timeout = settings.timeout_s
     admin = admin_client(settings)
+    bootstrap_name = bootstrap_name or settings.names.bootstrap
+    topics_name = topics_name or settings.names.topics
     try:
         md = admin.list_topics(timeout=timeout)
     except Exception as exc:
         raise from_client_error(
             exc, f"option {bootstrap_name!r} = {settings.bootstrap_servers!r}: no broker "
-            f"answered within {timeout:.0f}s",
+            f"answered within {timeout:.0f}s{_last_problem(settings)}",
             "Check the address, the network and the security settings") from exc
-    missing = [t for t in topics if t not in md.topics or md.topics[t].error is not None]
+    missing = _missing(md, topics)
     if missing:
-        raise BrokerError(
-            f"option {topics_name!r} = {','.join(topics)!r}: topic(s) {missing} do not exist "
-            f"on {settings.bootstrap_servers}. Create them first (share consumers do not "
-            "create topics)"
-        )
+        raise UnknownTopicError(
+            3, f"option {topics_name!r} = {','.join(topics)!r}: topic(s) {missing} do not "
+            f"exist on {settings.bootstrap_servers}. Create them first (share consumers do "
+            "not create topics)", from_broker=False)
     _check_share_support(settings, md, timeout)
     try:
         configs = read_group_configs(admin, settings.group_id, timeout)
@@ -160,15 +189,76 @@ def set_group_configs(settings: ClientSettings, configs: Mapping[str, str], *,
 
 def latest_offsets(settings: ClientSettings, topics: Sequence[str]) -> dict[str, int]:
     """High watermarks, as {"topic:partition": offset}."""
+    md = admin_client(settings).list_topics(timeout=settings.timeout_s)
+    ensure_topics(settings, topics, md)
+    keys = [f"{t}:{p}" for t in topics for p in md.topics[t].partitions]
+    return _log_offsets(settings, keys, "latest", settings.timeout_s)
+
+
+def _log_offsets(settings: ClientSettings, keys: Sequence[str], which: str,
+                 timeout_s: float) -> dict[str, int]:
+    """The ``earliest`` (log start) or ``latest`` (high watermark) offset of each
+    ``"topic:partition"`` (ListOffsets)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    admin = admin_client(settings)
-    md = admin.list_topics(timeout=settings.timeout_s)
-    request = {TopicPartition(t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
-               for t in topics for p in md.topics[t].partitions}
-    return {f"{tp.topic}:{tp.partition}": fut.result(timeout=settings.timeout_s).offset
-            for tp, fut in admin.list_offsets(request).items()}
+    spec = (OffsetSpec.earliest if which == "earliest"
+            else OffsetSpec.latest)()  # type: ignore[no-untyped-call]
+    request = {TopicPartition(t, int(p)): spec for t, p in (k.rsplit(":", 1) for k in keys)}
+    futures = admin_client(settings).list_offsets(request, request_timeout=timeout_s)
+    return {f"{tp.topic}:{tp.partition}": fut.result(timeout=timeout_s).offset
+            for tp, fut in futures.items()}
+
+
+# -- the subscribed topics still exist ---------------------------------------------------------
+
+
+def _missing(md: Any, topics: Sequence[str]) -> list[str]:
+    """The ``topics`` the metadata ``md`` does not know (or knows as unknown)."""
+    return [t for t in topics if t not in md.topics or
+            (md.topics[t].error is not None and
+             md.topics[t].error.name() in ("UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"))]
+
+
+def ensure_topics(settings: ClientSettings, topics: Sequence[str], md: Any = None) -> None:
+    """Raise :class:`UnknownTopicError` if a subscribed topic no longer exists (read from the
+    broker's metadata unless ``md`` is given). A failed metadata read raises nothing here:
+    the caller's polls and lag reads report an unreachable broker."""
+    if md is None:
+        try:
+            md = admin_client(settings).list_topics(timeout=min(settings.timeout_s,
+                                                                _LAG_TIMEOUT_CAP_S))
+        except Exception:  # noqa: BLE001 - unreachable: reported by the caller's own reads
+            return
+    gone = _missing(md, topics)
+    if gone:
+        names = settings.names
+        raise UnknownTopicError(
+            3, f"option {names.topics!r} = {','.join(topics)!r}: topic {gone[0]!r} no longer "
+            f"exists on {settings.bootstrap_servers} (deleted while reading it; its records "
+            "and the share group's state for it are gone)",
+            hint=f"Re-create the topic, or remove it from {names.topics!r}, then start again "
+            "(a query restarts from its checkpoint and journal as they are)",
+            from_broker=False)
+
+
+@dataclass
+class TopicWatch:
+    """For a consumer's poll loop: polls of a deleted topic just come back empty (librdkafka
+    reports no error), so once no record arrived for ``after_s`` the broker's metadata is
+    checked, at most every ``every_s``; a deleted topic raises :class:`UnknownTopicError`."""
+
+    settings: ClientSettings
+    topics: Sequence[str]
+    after_s: float = 1.0
+    every_s: float = 2.0
+    last_check: float = field(default=0.0)
+
+    def check(self, idle_s: float) -> None:
+        now = time.monotonic()
+        if idle_s >= self.after_s and now - self.last_check >= self.every_s:
+            self.last_check = now
+            ensure_topics(self.settings, self.topics)
 
 
 # -- the share group's progress (the protocol client; plaintext listeners only) ---------------
@@ -215,18 +305,20 @@ def read_backlog(settings: ClientSettings, topics: Sequence[str],
     """Lag per subscribed partition (DescribeShareGroupOffsets).
 
     ``partitions``: every ``"topic:partition"`` of ``topics``, when the caller knows them;
-    read from the broker's metadata otherwise. Any failure gives an *unknown* backlog, never
-    an empty one: callers then go on polling, and polls surface real broker errors.
+    read from the broker's metadata otherwise, and then a subscribed topic that no longer
+    exists raises :class:`UnknownTopicError`. A partition without a known lag whose log is
+    empty has nothing to share (:func:`_empty_logs`). Any failure gives an *unknown* backlog,
+    never an empty one: callers then go on polling, and polls surface real broker errors.
     """
-    if not settings.plaintext:
-        return UNKNOWN_BACKLOG
+    if partitions is None:
+        partitions = _partitions(settings, topics)
+        if partitions is None:
+            return UNKNOWN_BACKLOG
+    if not settings.plaintext:  # no lag, but the partitions (for the tasks' topic checks)
+        return Backlog(None, dict.fromkeys(partitions))
     try:
         with _group_admin(settings) as admin:
             offsets = admin.offsets(settings.group_id)
-        if partitions is None:
-            md = admin_client(settings).list_topics(timeout=settings.timeout_s)
-            partitions = [f"{t}:{p}" for t in topics
-                          for p in (md.topics[t].partitions if t in md.topics else {})]
     except Exception:  # noqa: BLE001 - unknown backlog: go on, polls report errors
         return UNKNOWN_BACKLOG
     lags: dict[str, int | None] = dict.fromkeys(partitions)
@@ -234,9 +326,76 @@ def read_backlog(settings: ClientSettings, topics: Sequence[str],
         key = f"{o.topic}:{o.partition}"
         if key in lags:
             lags[key] = o.lag
+    unknown = [k for k, v in lags.items() if v is None]
+    if unknown:
+        lags.update(_empty_logs(settings, unknown))
     known = [v for v in lags.values() if v is not None]
     total = sum(known) if lags and len(known) == len(lags) else None
     return Backlog(total, lags)
+
+
+def _partitions(settings: ClientSettings, topics: Sequence[str]) -> list[str] | None:
+    """Every ``"topic:partition"`` of ``topics`` (None: the metadata could not be read);
+    raises :class:`UnknownTopicError` for a topic that no longer exists."""
+    try:
+        md = admin_client(settings).list_topics(timeout=min(settings.timeout_s,
+                                                            _LAG_TIMEOUT_CAP_S))
+    except Exception:  # noqa: BLE001 - unknown backlog: go on, polls report errors
+        return None
+    ensure_topics(settings, topics, md)
+    return [f"{t}:{p}" for t in topics for p in md.topics[t].partitions]
+
+
+_RESET_TTL_S = 30.0
+_RESETS: dict[tuple[str, str], tuple[float, str]] = {}
+
+
+def _offset_reset(settings: ClientSettings, timeout_s: float) -> str:
+    """The group's ``share.auto.offset.reset``, read at most every 30 s."""
+    key = (settings.bootstrap_servers, settings.group_id)
+    cached = _RESETS.get(key)
+    if cached is not None and time.monotonic() - cached[0] < _RESET_TTL_S:
+        return cached[1]
+    configs = read_group_configs(admin_client(settings), settings.group_id, timeout_s)
+    entry = configs.get("share.auto.offset.reset")
+    value = str(entry.value) if entry is not None else "latest"
+    _RESETS[key] = (time.monotonic(), value)
+    return value
+
+
+def _empty_logs(settings: ClientSettings, keys: Sequence[str]) -> dict[str, int]:
+    """Lag 0 for those of ``keys`` (partitions without a known lag) whose log is empty (high
+    watermark = log start offset), when the group starts new partitions at ``earliest``.
+
+    The broker reports no lag for a partition until it has records and a member fetched
+    them, so a topic never written to would read as unknown, and cost a micro-batch per
+    trigger, for ever. With ``latest`` (the broker's default) the empty batches stay: records
+    that arrive while no member fetches would be skipped when the first one does.
+    """
+    timeout_s = min(settings.timeout_s, _LAG_TIMEOUT_CAP_S)
+    try:
+        if _offset_reset(settings, timeout_s) != "earliest":
+            return {}
+        start = _log_offsets(settings, keys, "earliest", timeout_s)
+        end = _log_offsets(settings, keys, "latest", timeout_s)
+    except Exception:  # noqa: BLE001 - stays unknown
+        return {}
+    return {k: 0 for k in keys if k in start and k in end and end[k] <= start[k]}
+
+
+def waiting_partitions(settings: ClientSettings, topics: Sequence[str]) -> str:
+    """The subscribed partitions with records waiting and the group's start offset there, for
+    an error message (``"orders-0 from offset 41"``); "" when they cannot be read."""
+    if not settings.plaintext:
+        return ""
+    try:
+        with _group_admin(settings) as admin:
+            offsets = admin.offsets(settings.group_id)
+    except Exception:  # noqa: BLE001 - only decorates an error message
+        return ""
+    return ", ".join(f"{o.topic}-{o.partition}" + (
+        f" from offset {o.start_offset}" if o.start_offset is not None else "")
+        for o in offsets if o.topic in topics and o.lag)
 
 
 def read_start_offsets(settings: ClientSettings) -> dict[str, int] | None:

@@ -2,7 +2,10 @@
 
 Both front-ends hold a :class:`ClientSettings` (the source builds it from its ``kafka.*``
 options, the workers from their arguments); every confluent-kafka client and the protocol
-client is configured from it, so a security setting given once reaches all of them.
+client is configured from it, so a security setting given once reaches all of them. Its
+:class:`OptionNames` say what the front-end calls each setting, so that errors name the
+user's option (``kafka.group.id``, ``consumer_config['acks']``); :func:`check_client_config`
+has librdkafka judge every setting before anything starts.
 """
 
 from __future__ import annotations
@@ -12,13 +15,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark_kafka_share._kafka.clientconf import client_config_error
+from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share.errors import OptionError
 
 __all__ = [
     "CLIENT_OPTIONS_REJECTED",
     "DEFAULT_MAX_POLL_RECORDS",
+    "SOURCE_NAMES",
+    "WORKER_NAMES",
     "ClientSettings",
+    "OptionNames",
     "check_bootstrap",
+    "check_client_config",
     "check_group",
     "check_topics",
     "offset_reset",
@@ -43,17 +52,47 @@ _CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.dns", "
 
 
 @dataclass(frozen=True)
+class OptionNames:
+    """What a front-end calls the client settings in its errors. ``setting`` and
+    ``producer_setting`` are templates of one pass-through setting (``{}``: its key);
+    ``settings``, all of them."""
+
+    setting: str = "kafka.{}"
+    producer_setting: str = "kafka.{}"
+    bootstrap: str = "kafka.bootstrap.servers"
+    group: str = "kafka.group.id"
+    topics: str = "subscribe"
+    settings: str = "kafka.*"
+
+    def of(self, key: str, *, producer: bool = False) -> str:
+        """The user's name of client setting ``key``."""
+        if key == "group.id":
+            return self.group
+        if key in ("bootstrap.servers", "metadata.broker.list"):
+            return self.bootstrap
+        return (self.producer_setting if producer else self.setting).format(key)
+
+
+SOURCE_NAMES = OptionNames()
+"""The ``kafka-share`` source's option names."""
+WORKER_NAMES = OptionNames("consumer_config[{!r}]", "producer_config[{!r}]",
+                           "bootstrap_servers", "group", "topics", "consumer_config")
+"""The queue workers' argument names."""
+
+
+@dataclass(frozen=True)
 class ClientSettings:
     """How to reach one Kafka cluster and which share group to act for.
 
     ``extra``: the user's pass-through client settings (security, tuning); values may be
-    secrets, so they are kept out of ``repr``.
+    secrets, so they are kept out of ``repr``. ``names``: what errors call the settings.
     """
 
     bootstrap_servers: str
     group_id: str
     extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout_s: float = 30.0
+    names: OptionNames = SOURCE_NAMES
 
     @property
     def plaintext(self) -> bool:
@@ -86,13 +125,44 @@ class ClientSettings:
     def producer(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A durable producer: connection and security settings of this cluster, then
         ``overrides``; ``acks=all`` and idempotence fixed; ``message.timeout.ms`` below the
-        flush timeout callers use (``timeout_s + 5``), so an unreported record has failed."""
+        flush timeout callers use (``timeout_s + 5``), so an unreported record has failed.
+        Its log lines go through Python logging (``_kafka.logs``)."""
         shared = {k: v for k, v in self.extra if k.startswith(_CONNECTION_PREFIXES)}
         conf: dict[str, Any] = {"linger.ms": 5, **shared, **dict(overrides or {})}
         conf.update({"bootstrap.servers": self.bootstrap_servers, "acks": "all",
                      "enable.idempotence": True})
         conf.setdefault("message.timeout.ms", int(self.timeout_s * 1000))
-        return conf
+        return client_config(conf)
+
+
+def check_client_config(settings: ClientSettings,
+                        producer: Mapping[str, Any] | None = None) -> None:
+    """Have librdkafka judge every client setting now, before any task starts.
+
+    A share consumer with the consumer configuration (and, with ``producer``, a producer with
+    those overrides) is created and closed at once, without subscribing or waiting for a
+    broker (a few milliseconds). librdkafka's refusal becomes an :class:`OptionError` naming
+    the user's setting, its value (never a secret's) and the fix; the client's own exception
+    is not chained, since its text may hold a secret.
+    """
+    from confluent_kafka import KafkaException, Producer, ShareConsumer
+
+    names = settings.names
+    conf = settings.consumer(client_id="pyspark-kafka-share-check")
+    try:
+        ShareConsumer(client_config(conf)).close()
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise client_config_error(exc, conf, names.of, names.settings) from None
+    if producer is None:
+        return
+    pconf = settings.producer(producer)
+    try:
+        Producer(pconf).flush(0)
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise client_config_error(
+            exc, {k: v for k, v in pconf.items() if k != "logger"},
+            lambda k: names.of(k, producer=k not in dict(settings.extra)),
+            names.settings) from None
 
 
 # -- validation shared by the front-ends (each names its own option/argument in errors) -------

@@ -10,21 +10,27 @@ task and the queue workers both need around it:
 - :meth:`ShareSession.settle`: acknowledge (ACCEPT / RELEASE / REJECT) and ``commit_sync``;
   which partitions the broker confirmed;
 - :func:`raise_client_errors`: errors librdkafka reports only through ``error_cb`` (polls just
-  come back empty) become a :class:`BrokerError`, never "no data";
+  come back empty) become a :class:`BrokerError`, never "no data"; a fetch response larger
+  than ``receive.message.max.bytes`` becomes one that names the settings to raise;
 - :func:`split_last_delivery`: records on their last delivery, which a RELEASE would make the
   broker archive unprocessed.
 
-Explicit mode: every record of a poll must be acknowledged before the next poll.
+Explicit mode: every record of a poll must be acknowledged before the next poll. The
+consumer's log lines go through Python logging (``_kafka.logs``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark_kafka_share._kafka.group import waiting_partitions
+from pyspark_kafka_share._kafka.logs import client_config
+from pyspark_kafka_share._kafka.settings import SOURCE_NAMES, ClientSettings
 from pyspark_kafka_share.errors import BrokerError
 
 __all__ = [
@@ -52,12 +58,47 @@ SETTLE_COUNTERS = {"accept": "accepted", "release": "released", "reject": "rejec
 """Counter names of the outcomes, as both front-ends report them."""
 
 
-def raise_client_errors(errors: Sequence[Any]) -> None:
-    """Raise :class:`BrokerError` if librdkafka reported an error polls would hide."""
+# librdkafka's words for a response larger than receive.message.max.bytes (it then drops the
+# connection, and reports the broker down).
+_OVERSIZE = re.compile(r"Invalid response size (\d+) \(0\.\.(\d+)\)")
+
+
+def raise_client_errors(errors: Sequence[Any], settings: ClientSettings | None = None,
+                        topics: Sequence[str] = ()) -> None:
+    """Raise :class:`BrokerError` if librdkafka reported an error polls would hide.
+
+    A response larger than ``receive.message.max.bytes`` comes first: every later fetch of
+    the same records fails the same way. ``settings``/``topics``: to name the user's
+    settings and the partitions with records waiting. Otherwise the first failing error is
+    raised, with the last other error before it (e.g. why the brokers are down).
+    """
+    for e in errors:
+        size = _OVERSIZE.search(str(e.str()))
+        if size:
+            raise _too_large(int(size[1]), int(size[2]), settings, topics)
     bad = [e for e in errors if e.fatal() or e.name() in _FAILING_ERRORS]
     if bad:
+        others = [e for e in errors if all(e is not b for b in bad)]
+        cause = f"; before that it reported {others[-1].name()}: {others[-1].str()}" \
+            if others else ""
         raise BrokerError(f"the share consumer reported {bad[0].name()}: {bad[0].str()}"
-                          f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}")
+                          f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}{cause}")
+
+
+def _too_large(size: int, limit: int, settings: ClientSettings | None,
+               topics: Sequence[str]) -> BrokerError:
+    names = settings.names if settings is not None else SOURCE_NAMES
+    waiting = waiting_partitions(settings, topics) if settings is not None else ""
+    where = f" (records waiting: {waiting})" if waiting else ""
+    return BrokerError(
+        f"a share fetch response of {size} bytes exceeds the consumer's "
+        f"receive.message.max.bytes of {limit}: a record batch of topic(s) "
+        f"{', '.join(topics) or '?'}{where} is larger than the consumer accepts, so every "
+        "fetch fails (librdkafka then reports all brokers down). Raise "
+        f"{names.of('receive.message.max.bytes')!r} above the largest record batch (at most "
+        f"the topic's max.message.bytes), with {names.of('fetch.max.bytes')!r} at least 512 "
+        "below it. Each failed fetch costs the records it held one delivery: after the "
+        "group's share.delivery.count.limit the broker archives them")
 
 
 def lock_budget_s(lock_ms: int, safety_fraction: float) -> float:
@@ -119,7 +160,7 @@ class ShareSession:
         from confluent_kafka import ShareConsumer
 
         errors: list[Any] = []
-        consumer = ShareConsumer({**config, "error_cb": errors.append})
+        consumer = ShareConsumer(client_config({**config, "error_cb": errors.append}))
         session = cls(consumer, timeout_s, errors)
         try:
             consumer.subscribe(list(topics))

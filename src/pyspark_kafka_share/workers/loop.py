@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
+from pyspark_kafka_share._kafka.group import TopicWatch
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share._kafka.share import (
     SETTLE_COUNTERS,
@@ -170,6 +171,10 @@ class _Worker:
             config.client.consumer(client_id=f"kafka-share-worker-{self.index}",
                                    max_poll_records=config.chunk_size),
             config.topics, config.broker_timeout_s)
+        # Polls of a deleted topic just come back empty: while idle, the metadata is checked
+        # (not for an injected session: a test's, with no broker to ask).
+        self.watch = TopicWatch(config.client, config.topics, every_s=5.0) \
+            if session is None else None
         self.producer: Any = producer
         if producer is None and (config.output_topic or config.dead_letter_topic):
             from confluent_kafka import Producer
@@ -215,7 +220,8 @@ class _Worker:
         """
         errors = self.session.take_errors()
         transient = [e for e in errors if not e.fatal() and e.name() == "_ALL_BROKERS_DOWN"]
-        raise_client_errors([e for e in errors if e not in transient])
+        raise_client_errors([e for e in errors if e not in transient], self.config.client,
+                            self.config.topics)
         now = time.monotonic()
         if got_records:
             self.down_since = None
@@ -238,6 +244,8 @@ class _Worker:
                 self._check_client_errors(bool(msgs))
                 self.stats["polls"] += 1
                 if not msgs:
+                    if self.watch is not None:
+                        self.watch.check(time.monotonic() - self.last_active)
                     continue
                 self.stats["received"] += len(msgs)
                 self.last_active = time.monotonic()
