@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pyspark_kafka_share._kafka.clientconf import shown
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
     ClientSettings,
     check_bootstrap,
+    check_client_config,
     check_group,
     check_topics,
     offset_reset,
@@ -146,7 +148,8 @@ def _pass_through(options: Mapping[str, str], opts: dict[str, str], from_table: 
                 and not from_table:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f"did you mean {known[close[0]]!r}? " if close else ""
-            raise OptionError(spelled.get(key, key), value, f"unknown option; {hint}known "
+            raise OptionError(spelled.get(key, key), shown(key, value),
+                              f"unknown option; {hint}known "
                               "options: "
                               f"{', '.join(SOURCE_OPTIONS)}, kafka.* client settings and "
                               "journal.* object-store settings")
@@ -212,6 +215,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     client, journal_opts = _pass_through(options, opts, from_table)
     bootstrap = check_bootstrap(opts.get("kafka.bootstrap.servers"), "kafka.bootstrap.servers")
     group = check_group(opts.get("kafka.group.id"), "kafka.group.id")
+    check_client_config(ClientSettings(bootstrap, group, client))
     raw_topics = opts.get("subscribe")
     topics = check_topics("" if raw_topics is None else raw_topics, "subscribe")
     delivery, journal = _delivery_and_journal(opts, journal_opts)

@@ -14,10 +14,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict
 
+from pyspark_kafka_share._kafka.clientconf import shown
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
+    WORKER_NAMES,
     ClientSettings,
     check_bootstrap,
+    check_client_config,
     check_group,
     check_topics,
     offset_reset,
@@ -105,11 +108,14 @@ class WorkerConfig:
             if key not in names:
                 close = difflib.get_close_matches(key, sorted(names), n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                raise OptionError(key, value, f"unknown argument; {hint}see run_workers")
+                # Only a plain string is shown (never a secret-like one): a misspelled
+                # consumer_config or producer_config may hold passwords.
+                safe = shown(key, value) if isinstance(value, str) else "<not shown>"
+                raise OptionError(key, safe, f"unknown argument; {hint}see run_workers")
         topics = options.get("topics")
-        shown = topics if topics is None or isinstance(topics, str) else ",".join(topics)
+        listed = topics if topics is None or isinstance(topics, str) else ",".join(topics)
         values = {**options,
-                  "topics": check_topics(shown, "topics"),
+                  "topics": check_topics(listed, "topics"),
                   "group": check_group(options.get("group"), "group"),
                   "bootstrap_servers": check_bootstrap(options.get("bootstrap_servers"),
                                                        "bootstrap_servers"),
@@ -165,13 +171,16 @@ class WorkerConfig:
                 raise OptionError(f"consumer_config[{key!r}]", value,
                                   "is set by run_workers (use chunk_size for max.poll.records, "
                                   "group/bootstrap_servers/topics for the rest); remove it")
+        # librdkafka judges the rest now (typos, values), before any task starts.
+        producing = self.producer_config or self.output_topic or self.dead_letter_topic
+        check_client_config(self.client, dict(self.producer_config) if producing else None)
 
     @property
     def client(self) -> ClientSettings:
         """How the workers' clients reach the cluster (``consumer_config`` carries security
         settings to the producer too)."""
         return ClientSettings(self.bootstrap_servers, self.group, self.consumer_config,
-                              self.broker_timeout_s)
+                              self.broker_timeout_s, WORKER_NAMES)
 
     def producer_settings(self) -> dict[str, Any]:
         """The output / dead-letter producer's configuration."""
