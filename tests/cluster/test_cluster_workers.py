@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 from pyspark import cloudpickle
 
+from helpers import read_topic
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.localkafka import LocalKafka, LocalSparkCluster, ProducerRecord
 from pyspark_kafka_share.localkafka.spark import ExecutorProcess
@@ -53,30 +53,6 @@ def _calls(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
-def _read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 60.0) -> list[Any]:
-    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
-                  "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    c.subscribe([topic])
-    out: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    quiet_until = None
-    try:
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                if len(out) >= expect:
-                    quiet_until = quiet_until or time.monotonic() + 2
-                    if time.monotonic() >= quiet_until:
-                        break
-                continue
-            assert m.error() is None, m.error()
-            out.append(m)
-    finally:
-        c.close()
-    return out
 
 
 def _lag(kafka: LocalKafka, group: str, timeout_s: float = 30.0) -> int | None:
@@ -152,7 +128,8 @@ def killed_run(cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka
     assert "killed" in state, (f"the executor was never killed (errors: {state.get('errors')}, "
                                f"worker 0's last report: {state.get('last')}); summary:\n{summary}")
     cluster.wait_for_executors(cluster_spark, timeout_s=120)  # the replacement
-    outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, N))
+    outputs = Counter((m.value() or b"").decode()
+                      for m in read_topic(kafka, out, N, timeout_s=60.0))
     return KilledRun(summary=summary, calls=_calls(Path(log)), killed=state["killed"], victim=0,
                      reported_before_kill=state["report"], lag=_lag(kafka, group),
                      outputs=outputs)

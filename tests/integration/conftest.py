@@ -1,8 +1,11 @@
 """Integration fixtures for object-store journals.
 
-- ``s3``: one :class:`LocalS3` (moto's S3 on 127.0.0.1) for the session, with a bucket.
-- ``s3_journal``: a fresh ``s3://`` journal URL on it and the ``journal.*`` options that
-  reach it (endpoint and test credentials).
+- ``s3``: one :class:`LocalS3` (moto's S3 on 127.0.0.1) for the session, with a bucket
+  (shared with the unit tier's: ``helpers.shared_s3``).
+- ``s3_journal``: a fresh ``s3://`` journal on it (a :class:`helpers.JournalAt`: ``.url``,
+  ``.options`` with the ``journal.*`` options that reach it, ``.open()`` the ``Journal``).
+- ``journal``: the same, parametrized over the journal kinds (``local``: a directory under
+  ``tmp_path``; ``s3``): a test taking it runs once per kind.
 
 No test may reach a real cloud: unless the environment already names one, the standard AWS
 variables point S3 clients at a closed loopback port with dummy credentials, so a journal URL
@@ -15,12 +18,12 @@ them too.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from helpers import JournalAt, journal_at, shared_s3
 from pyspark_kafka_share.localkafka.s3 import LocalS3
 
 _CLOSED_LOOPBACK = "http://127.0.0.1:9"  # discard port: nothing listens, refused at once
@@ -29,29 +32,22 @@ for _name, _value in {"AWS_ENDPOINT_URL": _CLOSED_LOOPBACK, "AWS_ACCESS_KEY_ID":
                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
     os.environ.setdefault(_name, _value)
 
-BUCKET = "journals"
+JOURNAL_KINDS = ["local", "s3"]
 
 
 @pytest.fixture(scope="session")
 def s3() -> Iterator[LocalS3]:
-    with LocalS3() as server:
-        server.create_bucket(BUCKET)
+    with shared_s3() as server:
         yield server
 
 
-@dataclass(frozen=True)
-class S3Journal:
-    """A journal location on the test server."""
-
-    url: str
-    options: dict[str, str]  # journal.<key> -> value, as source options
-
-    @property
-    def store_options(self) -> dict[str, str]:
-        """The same without the ``journal.`` prefix, as :class:`Journal` takes them."""
-        return {k.removeprefix("journal."): v for k, v in self.options.items()}
-
-
 @pytest.fixture
-def s3_journal(s3: LocalS3) -> S3Journal:
-    return S3Journal(f"s3://{BUCKET}/j-{uuid.uuid4().hex[:12]}", s3.journal_options())
+def s3_journal(s3: LocalS3, tmp_path: Path) -> JournalAt:
+    return journal_at("s3", tmp_path, s3)
+
+
+@pytest.fixture(params=JOURNAL_KINDS)
+def journal(request: pytest.FixtureRequest, tmp_path: Path) -> JournalAt:
+    """A fresh journal of each kind: the tests that take it run once per kind."""
+    server = request.getfixturevalue("s3") if request.param == "s3" else None
+    return journal_at(request.param, tmp_path, server)

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer
+from confluent_kafka import AcknowledgeType
 from pyspark import cloudpickle
 
+from helpers import read_topic
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import (
@@ -36,32 +37,6 @@ from pyspark_kafka_share.workers import (
 # The worker functions below (and the helpers they call) run in Spark's Python workers, which
 # cannot import this test module: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def _read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,
-                settle_s: float = 2.0) -> list[Any]:
-    """Every record of ``topic`` (classic consumer from the start), waiting for ``expect``."""
-    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
-                  "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    c.subscribe([topic])
-    out: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    quiet_until = None
-    try:
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                if len(out) >= expect:
-                    quiet_until = quiet_until or time.monotonic() + settle_s
-                    if time.monotonic() >= quiet_until:
-                        break
-                continue
-            assert m.error() is None, m.error()
-            out.append(m)
-    finally:
-        c.close()
-    return out
 
 
 def _drain_share(share_consumer: Callable[..., Any], group: str, topic: str,
@@ -129,10 +104,10 @@ def test_outcomes_dead_letters_and_outputs_reach_the_broker(
     assert (t["accepted"], t["released"], t["rejected"], t["dead_lettered"], t["outputs"]) \
         == (20, 10, 10, 10, 20), str(summary)
     assert summary.stop_reason == "idle timeout"
-    outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, 20))
+    outputs = Counter((m.value() or b"").decode() for m in read_topic(kafka, out, 20))
     assert outputs == Counter([f"ok-{i}:dc=1" for i in range(10)]
                               + [f"retry-{i}:dc=2" for i in range(10)])
-    dead = _read_topic(kafka, dlq, 10)
+    dead = read_topic(kafka, dlq, 10)
     assert sorted((m.value() or b"").decode() for m in dead) == \
         sorted(f"poison-{i}" for i in range(10))
     for m in dead:
@@ -174,7 +149,7 @@ def test_max_attempts_then_dead_letter_and_non_retryable_errors(
     calls = [(c["value"], c["dc"]) for c in _calls(Path(log))]
     assert sorted(calls) == sorted([("flaky", 1), ("flaky", 2), ("flaky", 3), ("broken", 1),
                                     ("fine", 1)])
-    dead = {(m.value() or b"").decode(): _headers(m) for m in _read_topic(kafka, dlq, 2)}
+    dead = {(m.value() or b"").decode(): _headers(m) for m in read_topic(kafka, dlq, 2)}
     assert set(dead) == {"flaky", "broken"}
     assert dead["flaky"]["kafka-share.attempts"] == b"3"
     assert dead["flaky"]["kafka-share.error"].startswith(b"gave up after 3 attempts: Timeout")
@@ -199,7 +174,7 @@ def test_batch_form_with_pandas_and_arrow(
                           bootstrap_servers=kafka.bootstrap_servers, batch_format="pandas",
                           output_topic=out, idle_timeout_s=5, on_progress=False)
     assert (summary.totals["accepted"], summary.totals["rejected"]) == (45, 5)
-    got = sorted(int(m.value()) for m in _read_topic(kafka, out, 45))
+    got = sorted(int(m.value()) for m in read_topic(kafka, out, 45))
     assert got == sorted(i * i for i in range(50) if i % 10)
 
     # Arrow: a None result accepts the whole batch.
@@ -278,7 +253,7 @@ def test_killed_worker_loses_nothing(
     lost = [(w["worker"], w["attempt"]) for w in summary.failed_attempts]
     assert lost == [(victim, 0)], f"the killed attempt is not shown as lost:\n{summary}"
     assert "died" in str(summary)
-    outputs = Counter((m.value() or b"").decode() for m in _read_topic(kafka, out, n))
+    outputs = Counter((m.value() or b"").decode() for m in read_topic(kafka, out, n))
     assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
     # The records the dead worker held came back: delivered more than once.
     assert any(c["dc"] > 1 for c in calls)
@@ -395,8 +370,8 @@ def test_output_the_broker_refuses_is_never_accepted(
     t = summary.totals
     # "huge": output refused -> RELEASE (attempt 1) -> refused again -> dead letter, REJECT.
     assert (t["accepted"], t["released"], t["rejected"], t["produce_failures"]) == (1, 1, 1, 2)
-    assert [m.value() for m in _read_topic(kafka, small, 1)] == [b"tiny"]
-    dead = _read_topic(kafka, dlq, 1)
+    assert [m.value() for m in read_topic(kafka, small, 1)] == [b"tiny"]
+    dead = read_topic(kafka, dlq, 1)
     assert [m.value() for m in dead] == [b"huge"]
     error = _headers(dead[0])["kafka-share.error"].decode()
     assert error.startswith("gave up after 2 attempts: output not delivered"), error

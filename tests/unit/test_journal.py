@@ -1,18 +1,46 @@
-"""The journal's slot protocol on a real local filesystem (no broker, no Spark)."""
+"""The journal's slot protocol (no broker, no Spark) and the checks of ``journalPath`` at
+``load()``.
+
+Tests taking the ``journal`` fixture run once per store: a real local filesystem and ``s3://``
+on a local S3 server (moto, :class:`LocalS3`, shared with the integration tier); the rest run on
+the local filesystem. They inspect the journal through the package's :class:`Journal`.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from helpers import JournalAt, journal_at, read_only_dir, shared_s3
 from pyspark_kafka_share._kafka.arrow import arrow_schema
-from pyspark_kafka_share.errors import JournalClosed
+from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
+from pyspark_kafka_share.localkafka import LocalS3
+from pyspark_kafka_share.source.journal import journal as journal_module
+from pyspark_kafka_share.source.journal import stores
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, ScanResult
+from pyspark_kafka_share.source.options import parse_options
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[LocalS3]:
+    with shared_s3() as server:
+        yield server
+
+
+@pytest.fixture(params=["local", "s3"])
+def journal(request: pytest.FixtureRequest, tmp_path: Path) -> JournalAt:
+    """A fresh journal on each store: a directory under ``tmp_path``, ``s3://`` on LocalS3."""
+    server = request.getfixturevalue("s3") if request.param == "s3" else None
+    return journal_at(request.param, tmp_path, server)
 
 
 def _batch(topic: str, offsets: list[int]) -> pa.RecordBatch:
@@ -32,8 +60,8 @@ def _offsets(journal: Journal, scan: ScanResult, seq: int = 1) -> list[int]:
     return [o for b in journal.part_log(seq, 0).read(scan) for o in b.column("offset").to_pylist()]
 
 
-def test_slots_are_exclusive_and_nothing_follows_end(tmp_path: Path) -> None:
-    j = Journal(str(tmp_path))
+def test_slots_are_exclusive_and_nothing_follows_end(journal: JournalAt) -> None:
+    j = journal.open()
     a, b = j.part_log(1, 0), j.part_log(1, 0)
     a.open()
     b.open()
@@ -50,8 +78,8 @@ def test_slots_are_exclusive_and_nothing_follows_end(tmp_path: Path) -> None:
         "slot metadata must not leak into the schema Spark checks"
 
 
-def test_concurrent_creators_exactly_one_wins_each_slot(tmp_path: Path) -> None:
-    j = Journal(str(tmp_path), fsync=False)
+def test_concurrent_creators_exactly_one_wins_each_slot(journal: JournalAt) -> None:
+    j = journal.open(fsync=False)
     j.part_log(1, 0).open()
     won: list[int] = []
     lock = threading.Lock()
@@ -73,8 +101,16 @@ def test_concurrent_creators_exactly_one_wins_each_slot(tmp_path: Path) -> None:
     assert sorted(_offsets(j, scan)) == sorted(i * 100 + k for i in range(4) for k in range(20))
 
 
-def test_dedup_finds_published_keys_before_and_after_commit(tmp_path: Path) -> None:
-    j = Journal(str(tmp_path))
+def test_dedup_finds_published_keys_before_and_after_commit_and_one_query_owns_it(
+    journal: JournalAt,
+) -> None:
+    j = journal.open()
+    assert j.in_use() is None
+    j.claim("query-a")
+    j.claim("query-a")
+    journal_module._CLAIMED.pop(j.uri, None)  # as another process would see it
+    with pytest.raises(JournalError, match="belongs to streaming query query-a"):
+        journal.open().claim("query-b")
     log = j.part_log(1, 0)
     log.open()
     log.append(_batch("t", [5, 6]), attempt=1)  # published, acknowledgement not confirmed
@@ -83,9 +119,13 @@ def test_dedup_finds_published_keys_before_and_after_commit(tmp_path: Path) -> N
     probe = {("t", 0, 5), ("t", 0, 7), ("t", 0, 99)}
     assert j.find_journaled(probe) == {("t", 0, 5), ("t", 0, 7)}
     j.commit(1, dedup_retention_ms=3_600_000)
-    assert not (tmp_path / "batches" / "000000000001").exists()
+    assert j.batches() == []
+    assert j.store.listdir(j._p("batches")) == [], "the committed batch was not deleted"
     assert j.find_journaled(probe) == {("t", 0, 5)}, "unconfirmed keys must outlive the batch"
     assert j.committed_seq() == 1
+    assert "committed batch 1" in (j.in_use() or "")
+    j.prune_dedup({"t:0": 7}, 1)
+    assert j.find_journaled(probe) == set()
 
 
 def test_late_attempt_of_a_committed_batch_cannot_publish(tmp_path: Path) -> None:
@@ -129,15 +169,17 @@ def test_a_missing_extra_is_named_at_load(uri: str, extra: str,
         check_journal(uri, {})
 
 
-def test_a_retried_create_reported_as_existing_is_recognised_as_ours(tmp_path: Path) -> None:
-    j = Journal(str(tmp_path))
+def test_a_retried_create_reported_as_existing_is_recognised_as_ours(
+    journal: JournalAt,
+) -> None:
+    j = journal.open()
     log = j.part_log(1, 0)
     log.open()
     real = j.store.create_exclusive
 
     def retried(path: str, data: bytes, fsync: bool) -> bool:
-        real(path, data, fsync)  # the first try succeeded, the client's retry saw EEXIST
-        return False
+        real(path, data, fsync)  # the first try succeeded (its response was lost); the
+        return False             # client's retry saw EEXIST (NFS) or 412 (S3)
 
     j.store.create_exclusive = retried  # type: ignore[method-assign]
     assert log.append(_batch("t", [0]), attempt=7) == 0
@@ -346,3 +388,171 @@ def test_the_load_probe_refuses_a_store_that_ignores_conditional_create(
     with pytest.raises(OptionError, match="accepted a second exclusive create"):
         stores.check_journal("s3://bucket/ignoring", {})
     assert objects == {}, "the probe object was left behind"
+
+
+# -- journalPath on a filesystem: the probe at load() ------------------------------------------
+
+_BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "kafka.group.id": "g", "subscribe": "t"}
+_FIX = "Set journalPath to a directory that the driver and every executor can create files in"
+
+
+def _tree(root: Path) -> list[str]:
+    """Every path under ``root`` (what must be unchanged after a probe)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _refused(path: str) -> OptionError:
+    """The error ``load()`` raises for ``journalPath`` = ``path`` (it parses the options)."""
+    with pytest.raises(OptionError) as info:
+        parse_options({**_BASE, "journalPath": path})
+    assert info.value.option == "journalPath" and info.value.value == path
+    assert _FIX in str(info.value), "the error must say what to do"
+    return info.value
+
+
+@pytest.mark.parametrize(("where", "cause"), [
+    ("under-a-file", r"/plain is a file, not a directory, so the journal directory cannot be "),
+    ("deep-under-a-file", r"/plain is a file, not a directory"),
+    ("a-file", r"/plain exists and is not a directory"),
+])
+def test_a_journal_path_under_or_at_a_regular_file_is_refused_at_load(
+    tmp_path: Path, where: str, cause: str,
+) -> None:
+    (tmp_path / "plain").write_text("not a directory")
+    path = {"under-a-file": tmp_path / "plain" / "journal",
+            "deep-under-a-file": tmp_path / "plain" / "a" / "journal",
+            "a-file": tmp_path / "plain"}[where]
+    before = _tree(tmp_path)
+    for _ in range(2):  # every load() probes again: nothing is cached
+        assert re.search(cause, str(_refused(str(path)))), "the error names the file"
+    assert _tree(tmp_path) == before
+    assert (tmp_path / "plain").read_text() == "not a directory"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_journal_path_under_proc_is_refused_at_load() -> None:
+    path = f"/proc/kafka-share-{os.getpid()}/journal"
+    error = _refused(path)
+    assert f"/proc refuses to create /proc/kafka-share-{os.getpid()}" in str(error)
+    assert "virtual filesystem" in str(error)
+    assert not os.path.lexists(os.path.dirname(path))
+
+
+def test_a_read_only_journal_directory_is_refused_at_load(tmp_path: Path) -> None:
+    with read_only_dir(tmp_path / "ro") as cause:
+        error = _refused(str(tmp_path / "ro" / "journal"))
+        assert cause in str(error)
+        assert f"{tmp_path / 'ro'}" in str(error), "the error names the directory"
+        assert os.listdir(tmp_path / "ro") == []
+
+
+def test_a_usable_journal_path_is_probed_with_the_journals_own_operations_and_left_as_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[str, str]] = []
+    for name in ("makedirs", "create_exclusive", "listdir", "read", "remove"):
+        real = getattr(stores.LocalStore, name)
+
+        def spy(self: Any, path: str, *args: Any, _name: str = name, _real: Any = real) -> Any:
+            calls.append((_name, os.path.relpath(path, tmp_path)))
+            return _real(self, path, *args)
+
+        monkeypatch.setattr(stores.LocalStore, name, spy)
+    (tmp_path / "existing").mkdir()
+    parse_options({**_BASE, "journalPath": str(tmp_path / "new" / "dirs" / "journal")})
+    ops = [op for op, _ in calls]
+    assert ops == ["makedirs", "create_exclusive", "create_exclusive", "listdir", "read",
+                   "remove"], ops
+    probe = calls[1][1]
+    assert probe.startswith("new/dirs/journal/.probe-") and calls[2][1] == probe
+    assert _tree(tmp_path) == ["existing"], "the directories the probe created must go"
+    calls.clear()
+    parse_options({**_BASE, "journalPath": f"file://{tmp_path / 'existing'}"})
+    assert len(calls) == 6, "every load() probes a filesystem journal"
+    assert _tree(tmp_path) == ["existing"], "the probe file must go"
+
+
+def test_the_probe_refuses_a_filesystem_whose_create_is_not_exclusive_or_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def overwrite(self: Any, path: str, data: bytes, fsync: bool) -> bool:
+        Path(path).write_bytes(data)  # replaces an existing file, as rename(2) would
+        return True
+
+    with monkeypatch.context() as m:
+        m.setattr(stores.LocalStore, "create_exclusive", overwrite)
+        error = _refused(str(tmp_path / "journal"))
+    assert "accepted a second exclusive create" in str(error)
+    with monkeypatch.context() as m:
+        m.setattr(stores.LocalStore, "listdir", lambda self, path: [])
+        error = _refused(str(tmp_path / "journal"))
+    assert "missing from a listing" in str(error)
+    assert _tree(tmp_path) == []
+
+
+def test_an_hdfs_style_store_is_probed_too(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # ArrowFsStore (hdfs://, viewfs://) through pyarrow's local filesystem: its move()
+    # replaces an existing file (HDFS's rename refuses one), which the probe must catch, and a
+    # path under a file is refused as on a local path.
+    def arrow_store(uri: str, options: Any = ()) -> tuple[stores.Store, str]:
+        return stores.ArrowFsStore(uri), uri.removeprefix("file://")
+
+    monkeypatch.setattr(stores, "store_for", arrow_store)
+    error = _refused(f"file://{tmp_path / 'journal'}")
+    assert "filesystem accepted a second exclusive create" in str(error)
+    (tmp_path / "plain").write_text("x")
+    error = _refused(f"file://{tmp_path / 'plain' / 'journal'}")
+    assert f"{tmp_path / 'plain'} is a file, not a directory" in str(error)
+    assert _tree(tmp_path) == ["plain"]
+
+
+def _failing(real: Any, code: int, *, when: str, link: bool = False) -> Any:
+    """``real`` (an ``os`` function), raising ``OSError(code)`` for paths containing ``when``."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        path = str(args[1] if link else args[0])
+        if when in path:
+            raise OSError(code, os.strerror(code), str(args[0]), None, path if link else None)
+        return real(*args, **kwargs)
+
+    return call
+
+
+@pytest.mark.parametrize(("function", "code", "when", "cause"), [
+    ("open", errno.EACCES, "/.tmp-", r"permission denied creating a file in {root}: user .+ "
+                                     r"needs write access to {root}\. Set journalPath"),
+    ("mkdir", errno.EROFS, "/journal", r"read-only file system: {tmp} is on a filesystem "
+                                       r"mounted read-only"),
+    ("mkdir", errno.ENOSPC, "/journal", r"no space left on the filesystem of {tmp}"),
+    ("link", errno.EPERM, "/.probe-", r"this filesystem refuses hard links \(Operation not "
+                                      r"permitted\), and the journal's exclusive create is "
+                                      r"link\(2\)"),
+    ("listdir", errno.EIO, "/journal", r"the journal directory is not usable: Input/output "
+                                       r"error \({root}\)"),
+])
+def test_the_probe_names_the_cause_of_each_filesystem_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, function: str, code: int, when: str,
+    cause: str,
+) -> None:
+    root = tmp_path / "journal"
+    monkeypatch.setattr(os, function, _failing(getattr(os, function), code, when=when,
+                                               link=function == "link"))
+    error = _refused(str(root))
+    monkeypatch.undo()
+    assert re.search(cause.format(root=re.escape(str(root)), tmp=re.escape(str(tmp_path))),
+                     str(error)), str(error)
+    assert _tree(tmp_path) == [], "no directory, probe or temporary file may be left"
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.write
+
+    def full(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        stores.LocalStore().create_exclusive(str(tmp_path / "slot"), b"data", True)
+    monkeypatch.setattr(os, "write", real)
+    assert _tree(tmp_path) == []
