@@ -2,12 +2,17 @@
 
 Every guarantee test injects its failure for real (an exception in the task, the Python worker
 process killed with os._exit, an expired lock, a failed batch and a restart from the
-checkpoint) and then checks that the sink holds every produced record exactly once.
+checkpoint) and then checks that the sink holds every produced record exactly once. Those
+taking the ``journal`` fixture run with the journal on each store (a local directory and
+``s3://`` on LocalS3, tests/integration/conftest.py) and read it through the package's
+``Journal``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import os
+import re
 import threading
 import time
 from collections import Counter
@@ -17,23 +22,41 @@ from typing import Any
 
 import pytest
 
+from helpers import JournalAt, read_only_dir
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.source.journal.journal import Journal
 
 Key = tuple[str, int, int]
 
 
-def _reader(spark: Any, kafka: LocalKafka, topics: list[str], group: str, journal: Path | None,
-            **options: Any) -> Any:
+def _reader(spark: Any, kafka: LocalKafka, topics: list[str], group: str,
+            journal: Path | JournalAt | None, **options: Any) -> Any:
     r = (spark.readStream.format("kafka-share")
          .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
          .option("kafka.group.id", group)
          .option("subscribe", ",".join(topics))
          .option("pollTimeoutMs", 1500))
-    if journal is not None:
+    if isinstance(journal, JournalAt):
+        options = {**journal.source_options, **options}
+    elif journal is not None:
         r = r.option("journalPath", str(journal))
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()
+
+
+def _data_slots(j: Journal, parts: int) -> int:
+    """Data slots published in the journal's batches (those not yet committed and deleted)."""
+    return sum(len(j.part_log(seq, part).scan().data_slots)
+               for seq in j.batches() for part in range(parts))
+
+
+def _duplicates_recognised(j: Journal) -> bool:
+    """Whether some END marker counts dropped duplicates, or dedup entries exist."""
+    dropped = sum(end.stats.get("duplicates_dropped", 0)
+                  for seq in j.batches() for end in j.batch_ends(seq).values())
+    dedup = [n for n in j.store.listdir(j._p("dedup")) if not n.startswith(".")]
+    return dropped > 0 or bool(dedup)
 
 
 def _run_available_now(df: Any, out: Path, chk: Path, timeout_s: float = 240) -> Any:
@@ -238,15 +261,16 @@ def test_task_failing_before_publish_is_retried_exactly_once(
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=4) == []
 
 
-# journalFsync=false keeps slots in the page cache only: a killed process must not matter.
-@pytest.mark.parametrize("fsync", ["true", "false"])
+# journalFsync=false keeps slots in the page cache only: a killed process must not matter (on
+# an object store a PUT is durable once answered: fsync means nothing there).
+@pytest.mark.parametrize(("journal", "fsync"), [("local", "true"), ("local", "false"),
+                                                ("s3", "true")], indirect=["journal"])
 def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
     fsync: str, spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
-    share_consumer: Any,
+    journal: JournalAt, share_consumer: Any,
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
     expected = _produce_spread(kafka, topic, 1, 3000)
-    journal = tmp_path / "journal"
     # One task, so the killed task surely holds records.
     df = _reader(spark, kafka, [topic], group, journal, numPartitions=1, journalFsync=fsync,
                  _faultInjection="kill-after-publish:seq=1:part=0:attempt=0")
@@ -259,12 +283,66 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=6) == [], \
         "redelivered duplicates were not acknowledged"
-    dropped = sum(json.loads(p.read_bytes())["stats"].get("duplicates_dropped", 0)
-                  for p in (journal / "batches").glob("*/*/*")
-                  if p.read_bytes().startswith(b"{"))
-    dedup_entries = list((journal / "dedup").glob("*")) if (journal / "dedup").exists() else []
-    assert dropped > 0 or dedup_entries, \
+    assert _duplicates_recognised(journal.open()), \
         "the killed attempt's redelivered records were never recognised as duplicates"
+
+
+def test_broker_crash_between_publish_and_ack_duplicates_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The broker keeps an acquisition's delivery count in memory only: killed after a slot
+    was published and before its ACCEPT, it hands those records out again as first deliveries
+    (deliveryCount 1). The journal must still recognise them."""
+    from confluent_kafka import ShareConsumer
+
+    with LocalKafka() as own:
+        topic = own.create_topic(f"t-crash-{os.getpid()}", 1)
+        group = f"g-crash-{os.getpid()}"
+        own.set_group_config(group, "share.auto.offset.reset", "earliest")
+        expected = _produce_spread(own, topic, 1, 3000)
+        jdir = tmp_path / "journal"
+        df = _reader(spark, own, [topic], group, jdir, numPartitions=2,
+                     _faultInjection="sleep-after-publish:seq=1:part=0:attempt=0:ms=20000")
+        q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "chk"))
+             .trigger(availableNow=True).start())
+        try:
+            slot = jdir / "batches" / f"{1:012d}" / f"{0:05d}" / f"{0:06d}"
+            deadline = time.monotonic() + 120
+            while not slot.exists():
+                assert time.monotonic() < deadline, "partition 0 never published a slot"
+                assert q.isActive, f"the query ended early: {q.exception()}"
+                time.sleep(0.2)
+            own.kill()  # the slot is journaled, its ACCEPT not sent: acquisitions are lost
+            own.restart()
+            q.awaitTermination(240)
+            assert not q.isActive, "the AvailableNow query did not finish"
+        finally:
+            with contextlib.suppress(Exception):
+                q.stop()
+        if q.exception() is not None:
+            # The other task's retries may all fall into the outage: the query stops with
+            # BrokerError, and the user restarts it from its checkpoint.
+            assert "BrokerError" in str(q.exception()), q.exception()
+            df = _reader(spark, own, [topic], group, jdir, numPartitions=2)
+            _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+        got = spark.read.parquet(str(tmp_path / "out"))
+        _assert_exactly_once([(r.topic, r.partition, r.offset) for r in got.collect()],
+                             expected)
+        made: list[Any] = []
+
+        def consumer(g: str, topics: list[str]) -> Any:
+            c = ShareConsumer({"bootstrap.servers": own.bootstrap_servers, "group.id": g,
+                               "share.acknowledgement.mode": "explicit"})
+            c.subscribe(topics)
+            made.append(c)
+            return c
+
+        try:
+            assert _remaining(own, group, [topic], consumer, wait_s=6) == []
+        finally:
+            for c in made:
+                c.close()
 
 
 def test_expired_lock_releases_instead_of_publishing(
@@ -282,12 +360,12 @@ def test_expired_lock_releases_instead_of_publishing(
 
 
 def test_failed_batch_restarted_from_checkpoint_replays_exactly(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path,
+    journal: JournalAt,
 ) -> None:
     topic = topic_factory(2)
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
     expected = _produce_spread(kafka, topic, 2, 6000)
-    journal = tmp_path / "journal"
     # Every attempt of task 0 of batch 1 fails before END: the query dies mid-batch, after
     # both tasks may have journaled and ACCEPTed records.
     df = _reader(spark, kafka, [topic], group, journal, numPartitions=2,
@@ -296,31 +374,29 @@ def test_failed_batch_restarted_from_checkpoint_replays_exactly(
          .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
     with pytest.raises(Exception, match="injected failure: fail-before-end"):
         q.awaitTermination(240)
-    accepted_before_restart = sum(1 for p in (journal / "batches").glob("*/*/*")
-                                  if p.read_bytes().startswith(b"ARROW1"))
-    assert accepted_before_restart >= 1, "nothing was journaled; the test proves nothing"
+    assert _data_slots(journal.open(), parts=2) >= 1, \
+        "nothing was journaled; the test proves nothing"
     df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2)
     _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
 
 
 def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path,
+    journal: JournalAt,
 ) -> None:
     topic = topic_factory(2)
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
     expected = _produce_spread(kafka, topic, 2, 4000)
-    journal = tmp_path / "journal"
     # Task 0 of batch 1 is held before END (after journaling and acknowledging what it read)
     # while the test stops the query.
     df = _reader(spark, kafka, [topic], group, journal, numPartitions=2,
                  _faultInjection="sleep-before-end:seq=1:part=0:ms=60000")
     q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
          .option("checkpointLocation", str(tmp_path / "chk")).start())
-    part1_end = journal / "batches" / "000000000001" / "00001"
+    part1 = journal.open().part_log(1, 1)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(
-            p.read_bytes().startswith(b"{") for p in part1_end.glob("0*")):
+    while time.monotonic() < deadline and part1.scan().end is None:  # task 1 ENDed
         time.sleep(0.2)
     time.sleep(1)
     assert q.isActive, "the query ended before it could be stopped mid-batch"
@@ -389,6 +465,42 @@ def test_bad_input_fails_at_load_with_the_option_and_fix(
         r.load()
     assert time.monotonic() - started < 30
     assert not spark.streams.active
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "under-proc", "read-only"])
+def test_an_unusable_journal_path_fails_at_load_before_the_query_starts(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, where: str,
+) -> None:
+    # Found by the probe in load(), not as a JournalError (or a bare FileNotFoundError) once
+    # the query ran (issue 13).
+    if where == "under-proc" and not os.path.isdir("/proc/self"):
+        pytest.skip("needs Linux's /proc")
+    (tmp_path / "plain").write_text("a file")
+    with contextlib.ExitStack() as stack:
+        if where == "under-a-file":
+            path, cause = tmp_path / "plain" / "journal", f"{tmp_path / 'plain'} is a file, " \
+                "not a directory"
+        elif where == "under-proc":
+            path = Path(f"/proc/kafka-share-{os.getpid()}/journal")
+            cause = f"/proc refuses to create {path.parent}"
+        else:
+            cause = stack.enter_context(read_only_dir(tmp_path / "ro"))
+            path = tmp_path / "ro" / "journal"
+        before = _tree(tmp_path)
+        started = time.monotonic()
+        with pytest.raises(Exception, match=re.escape(f"option 'journalPath' = '{path}'")) as info:
+            _reader(spark, kafka, [topic], group, path)
+        assert time.monotonic() - started < 30
+        assert cause in str(info.value), str(info.value)
+        assert "Set journalPath to a directory that the driver and every executor" in \
+            str(info.value), "the error must say what to do"
+        assert not spark.streams.active
+        assert _tree(tmp_path) == before, "the probe left something behind"
+        assert not os.path.lexists(path)
 
 
 def test_a_new_query_refuses_a_journal_another_query_used(

@@ -16,6 +16,10 @@ arrives in the :class:`TaskSpec`. Exactly-once protocol per poll (see ``docs/des
 When the task's budget (records, time) is spent it closes the partition log with END and
 yields the data slots before END. Rows are yielded only after everything is acknowledged, so
 downstream processing time never eats into an acquisition lock.
+
+A subscribed topic deleted meanwhile fails the task with ``UnknownTopicError`` (polls of it
+just come back empty), and a record batch larger than the consumer accepts with a
+``BrokerError`` naming ``kafka.receive.message.max.bytes``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import pyarrow as pa
 
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
-from pyspark_kafka_share._kafka.group import UNKNOWN_BACKLOG, read_backlog
+from pyspark_kafka_share._kafka.group import UNKNOWN_BACKLOG, TopicWatch, read_backlog
 from pyspark_kafka_share._kafka.share import (
     ShareSession,
     lock_budget_s,
@@ -58,7 +62,8 @@ class TaskSpec:
     max_records: int | None
     lock_ms: int
     delivery_limit: int = 5
-    # Every "topic:partition" subscribed at planning, for the drained-group check (None: skip).
+    # Every "topic:partition" subscribed at planning, for the drained-group and deleted-topic
+    # checks (None: skip both).
     partitions: tuple[str, ...] | None = None
     # The marker the driver left in the journal (Journal.place_marker); None: not checked.
     journal_marker: str | None = None
@@ -152,6 +157,7 @@ class _Poller:
     def __init__(self, spec: TaskSpec, pc: _pool.PooledConsumer, budget: int | None,
                  stats: Counter[str]) -> None:
         opts = spec.options
+        self.spec = spec
         self.pc = pc
         self.budget = budget
         self.stats = stats
@@ -167,6 +173,8 @@ class _Poller:
         # ones are in the END marker's tables), for AvailableNow.
         self.acquired_low: dict[str, int] = {}
         self.probe = _DrainProbe(spec)
+        self.watch = TopicWatch(opts.client, opts.topics) \
+            if spec.partitions is not None else None
 
     def note_unemitted(self, msgs: Sequence[Any]) -> None:
         """Remember the offsets of acquired records that this task does not emit."""
@@ -188,14 +196,17 @@ class _Poller:
     def next_poll(self) -> tuple[list[Any], float] | None:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
         session = self.pc.session
+        opts = self.spec.options
         while not self._spent(time.monotonic()):
             msgs, acquired = session.poll(min(0.2, self.poll_timeout_s))
-            raise_client_errors(session.take_errors())
+            raise_client_errors(session.take_errors(), opts.client, opts.topics)
             self.stats["polls"] += 1
             if not msgs:
                 if self.probe.drained(self.last_record):
                     self.stats["ended_drained"] = 1
                     return None
+                if self.watch is not None:
+                    self.watch.check(time.monotonic() - self.last_record)
                 continue
             if self.stats["records_acquired"] == 0 and self.pc.uses == 1:
                 self.stats["join_ms"] = int((session.last_poll - session.created) * 1000)
@@ -347,12 +358,16 @@ class _Fill:
         return True
 
     def _split_duplicates(self, msgs: list[Any]) -> tuple[list[Any], list[Any]]:
-        """(fresh records, redelivered records the journal already holds)."""
-        redelivered = {_key(m) for m in msgs if m.delivery_count() > 1}
-        self.stats["redelivered"] += len(redelivered)
-        dups = self.journal.find_journaled(redelivered) if redelivered else set()
+        """(fresh records, records the journal already holds).
+
+        Every record is looked up, first deliveries too: the broker keeps an acquisition's
+        delivery count in memory only, so after a broker restart a record that was journaled
+        but whose ACCEPT was lost comes back with delivery count 1.
+        """
+        self.stats["redelivered"] += sum(1 for m in msgs if m.delivery_count() > 1)
+        dups = self.journal.find_journaled({_key(m) for m in msgs})
         if not dups:
-            return msgs, []  # the common case: no per-record work
+            return msgs, []  # the common case
         fresh = [m for m in msgs if _key(m) not in dups]
         dup_msgs = [m for m in msgs if _key(m) in dups]
         self.poller.note_unemitted(dup_msgs)
@@ -377,6 +392,7 @@ class _Fill:
         self.own[slot] = batch
         self.stats["journal_bytes"] += batch.nbytes
         self.faults.hit("kill-after-publish")
+        self.faults.hit("sleep-after-publish")
         return slot
 
     def _give_back(self, accept: list[Any], release: list[Any], counter: str) -> None:

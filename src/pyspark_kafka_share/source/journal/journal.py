@@ -109,8 +109,41 @@ class EndMarker:
                          min_offsets={k: int(v) for k, v in doc.get("min_offsets", {}).items()})
 
 
-# Parsed key sets of immutable slot files, shared by all tasks of this worker process.
-_KEY_CACHE: OrderedDict[str, frozenset[tuple[str, int, int]]] = OrderedDict()
+Key = tuple[str, int, int]  # (topic, partition, offset)
+
+
+@dataclass(frozen=True)
+class SlotKeys:
+    """The record identities of one slot (or dedup entry), by topic-partition, each with its
+    lowest and highest offset so that most lookups skip the slot after one comparison."""
+
+    by_partition: dict[tuple[str, int], tuple[int, int, frozenset[int]]]
+
+    @classmethod
+    def of(cls, keys: Iterable[Key]) -> SlotKeys:
+        grouped: dict[tuple[str, int], set[int]] = {}
+        for topic, partition, offset in keys:
+            grouped.setdefault((topic, partition), set()).add(offset)
+        return cls({tp: (min(offs), max(offs), frozenset(offs)) for tp, offs in grouped.items()})
+
+    def keys(self) -> Iterator[Key]:
+        for (topic, partition), (_, _, offsets) in self.by_partition.items():
+            for offset in offsets:
+                yield topic, partition, offset
+
+    def matches(self, wanted: SlotKeys) -> set[Key]:
+        """Those of ``wanted`` that this slot holds."""
+        found: set[Key] = set()
+        for tp, (lo, hi, offsets) in wanted.by_partition.items():
+            mine = self.by_partition.get(tp)
+            if mine is None or mine[0] > hi or mine[1] < lo:
+                continue
+            found.update((tp[0], tp[1], o) for o in offsets & mine[2])
+        return found
+
+
+# Parsed keys of immutable slot files, shared by all tasks of this worker process.
+_KEY_CACHE: OrderedDict[str, SlotKeys] = OrderedDict()
 _KEY_CACHE_LOCK = threading.Lock()
 _KEY_CACHE_MAX = 4096
 _CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
@@ -241,7 +274,7 @@ class Journal:
 
     # -- de-duplication -----------------------------------------------------------------
 
-    def _slot_keys(self, path: str) -> frozenset[tuple[str, int, int]]:
+    def _slot_keys(self, path: str) -> SlotKeys:
         cache_key = f"{self.uri}\0{path}"
         with _KEY_CACHE_LOCK:
             hit = _KEY_CACHE.get(cache_key)
@@ -249,41 +282,42 @@ class Journal:
                 _KEY_CACHE.move_to_end(cache_key)
                 return hit
         data = self.store.read(path)
-        if not data.startswith(_ARROW_MAGIC):
-            keys: frozenset[tuple[str, int, int]] = frozenset()
-        else:
-            keys = frozenset(keys_of(_from_ipc(data)))
-        with _KEY_CACHE_LOCK:
-            _KEY_CACHE[cache_key] = keys
-            while len(_KEY_CACHE) > _KEY_CACHE_MAX:
-                _KEY_CACHE.popitem(last=False)
+        keys = SlotKeys.of(keys_of(_from_ipc(data)) if data.startswith(_ARROW_MAGIC) else ())
+        self._remember(path, keys)
         return keys
 
-    def find_journaled(
-        self, candidates: set[tuple[str, int, int]]
-    ) -> set[tuple[str, int, int]]:
+    def _remember(self, path: str, keys: SlotKeys) -> None:
+        with _KEY_CACHE_LOCK:
+            _KEY_CACHE[f"{self.uri}\0{path}"] = keys
+            while len(_KEY_CACHE) > _KEY_CACHE_MAX:
+                _KEY_CACHE.popitem(last=False)
+
+    def _open_slots(self) -> list[str]:
+        """Paths of the slots of uncommitted batches and of the dedup entries.
+
+        The fence is read first: keys of committed batches are in dedup/ (written before the
+        fence), and a committed batch directory may hold a late attempt's withdrawn slot.
+        Two listings, whatever the number of batches and partitions.
+        """
+        fence = self.committed_seq()
+        paths: list[str] = []
+        for rel in self.store.files_under(self._p("batches")):
+            parts = rel.split("/")
+            if len(parts) == 3 and all(x.isdigit() for x in parts) and int(parts[0]) > fence:
+                paths.append(self._p("batches", *parts))
+        paths.extend(self._p("dedup", n) for n in self.store.listdir(self._p("dedup"))
+                     if not n.startswith("."))
+        return paths
+
+    def find_journaled(self, candidates: set[Key]) -> set[Key]:
         """Those of ``candidates`` that some published slot or dedup entry already holds."""
         if not candidates:
             return set()
-        found: set[tuple[str, int, int]] = set()
-        paths: list[str] = []
-        # Fence first: keys of committed batches are in dedup/ (written before the fence),
-        # and a committed batch directory may hold a late attempt's withdrawn slot.
-        fence = self.committed_seq()
-        for seq in self._batch_names():
-            if int(seq) <= fence:
-                continue
-            for part in self.store.listdir(self._p("batches", seq)):
-                if not part.isdigit():
-                    continue
-                paths.extend(self._p("batches", seq, part, name)
-                             for name in self.store.listdir(self._p("batches", seq, part))
-                             if name.isdigit())
-        paths.extend(self._p("dedup", n) for n in self.store.listdir(self._p("dedup"))
-                     if not n.startswith("."))
-        for path in paths:
+        wanted = SlotKeys.of(candidates)
+        found: set[Key] = set()
+        for path in self._open_slots():
             try:
-                found |= candidates & self._slot_keys(path)
+                found |= self._slot_keys(path).matches(wanted)
             except FileNotFoundError:
                 continue  # cleaned up meanwhile: its keys are in dedup/
             if len(found) == len(candidates):
@@ -336,7 +370,7 @@ class Journal:
                         continue  # acknowledged and confirmed: never redelivered
                     keys = pa.Table.from_pylist(
                         [{"topic": t, "partition": p, "offset": o}
-                         for t, p, o in sorted(self._slot_keys(log.slot_path(slot)))],
+                         for t, p, o in sorted(self._slot_keys(log.slot_path(slot)).keys())],
                         schema=KEY_SCHEMA,
                     )
                     target = self._p("dedup", f"{name}-{int(part):05d}-{slot:06d}")
@@ -368,7 +402,8 @@ class Journal:
             try:
                 if start_offsets is not None:
                     keys = self._slot_keys(path)
-                    done = all(off < start_offsets.get(f"{t}:{p}", -1) for t, p, off in keys)
+                    done = all(hi < start_offsets.get(f"{t}:{p}", -1)
+                               for (t, p), (_, hi, _) in keys.by_partition.items())
                 else:
                     done = retention_ms > 0 and \
                         self.store.mtime(path) < time.time() - retention_ms / 1000
@@ -462,6 +497,7 @@ class PartLog:
             slot = self._next
             if self._create(slot, payload):
                 self._next = slot + 1
+                self.journal._remember(self.slot_path(slot), SlotKeys.of(keys_of(batch)))
                 return slot
             try:
                 taken = self.journal.store.read(self.slot_path(slot))
