@@ -9,16 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from pyspark_kafka_share._kafka.arrow import spark_schema_ddl
@@ -30,11 +24,20 @@ from pyspark_kafka_share._kafka.group import (
     read_start_offsets,
     set_group_configs,
 )
+from pyspark_kafka_share._spark import ADMISSION_CONTROL
 from pyspark_kafka_share.errors import OptionError
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.offset import BatchOffset
 from pyspark_kafka_share.source.options import SourceOptions, parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
+
+if TYPE_CHECKING or ADMISSION_CONTROL:  # Spark >= 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 
 __all__ = ["KafkaShareDataSource", "KafkaShareStreamReader"]
 
@@ -64,14 +67,23 @@ class KafkaShareDataSource(DataSource):
         return spark_schema_ddl(self.parsed.include_headers)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if ADMISSION_CONTROL:
+            return KafkaShareAvailableNowReader(self.parsed)
         return KafkaShareStreamReader(self.parsed)
 
 
-class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Plans micro-batches on the driver; ``read`` runs on executors."""
+class KafkaShareStreamReader(DataSourceStreamReader):
+    """Plans micro-batches on the driver; ``read`` runs on executors.
+
+    Spark >= 4.2 hands ``latestOffset`` the batch's start and a read limit; Spark 4.0 and 4.1
+    call it without arguments, and the reader tracks the last offset Spark logged itself
+    (``seen``): Spark calls ``partitions(offset, offset)`` with it on restart, and
+    ``latestOffset`` before ``initialOffset`` on a fresh start.
+    """
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        self.seen: dict[str, Any] | None = None  # Spark < 4.2: the last offset Spark logged
         facts = inspect_broker(options.client, options.topics)
         if options.journal_path is not None:
             self._check_lock(facts.lock_ms)
@@ -117,12 +129,18 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 )
         return BatchOffset(0, self.num_partitions).json()
 
-    def getDefaultReadLimit(self) -> ReadLimit:
+    def getDefaultReadLimit(self) -> ReadLimit:  # Spark >= 4.2 only
         if self.options.max_records_per_trigger:
             return ReadMaxRows(self.options.max_records_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, Any] | None = None,
+                     limit: ReadLimit | None = None) -> dict[str, Any]:
+        if start is None:  # Spark < 4.2: no start, no read limit (docs/options.md)
+            start = self.seen or BatchOffset(0, self.num_partitions).json()
+            max_rows = self.options.max_records_per_trigger or 0
+        else:
+            max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else 0
         offset = BatchOffset.of(start)
         self._collect_metrics(offset)
         self.backlog = read_backlog(self.options.client, self.options.topics)
@@ -134,8 +152,13 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 self.available_now_first_seq = offset.seq + 1
             elif self._drained(offset):
                 return start
-        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else 0
-        return offset.following(self.num_partitions, max_rows).json()
+        latest = offset.following(self.num_partitions, max_rows).json()
+        if not ADMISSION_CONTROL:
+            # Spark < 4.2 has no reportLatestOffset: the metrics ride in the offset itself,
+            # shown as endOffset in StreamingQueryProgress (docs/operations.md).
+            latest.update(self.reportLatestOffset() or {})
+            self.seen = latest
+        return latest
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Shown as ``latestOffset`` of this source in ``StreamingQueryProgress``: the group's
@@ -162,7 +185,7 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                     totals[key] = totals.get(key, 0) + value
         self.last_batch = totals
 
-    def prepareForTriggerAvailableNow(self) -> None:
+    def prepareForTriggerAvailableNow(self) -> None:  # Spark >= 4.2 only
         if self.journal is None:
             raise OptionError(
                 "journalPath", None,
@@ -184,7 +207,12 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return all(low >= target.get(tp, 0)
                    for end in ends.values() for tp, low in end.min_offsets.items())
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+    def _see(self, offset: dict[str, Any]) -> None:
+        if self.seen is None or BatchOffset.of(offset).seq >= BatchOffset.of(self.seen).seq:
+            self.seen = offset
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._see(end)
         plan = BatchOffset.of(end)
         per_task = math.ceil(plan.max_records / plan.parts) if plan.max_records else None
         # Every subscribed partition as the last backlog read saw them, for the tasks' check
@@ -204,10 +232,17 @@ class KafkaShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         assert isinstance(partition, KafkaSharePartition)
         return read_partition(partition.spec)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
+        self._see(end)
         if self.journal is not None:
             self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms,
                                 read_start_offsets(self.options.client))
 
     def stop(self) -> None:
         """Spark may never call this; nothing depends on it."""
+
+
+if TYPE_CHECKING or ADMISSION_CONTROL:
+
+    class KafkaShareAvailableNowReader(KafkaShareStreamReader, SupportsTriggerAvailableNow):
+        """Spark >= 4.2: the reader that ``Trigger.AvailableNow`` can drive."""

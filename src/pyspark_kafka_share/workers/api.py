@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark_kafka_share._kafka.group import inspect_broker, set_group_configs
+from pyspark_kafka_share._spark import check_spark_python, require_pandas
 from pyspark_kafka_share.errors import OptionError, from_client_error
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
 from pyspark_kafka_share.workers.control import ControlServer
@@ -311,6 +312,8 @@ def start_workers(spark: Any, fn: Callable[[Any], Any],
     on_progress = options.pop("on_progress", True)
     config = WorkerConfig.create(**options)
     _check_function(spark, fn, config.retry_on)
+    require_pandas()
+    check_spark_python(spark)
     spec = _check_environment(spark, config)
     conf = spark.sparkContext.getConf()
     host = conf.get("spark.driver.host", "127.0.0.1")
