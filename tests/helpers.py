@@ -10,6 +10,9 @@ it), so test modules and conftests import this module as ``helpers``.
 - :func:`shared_s3`: one :class:`LocalS3` for the whole pytest process, however many session
   fixtures (unit and integration) ask for it.
 - :func:`read_only_dir`: a directory the current user cannot create files in.
+- :func:`wait_for`: poll a value until a condition holds, failing with the last value.
+- :class:`TierReport`, :func:`tier_hooks`: a tier that runs in a pytest process of its own
+  and prints what it saw again in the terminal summary.
 """
 
 from __future__ import annotations
@@ -21,19 +24,81 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from pyspark_kafka_share.localkafka import LocalKafka, LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
 
-__all__ = ["BUCKET", "JournalAt", "journal_at", "read_only_dir", "read_topic", "shared_s3"]
+__all__ = [
+    "BUCKET",
+    "JournalAt",
+    "TierReport",
+    "journal_at",
+    "read_only_dir",
+    "read_topic",
+    "shared_s3",
+    "wait_for",
+]
 
 BUCKET = "journals"
+T = TypeVar("T")
+
+
+def wait_for(get: Callable[[], T], ok: Callable[[T], bool], timeout_s: float = 30.0,
+             what: str = "condition") -> T:
+    """Call ``get`` until ``ok(value)``; fail with the last value after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    value = get()
+    while not ok(value):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not reached within {timeout_s}s; last value: {value!r}")
+        time.sleep(0.3)
+        value = get()
+    return value
+
+
+@dataclass
+class TierReport:
+    """What a tier saw (seeds, kills, retries): each line is printed when noted and again, under
+    ``title``, in the terminal summary (call :meth:`summary` from the conftest's
+    ``pytest_terminal_summary``)."""
+
+    title: str
+    lines: list[str] = field(default_factory=list)
+
+    def note(self, line: str) -> None:
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def summary(self, terminalreporter: Any) -> None:
+        if self.lines:
+            terminalreporter.section(self.title)
+            for line in self.lines:
+                terminalreporter.write_line(line)
+
+
+def tier_hooks(marker: str, reason: str, report: TierReport) -> tuple[Any, Any]:
+    """A tier's two conftest hooks, ``(pytest_collection_modifyitems,
+    pytest_terminal_summary)``: the tier's tests (marked ``marker``) are skipped with ``reason``
+    when the run, after -m/-k deselection, holds others (the tier needs a pytest process of its
+    own), and ``report`` is printed in the terminal summary."""
+
+    @pytest.hookimpl(trylast=True)  # after -m/-k deselection
+    def collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+        tier = [i for i in items if i.get_closest_marker(marker) is not None]
+        if tier and len(tier) < len(items):
+            for item in tier:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+    def terminal_summary(terminalreporter: Any) -> None:
+        report.summary(terminalreporter)
+
+    return collection_modifyitems, terminal_summary
 
 
 def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,

@@ -16,39 +16,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
+from helpers import TierReport, tier_hooks
 from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP, LocalKafka
 
-_REPORT: list[str] = []
+_REPORT = TierReport("chaos: seed, schedule and what happened")
 
 
-@pytest.hookimpl(trylast=True)  # after -m/-k deselection
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    chaos = [i for i in items if i.get_closest_marker("chaos") is not None]
-    if chaos and len(chaos) < len(items):
-        skip = pytest.mark.skip(reason="the chaos test runs in a pytest run of its own: "
-                                       "make chaos (or pytest -m chaos tests/chaos)")
-        for item in chaos:
-            item.add_marker(skip)
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _REPORT:
-        terminalreporter.section("chaos: seed, schedule and what happened")
-        for line in _REPORT:
-            terminalreporter.write_line(line)
+pytest_collection_modifyitems, pytest_terminal_summary = tier_hooks(
+    "chaos", "the chaos test runs in a pytest run of its own: "
+    "make chaos (or pytest -m chaos tests/chaos)", _REPORT)
 
 
 @pytest.fixture
 def chaos_report() -> Callable[[str], None]:
-    def note(line: str) -> None:
-        _REPORT.append(line)
-        print(line, flush=True)
-
-    return note
+    return _REPORT.note
 
 
 @pytest.fixture

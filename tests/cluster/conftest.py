@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from helpers import TierReport, tier_hooks
 from pyspark_kafka_share.localkafka import LocalKafka, LocalS3, LocalSparkCluster
 
 SPECULATION = {
@@ -36,33 +37,19 @@ SPECULATION = {
     "spark.speculation.minTaskRuntime": "2s",
 }
 
-_EVIDENCE: list[str] = []
+_EVIDENCE = TierReport("cluster tier: what really happened")
 
 
-@pytest.hookimpl(trylast=True)  # after -m/-k deselection
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    cluster = [i for i in items if i.get_closest_marker("cluster") is not None]
-    if cluster and len(cluster) < len(items):
-        skip = pytest.mark.skip(reason="the cluster tier needs a pytest process of its own "
-                                       "(one SparkContext per process): make test-cluster")
-        for item in cluster:
-            item.add_marker(skip)
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _EVIDENCE:
-        terminalreporter.section("cluster tier: what really happened")
-        for line in _EVIDENCE:
-            terminalreporter.write_line(line)
+pytest_collection_modifyitems, pytest_terminal_summary = tier_hooks(
+    "cluster", "the cluster tier needs a pytest process of its own "
+    "(one SparkContext per process): make test-cluster", _EVIDENCE)
 
 
 @pytest.fixture
 def evidence(request: pytest.FixtureRequest) -> Any:
     """``evidence("...")`` prints a line now and in the terminal summary."""
     def note(line: str) -> None:
-        text = f"[{request.node.name}] {line}"
-        _EVIDENCE.append(text)
-        print(text, flush=True)
+        _EVIDENCE.note(f"[{request.node.name}] {line}")
 
     return note
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType
 
+from helpers import wait_for
 from pyspark_kafka_share.admin import (
     GroupNotEmptyError,
     GroupNotFoundError,
@@ -21,26 +22,11 @@ from pyspark_kafka_share.admin import (
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
 
-T = TypeVar("T")
-
 
 @pytest.fixture
 def admin(kafka: LocalKafka) -> Iterator[ShareGroupAdmin]:
     with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=20) as a:
         yield a
-
-
-def _wait_for(get: Callable[[], T], ok: Callable[[T], bool], timeout_s: float = 30.0,
-              what: str = "condition") -> T:
-    """Call ``get`` until ``ok(value)``; fail with the last value after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    value = get()
-    while not ok(value):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout_s}s; last value: {value!r}")
-        time.sleep(0.3)
-        value = get()
-    return value
 
 
 def _consume(consumer: Any, accept: int, timeout_s: float = 30.0) -> list[Any]:
@@ -107,7 +93,7 @@ def _tool_offsets(kafka: LocalKafka, group: str) -> list[PartitionOffset]:
 
 
 def _empty(admin: ShareGroupAdmin, group: str) -> None:
-    _wait_for(lambda: admin.describe(group).members, lambda m: not m, what="an empty group")
+    wait_for(lambda: admin.describe(group).members, lambda m: not m, what="an empty group")
 
 
 def test_describe_shows_two_live_members_and_their_assignments(
@@ -125,7 +111,7 @@ def test_describe_shows_two_live_members_and_their_assignments(
         except GroupNotFoundError:
             return None  # until the first member's heartbeat creates the group
 
-    desc = _wait_for(described, lambda d: d is not None and len(d.members) == 2
+    desc = wait_for(described, lambda d: d is not None and len(d.members) == 2
                      and all(m.assignment.get(topic) for m in d.members),
                      what="two members with assignments")
     assert desc.group == group
@@ -153,7 +139,7 @@ def test_lag_after_accepting_some_matches_kafka_tool(
     assert admin.offsets(group) == []  # no share state before anyone consumed
     consumer = share_consumer(group, [topic])
     _consume(consumer, accept)
-    offsets = _wait_for(lambda: admin.offsets(group),
+    offsets = wait_for(lambda: admin.offsets(group),
                         lambda o: [x.lag for x in o] == [total - accept], what="lag settled")
     assert [(o.topic, o.partition) for o in offsets] == [(topic, 0)]
     assert offsets[0].start_offset is not None and 0 <= offsets[0].start_offset <= accept
@@ -175,7 +161,7 @@ def test_reset_to_earliest_on_an_empty_group_rereads_everything(
     kafka.produce(topic, values)
     first = share_consumer(group, [topic])
     assert sorted(_drain_values(first, len(values))) == sorted(values)
-    _wait_for(lambda: admin.total_lag(group), lambda lag: lag == 0, what="lag 0")
+    wait_for(lambda: admin.total_lag(group), lambda lag: lag == 0, what="lag 0")
     first.close()
     _empty(admin, group)
     assert admin.describe(group).state == "Empty"
@@ -237,7 +223,7 @@ def test_changes_to_a_non_empty_group_raise_a_clear_error(
         except GroupNotFoundError:
             return 0
 
-    _wait_for(members, lambda n: n == 1, what="one member")
+    wait_for(members, lambda n: n == 1, what="one member")
     with pytest.raises(GroupNotEmptyError) as err:
         admin.reset(group, "earliest", topics=[topic])
     text = str(err.value)
@@ -352,7 +338,7 @@ def test_cli_groups_commands(
     code, out, _ = run("groups", "describe", group, "--json")
     described = json.loads(out)
     assert (code, described["state"], len(described["members"])) == (0, "Stable", 1)
-    lag = _wait_for(lambda: json.loads(run("groups", "lag", group, "--json")[1]),
+    lag = wait_for(lambda: json.loads(run("groups", "lag", group, "--json")[1]),
                     lambda d: d["total_lag"] == 6, what="lag 6")
     assert lag["partitions"] == [{"topic": topic, "partition": 0,
                                   "start_offset": lag["partitions"][0]["start_offset"],

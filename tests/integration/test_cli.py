@@ -11,16 +11,16 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions
 
+from helpers import wait_for
 from pyspark_kafka_share import cli
 from pyspark_kafka_share.admin import PartitionOffset, ShareGroupAdmin
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
 
-T = TypeVar("T")
 Run = Callable[..., tuple[int, str, str]]
 
 
@@ -41,18 +41,6 @@ def run(kafka: LocalKafka, capsys: pytest.CaptureFixture[str]) -> Run:
         return code, out, err
 
     return call
-
-
-def _wait_for(get: Callable[[], T], ok: Callable[[T], bool], timeout_s: float = 30.0,
-              what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout_s
-    value = get()
-    while not ok(value):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout_s}s; last value: {value!r}")
-        time.sleep(0.3)
-        value = get()
-    return value
 
 
 def _produce(kafka: LocalKafka, topic: str, per_partition: dict[int, int]) -> None:
@@ -249,7 +237,7 @@ def test_unknown_lag_exit_code(
         consumer.commit_sync()
         return _positions(admin, group)
 
-    _wait_for(positions, lambda p: p.get(0, (None, None))[1] == 0 and 1 in p,
+    wait_for(positions, lambda p: p.get(0, (None, None))[1] == 0 and 1 in p,
               what="partition 0 drained, partition 1 listed")
     assert _positions(admin, group)[1] == (None, None), "the broker reports no lag for p1"
 
