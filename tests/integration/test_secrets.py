@@ -329,6 +329,9 @@ def test_spark_plans_redact_options_by_name_and_the_redaction_regex_covers_the_r
     # Spark does this before the source sees the options: the source cannot hide them
     # (docs/operations.md, "The journal on an object store").
     def plan(**options: str) -> str:
+        # Spark reads the redaction pattern from the thread's active session (SQLConf.get):
+        # after other tests' streaming queries that can be a query's clone of this session.
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         df = _reader(spark, kafka, topic, group, journalPath=str(tmp_path / "j"), **options)
         return str(df._jdf.queryExecution().toString())
 
