@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark_kafka_share._kafka.group import write_group_configs
+from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.errors import LocalKafkaError, NotReady
 from pyspark_kafka_share.localkafka import _process
@@ -404,7 +405,7 @@ class LocalKafka(_process.Harness):
         """A confluent-kafka ``AdminClient`` for this broker."""
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        return AdminClient(client_config({"bootstrap.servers": self.bootstrap_servers}))
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None,
                      *, timeout_s: float = 30.0) -> str:
@@ -445,7 +446,7 @@ class LocalKafka(_process.Harness):
             "enable.idempotence": "true",
         }
         conf.update(producer_config or {})
-        producer = Producer(conf)
+        producer = Producer(client_config(conf))  # its log lines: the package's client logger
         errors: list[str] = []
 
         def on_delivery(err: object, _msg: object) -> None:
