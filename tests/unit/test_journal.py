@@ -128,6 +128,46 @@ def test_dedup_finds_published_keys_before_and_after_commit_and_one_query_owns_i
     assert j.find_journaled(probe) == set()
 
 
+def test_a_deleted_and_reused_journal_is_not_judged_by_keys_cached_before(
+    journal: JournalAt,
+) -> None:
+    # Every polled record is looked up, and a worker process caches the keys of the slots it
+    # read. If the directory is deleted and reused by a new run, a stale entry would claim
+    # keys the new slot does not hold: those records would be ACCEPTed and never emitted.
+    j = journal.open()
+    j.check_marker(j.place_marker())
+    log = j.part_log(1, 0)
+    log.open()
+    log.append(_batch("t", [5]), attempt=1)
+    assert j.find_journaled({("t", 0, 5)}) == {("t", 0, 5)}  # now cached in this process
+    j.store.remove_tree(j.root)
+    again = journal.open()
+    again.check_marker(again.place_marker())  # a new run: the marker every task checks
+    # Another process publishes the same slot path with other records.
+    payload = journal_module._to_ipc(_batch("t", [6]), {"attempt": "2"})
+    again.store.makedirs(again.part_log(1, 0).dir)
+    assert again.store.create_exclusive(again.part_log(1, 0).slot_path(0), payload, False)
+    assert again.find_journaled({("t", 0, 5), ("t", 0, 6)}) == {("t", 0, 6)}, \
+        "a record was judged by the keys of a deleted slot"
+
+
+def test_cached_keys_of_committed_batches_are_dropped(journal: JournalAt) -> None:
+    j = journal.open()
+    for seq in (1, 2):
+        log = j.part_log(seq, 0)
+        log.open()
+        log.append(_batch("t", [seq * 10]), attempt=seq)
+        log.end(_end(seq, acked=(0,)))
+    j.find_journaled({("t", 0, 10)})
+    cached = [k for k in journal_module._KEY_CACHE if k.startswith(f"{j.uri}\0")]
+    assert any("/000000000001/" in k for k in cached)
+    j.commit(1, dedup_retention_ms=3_600_000)
+    assert j.find_journaled({("t", 0, 10), ("t", 0, 20)}) == {("t", 0, 20)}
+    cached = [k for k in journal_module._KEY_CACHE if k.startswith(f"{j.uri}\0")]
+    assert not any("/000000000001/" in k for k in cached), "a committed batch stayed cached"
+    assert any("/000000000002/" in k for k in cached)
+
+
 def test_late_attempt_of_a_committed_batch_cannot_publish(tmp_path: Path) -> None:
     j = Journal(str(tmp_path))
     late = j.part_log(1, 0)

@@ -4,8 +4,9 @@
 arrives in the :class:`TaskSpec`. Exactly-once protocol per poll (see ``docs/design.md``):
 
 1. poll (explicit acknowledgement mode: the whole poll must be acknowledged before the next);
-2. records redelivered (``deliveryCount > 1``) that the journal already holds are duplicates
-   of published records whose acknowledgement was lost: ACCEPT them, do not emit them;
+2. records the journal already holds are duplicates of published records whose
+   acknowledgement was lost: ACCEPT them, do not emit them (every record is looked up: after
+   a broker crash they come back as first deliveries);
 3. if the poll's lock deadline has passed, RELEASE everything (but records on their last
    delivery) and stop;
 4. publish the fresh records in the next free journal slot (exclusive create); if the batch

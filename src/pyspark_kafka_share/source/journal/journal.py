@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,7 +112,7 @@ class EndMarker:
 Key = tuple[str, int, int]  # (topic, partition, offset)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SlotKeys:
     """The record identities of one slot (or dedup entry), by topic-partition, each with its
     lowest and highest offset so that most lookups skip the slot after one comparison."""
@@ -142,10 +142,13 @@ class SlotKeys:
         return found
 
 
-# Parsed keys of immutable slot files, shared by all tasks of this worker process.
+# Parsed keys of immutable slot files, shared by all tasks of this worker process. Entries of a
+# journal are dropped when a new run of a query starts (a new marker: the directory may have
+# been deleted and reused) and, for committed batches, when the fence passes them.
 _KEY_CACHE: OrderedDict[str, SlotKeys] = OrderedDict()
 _KEY_CACHE_LOCK = threading.Lock()
 _KEY_CACHE_MAX = 4096
+_KEY_CACHE_FENCE: dict[str, int] = {}  # journal uri -> fence its entries were pruned at
 _CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
 _MARKERS_SEEN: set[tuple[str, str]] = set()  # (journal uri, marker) seen by this process
 
@@ -262,6 +265,29 @@ class Journal:
                 "(NFS, HDFS) or an object store (s3://, gs://, abfss://). Nothing was "
                 "acknowledged") from None
         _MARKERS_SEEN.add((self.uri, name))
+        # A new run: what this process cached may be stale (a deleted and reused directory).
+        _KEY_CACHE_FENCE.pop(self.uri, None)
+        self._forget_keys(lambda _: True)
+
+    def _forget_keys(self, stale: Callable[[str], bool]) -> None:
+        """Drop this journal's cached slot keys whose path ``stale(path)`` says."""
+        prefix = f"{self.uri}\0"
+        with _KEY_CACHE_LOCK:
+            for key in [k for k in _KEY_CACHE if k.startswith(prefix) and stale(k[len(prefix):])]:
+                del _KEY_CACHE[key]
+
+    def _forget_committed_keys(self, fence: int) -> None:
+        """Drop cached keys of slots of batches at or below ``fence`` (never read again)."""
+        if _KEY_CACHE_FENCE.get(self.uri, -1) >= fence:
+            return
+        _KEY_CACHE_FENCE[self.uri] = fence
+
+        def committed(path: str) -> bool:
+            parts = path.rsplit("/", 4)
+            return len(parts) == 5 and parts[1] == "batches" and parts[2].isdigit() \
+                and int(parts[2]) <= fence
+
+        self._forget_keys(committed)
 
     def in_use(self) -> str | None:
         """What shows that a query already committed batches with this journal, or None.
@@ -300,6 +326,7 @@ class Journal:
         Two listings, whatever the number of batches and partitions.
         """
         fence = self.committed_seq()
+        self._forget_committed_keys(fence)
         paths: list[str] = []
         for rel in self.store.files_under(self._p("batches")):
             parts = rel.split("/")
