@@ -117,7 +117,7 @@ def test_a_broker_that_dies_mid_task_is_an_error_not_an_empty_batch(tmp_path: Pa
         own.set_group_config("dies-g", "share.auto.offset.reset", "earliest")
         own.produce("dies", [b"first"])
         spec = _spec(own, "dies", "dies-g", tmp_path / "journal", pollTimeoutMs="60000",
-                     maxBatchDurationMs="60000")
+                     maxBatchDurationMs="60000", brokerTimeoutMs="5000")
         outcome: list[object] = []
 
         def task() -> None:
@@ -139,6 +139,42 @@ def test_a_broker_that_dies_mid_task_is_an_error_not_an_empty_batch(tmp_path: Pa
     assert outcome, "the task did not end after its broker died"
     assert isinstance(outcome[0], BrokerError), f"expected BrokerError, got {outcome[0]!r}"
     assert "_ALL_BROKERS_DOWN" in str(outcome[0])
+
+
+@pytest.mark.broker
+@pytest.mark.skipif(bool(os.environ.get(ENV_BOOTSTRAP)), reason="restarts its own broker")
+def test_a_task_rides_out_a_broker_restart(tmp_path: Path) -> None:
+    """An outage shorter than brokerTimeoutMs is neither an error nor "no data": the task
+    polls through it (its pollTimeoutMs and the drain probe wait) and reads on afterwards."""
+    with LocalKafka() as own:
+        own.create_topic("bounces", 1)
+        own.set_group_config("bounces-g", "share.auto.offset.reset", "earliest")
+        own.produce("bounces", [b"before"])
+        spec = _spec(own, "bounces", "bounces-g", tmp_path / "journal", pollTimeoutMs="4000",
+                     maxBatchDurationMs="120000", brokerTimeoutMs="120000")
+        outcome: list[object] = []
+
+        def task() -> None:
+            try:
+                outcome.append(_keys(list(read_partition(spec))))
+            except BaseException as exc:  # noqa: BLE001 - the assertion reads it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=task)
+        thread.start()
+        slot0 = tmp_path / "journal" / "batches" / "000000000001" / "00000" / "000000"
+        deadline = time.monotonic() + 30
+        while not slot0.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert slot0.exists(), "the task never journaled the first record"
+        own.kill()
+        time.sleep(8)  # twice pollTimeoutMs without a record: still polling, not "no data"
+        assert thread.is_alive(), f"the task ended during the outage: {outcome}"
+        own.restart()
+        thread.join(60)
+    assert outcome, "the task did not end after its broker came back"
+    assert not isinstance(outcome[0], BaseException), f"the task failed: {outcome[0]!r}"
+    assert ("bounces", 0, 0) in outcome[0]  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("probe", [True, False])

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_kafka_share._kafka.group import waiting_partitions
+from pyspark_kafka_share._kafka.group import admin_client, waiting_partitions
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.settings import SOURCE_NAMES, ClientSettings
 from pyspark_kafka_share.errors import BrokerError
@@ -36,6 +36,7 @@ from pyspark_kafka_share.errors import BrokerError
 __all__ = [
     "ACQUIRE_MARGIN_S",
     "SETTLE_COUNTERS",
+    "BrokerWatch",
     "Settled",
     "ShareSession",
     "lock_budget_s",
@@ -99,6 +100,60 @@ def _too_large(size: int, limit: int, settings: ClientSettings | None,
         f"the topic's max.message.bytes), with {names.of('fetch.max.bytes')!r} at least 512 "
         "below it. Each failed fetch costs the records it held one delivery: after the "
         "group's share.delivery.count.limit the broker archives them")
+
+
+@dataclass(eq=False)
+class BrokerWatch:
+    """Checks a poll loop's client errors; rides out a broker restart for up to ``limit_s``.
+
+    Any failing error but "all brokers down" raises at once (:func:`raise_client_errors`).
+    "All brokers down" raises only if the outage lasts ``limit_s``: librdkafka reconnects by
+    itself but reports only the outage, never the recovery, so while :attr:`down` the
+    cluster's metadata is asked for every ``every_s``; an answer, or a record, ends it. A
+    loop must not read "no data" into the empty polls of an outage.
+    """
+
+    settings: ClientSettings
+    topics: Sequence[str]
+    limit_s: float
+    every_s: float = 1.0
+    down_since: float | None = None
+    cause: str = ""
+    last_check: float = 0.0
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def observe(self, errors: Sequence[Any], got_records: bool) -> None:
+        """Judge the errors ``take_errors`` returned after a poll."""
+        outage = [e for e in errors if not e.fatal() and e.name() == "_ALL_BROKERS_DOWN"]
+        raise_client_errors([e for e in errors if all(e is not o for o in outage)],
+                            self.settings, self.topics)
+        now = time.monotonic()
+        if got_records:
+            self.down_since = None
+        elif outage and self.down_since is None:
+            self.down_since, self.last_check = now, now
+            others = [e for e in errors if e.name() != "_ALL_BROKERS_DOWN"]
+            self.cause = f"{outage[0].name()}: {outage[0].str()}" + (
+                f"; before that the client reported {others[-1].name()}: {others[-1].str()}"
+                if others else "")
+        if self.down_since is None or now - self.last_check < self.every_s:
+            return
+        self.last_check = now
+        if self._cluster_answers():
+            self.down_since = None
+        elif now - self.down_since > self.limit_s:
+            raise BrokerError(f"all brokers down for more than {self.limit_s:.0f}s (the share "
+                              f"consumer reported {self.cause})")
+
+    def _cluster_answers(self) -> bool:
+        try:
+            admin_client(self.settings).list_topics(timeout=min(self.every_s, self.limit_s))
+        except Exception:  # noqa: BLE001 - any failure: still down
+            return False
+        return True
 
 
 def lock_budget_s(lock_ms: int, safety_fraction: float) -> float:

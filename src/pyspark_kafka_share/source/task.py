@@ -38,9 +38,9 @@ from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
 from pyspark_kafka_share._kafka.group import UNKNOWN_BACKLOG, TopicWatch, read_backlog
 from pyspark_kafka_share._kafka.share import (
+    BrokerWatch,
     ShareSession,
     lock_budget_s,
-    raise_client_errors,
     split_last_delivery,
 )
 from pyspark_kafka_share._spark import attempt_identity, query_id
@@ -176,6 +176,7 @@ class _Poller:
         self.probe = _DrainProbe(spec)
         self.watch = TopicWatch(opts.client, opts.topics) \
             if spec.partitions is not None else None
+        self.brokers = BrokerWatch(opts.client, opts.topics, opts.broker_timeout_ms / 1000)
 
     def note_unemitted(self, msgs: Sequence[Any]) -> None:
         """Remember the offsets of acquired records that this task does not emit."""
@@ -188,6 +189,8 @@ class _Poller:
     def _spent(self, now: float) -> bool:
         if self.budget is not None and self.budget <= 0:
             return True
+        if self.brokers.down:  # its empty polls are no "no data": ride it out, or fail
+            return False
         elapsed = now - self.start
         # maxBatchDurationMs bounds a task once records flow; a consumer still joining may
         # wait up to joinTimeoutMs + pollTimeoutMs for its first records.
@@ -197,12 +200,14 @@ class _Poller:
     def next_poll(self) -> tuple[list[Any], float] | None:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
         session = self.pc.session
-        opts = self.spec.options
         while not self._spent(time.monotonic()):
             msgs, acquired = session.poll(min(0.2, self.poll_timeout_s))
-            raise_client_errors(session.take_errors(), opts.client, opts.topics)
+            self.brokers.observe(session.take_errors(), bool(msgs))
             self.stats["polls"] += 1
             if not msgs:
+                if self.brokers.down:
+                    self.stats["polls_brokers_down"] += 1
+                    continue
                 if self.probe.drained(self.last_record):
                     self.stats["ended_drained"] = 1
                     return None

@@ -39,9 +39,9 @@ from pyspark_kafka_share._kafka.group import TopicWatch
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share._kafka.share import (
     SETTLE_COUNTERS,
+    BrokerWatch,
     ShareSession,
     lock_budget_s,
-    raise_client_errors,
     split_last_delivery,
 )
 from pyspark_kafka_share._spark import attempt_identity
@@ -165,7 +165,8 @@ class _Worker:
         self.per_record_s = 0.0  # moving average of the function's time per record
         self.settle_s = 0.0  # moving average of produce + flush + commit time per chunk
         self.produce_failure_streak = 0
-        self.down_since: float | None = None  # first "all brokers down" not followed by records
+        # "All brokers down" (a rolling restart) fails the worker only if it lasts.
+        self.brokers = BrokerWatch(config.client, config.topics, config.broker_timeout_s)
         self.unacked: list[Any] = []  # polled, not yet acknowledged
         self.session = session if session is not None else ShareSession.open(
             config.client.consumer(client_id=f"kafka-share-worker-{self.index}",
@@ -206,31 +207,11 @@ class _Worker:
         elif spec.max_records is not None and self.stats["processed"] >= spec.max_records:
             self.stop_reason = "record count"
         elif (spec.idle_timeout_s is not None and now - self.last_active >= spec.idle_timeout_s
-              and not self.control.ever_connected):
+              and not self.control.ever_connected and not self.brokers.down):
             # With a driver, idleness is judged over all workers (one idle worker may be waiting
             # for an assignment while others are busy); without one, locally.
             self.stop_reason = "idle timeout"
         return self.stop_reason is not None
-
-    def _check_client_errors(self, got_records: bool) -> None:
-        """Fatal client errors fail the worker; brokers down fail it after broker_timeout_s.
-
-        A long-lived worker rides out a rolling restart: "all brokers down" only fails it if
-        no record arrives for ``broker_timeout_s`` after it.
-        """
-        errors = self.session.take_errors()
-        transient = [e for e in errors if not e.fatal() and e.name() == "_ALL_BROKERS_DOWN"]
-        raise_client_errors([e for e in errors if e not in transient], self.config.client,
-                            self.config.topics)
-        now = time.monotonic()
-        if got_records:
-            self.down_since = None
-        elif transient and self.down_since is None:
-            self.down_since = now
-        limit = self.config.broker_timeout_s
-        if self.down_since is not None and now - self.down_since > limit:
-            raise BrokerError(f"all brokers down for more than {limit:.0f}s "
-                              f"({transient[0].str() if transient else 'no records since'})")
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -241,9 +222,11 @@ class _Worker:
             while not self.should_stop():
                 msgs, acquired = self.session.poll(0.5)
                 self.unacked = msgs
-                self._check_client_errors(bool(msgs))
+                self.brokers.observe(self.session.take_errors(), bool(msgs))
                 self.stats["polls"] += 1
                 if not msgs:
+                    if self.brokers.down:
+                        continue
                     if self.watch is not None:
                         self.watch.check(time.monotonic() - self.last_active)
                     continue
