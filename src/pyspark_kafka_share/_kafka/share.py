@@ -12,6 +12,8 @@ task and the queue workers both need around it:
 - :func:`raise_client_errors`: errors librdkafka reports only through ``error_cb`` (polls just
   come back empty) become a :class:`BrokerError`, never "no data"; a fetch response larger
   than ``receive.message.max.bytes`` becomes one that names the settings to raise;
+- :class:`BrokerWatch`: the same for a poll loop, which rides out "all brokers down" (a broker
+  restart) up to a time limit;
 - :func:`split_last_delivery`: records on their last delivery, which a RELEASE would make the
   broker archive unprocessed.
 
