@@ -394,9 +394,10 @@ class SparkBench:
         if kind == "kafka":
             df = self._kafka_reader(topic)
         else:
-            delivery = {"share-eo": "exactly-once", "share-amo": "at-most-once"}[kind]
+            delivery = "at-most-once" if kind == "share-amo" else "exactly-once"
             df = self._share_reader(topic, delivery=delivery, num_partitions=None,
-                                    extra=LATENCY_SHARE_OPTIONS)
+                                    extra={} if kind == "share-eo-defaults"
+                                    else LATENCY_SHARE_OPTIONS)
         lock = threading.Lock()
         stamps: list[Any] = []
         lags: list[Any] = []

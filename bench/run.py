@@ -147,7 +147,8 @@ class Bench:
                     suite, name, f"Spark kafka source, {p}-partition topic ({p} tasks)"
                     + (f", {cost:g} ms/record" if cost else ""),
                     data, True, self._scale_runner(suite, name, data, None, cost)))
-        for kind, label in (("share-eo", "kafka-share exactly-once"),
+        for kind, label in (("share-eo-defaults", "kafka-share exactly-once, default options"),
+                            ("share-eo", "kafka-share exactly-once"),
                             ("share-amo", "kafka-share at-most-once"),
                             ("kafka", "Spark kafka source")):
             cases.append(Case("latency", f"latency-{kind}", f"{label} → foreachBatch", None,
