@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from helpers import JournalAt, read_only_dir
+from helpers import JournalAt, read_only_dir, wait_for
 from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
 
@@ -201,6 +201,53 @@ def test_max_records_per_trigger_bounds_batches(
     assert sum(sizes) == 600
     assert max(sizes) <= 100, sizes
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), _produced(topic, 1, 600))
+
+
+def test_a_batch_reads_the_backlog_it_was_planned_with_not_the_whole_stream(
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+    tmp_path: Path
+) -> None:
+    """Under a steady stream the lag never reads 0 and records never stop arriving, so a task
+    bounded by time alone polls for maxBatchDurationMs (here 60 s): no batch would finish in
+    the 20 s below. Each task's share of the lag planned with its batch ends it instead."""
+    topic = topic_factory(2)
+    stop = threading.Event()
+    sent = [0]
+
+    def stream() -> None:
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 5})
+        while not stop.is_set():
+            for _ in range(10):
+                p.produce(topic, b"v%d" % sent[0], partition=sent[0] % 2)
+                sent[0] += 1
+            p.poll(0)
+            time.sleep(0.05)
+        p.flush(30)
+
+    producer = threading.Thread(target=stream)
+    producer.start()
+    q = None
+    try:
+        df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                     maxBatchDurationMs=60_000)
+        q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "chk")).start())
+        time.sleep(20)
+        finished = [p for p in q.recentProgress if p.numInputRows]
+        assert len(finished) >= 3, f"batches with rows finished in 20 s: {len(finished)} " \
+            f"(durations: {[p.durationMs.get('addBatch') for p in finished]})"
+    finally:
+        stop.set()
+        producer.join(60)
+    assert q is not None
+    try:
+        wait_for(lambda: len(set(_sink_keys(spark, tmp_path / "out"))),
+                 lambda n: n >= sent[0], 120, "the query reading the rest of the stream")
+    finally:
+        q.stop()
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), _produced(topic, 2, sent[0]))
 
 
 def test_two_queries_in_one_group_split_without_overlap(

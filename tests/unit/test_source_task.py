@@ -163,3 +163,45 @@ def test_a_journal_the_driver_did_not_mark_fails_the_task_before_it_polls(
         list(read_partition(spec))
     shared = dataclasses.replace(_spec(tmp_path / "driver-host" / "j"), journal_marker=marker)
     assert shared.journal().uri == driver.uri  # a shared journal passes the check
+
+
+def test_a_task_stops_at_its_share_of_the_planned_backlog(tmp_path: Path) -> None:
+    """A batch planned with a lag of 5 over 2 tasks gives each a budget of 3: the task stops
+    after the poll that reaches it (whole polls: 2 + 2) and leaves the third poll unread,
+    although records keep coming (a steady stream)."""
+    from pyspark_kafka_share.source.offset import BatchOffset
+
+    plan = BatchOffset(SEQ, parts=2, max_records=0, backlog=5)
+    max_records, share = plan.task_share()
+    assert (max_records, share) == (None, 3)
+    spec = dataclasses.replace(_spec(tmp_path / "j"), parts=2, backlog_share=share)
+    consumer = Consumer([[Msg(0), Msg(1)], [Msg(2), Msg(3)], [Msg(4), Msg(5)]])
+    _, offsets, end = _run(spec, consumer)
+    assert offsets == [0, 1, 2, 3] and end.records == 4
+    assert dataclasses.replace(spec, max_records=1).record_budget == 1  # the smaller share
+
+
+def test_an_offset_logged_before_backlog_shares_reads_as_unbounded() -> None:
+    from pyspark_kafka_share.source.offset import BatchOffset
+
+    old = BatchOffset.of({"seq": 4, "parts": 2, "max": 0})
+    assert old == BatchOffset(4, 2, 0, 0) and old.task_share() == (None, None)
+    assert not old.ends
+    assert BatchOffset.of(old.following(2, 7, None).json()) == BatchOffset(5, 2, 7, 0)
+    planned = old.following(2, 0, 12, {"in:0": 40})
+    assert BatchOffset.of(json.loads(json.dumps(planned.json()))) == planned
+    assert BatchOffset(5, 4, 10, 9).task_share() == (3, 3)
+
+
+def test_a_task_stops_after_the_poll_that_reaches_records_produced_after_the_plan(
+        tmp_path: Path) -> None:
+    """The partition ended at offset 3 when the batch was planned: the poll holding offset 3
+    is the task's last (kept whole); offsets 4.. go to the next batch."""
+    spec = dataclasses.replace(_spec(tmp_path / "j"), planned_ends={"in:0": 3})
+    consumer = Consumer([[Msg(0), Msg(1)], [Msg(2), Msg(3)], [Msg(4), Msg(5)]])
+    fill, offsets, _ = _run(spec, consumer)
+    assert offsets == [0, 1, 2, 3]
+    assert fill.stats["ended_past_plan"] == 1
+    other = dataclasses.replace(_spec(tmp_path / "j2"), planned_ends={"other:0": 0})
+    _, offsets, _ = _run(other, Consumer([[Msg(0)], [Msg(1)]]))
+    assert offsets == [0, 1]

@@ -307,7 +307,8 @@ def read_backlog(settings: ClientSettings, topics: Sequence[str],
     ``partitions``: every ``"topic:partition"`` of ``topics``, when the caller knows them;
     read from the broker's metadata otherwise, and then a subscribed topic that no longer
     exists raises :class:`UnknownTopicError`. A partition without a known lag whose log is
-    empty has nothing to share (:func:`_empty_logs`). Any failure gives an *unknown* backlog,
+    empty has nothing to share, and under ``earliest`` one never fetched has its whole log
+    waiting (:func:`_unfetched_logs`). Any failure gives an *unknown* backlog,
     never an empty one: callers then go on polling, and polls surface real broker errors.
     """
     if partitions is None:
@@ -328,7 +329,7 @@ def read_backlog(settings: ClientSettings, topics: Sequence[str],
             lags[key] = o.lag
     unknown = [k for k, v in lags.items() if v is None]
     if unknown:
-        lags.update(_empty_logs(settings, unknown))
+        lags.update(_unfetched_logs(settings, unknown))
     known = [v for v in lags.values() if v is not None]
     total = sum(known) if lags and len(known) == len(lags) else None
     return Backlog(total, lags)
@@ -363,14 +364,17 @@ def _offset_reset(settings: ClientSettings, timeout_s: float) -> str:
     return value
 
 
-def _empty_logs(settings: ClientSettings, keys: Sequence[str]) -> dict[str, int]:
-    """Lag 0 for those of ``keys`` (partitions without a known lag) whose log is empty (high
-    watermark = log start offset), when the group starts new partitions at ``earliest``.
+def _unfetched_logs(settings: ClientSettings, keys: Sequence[str]) -> dict[str, int]:
+    """The lag of those of ``keys`` (partitions without a known lag) when the group starts new
+    partitions at ``earliest``: the whole log (high watermark - log start offset).
 
     The broker reports no lag for a partition until it has records and a member fetched
-    them, so a topic never written to would read as unknown, and cost a micro-batch per
-    trigger, for ever. With ``latest`` (the broker's default) the empty batches stay: records
-    that arrive while no member fetches would be skipped when the first one does.
+    them; before that, nothing of it was delivered, so under ``earliest`` the whole log is
+    waiting (it can only over-count). Without this a topic never written to would read as
+    unknown, and cost a micro-batch per trigger, for ever, and a new group's first batch
+    would have no backlog to share out. With ``latest`` (the broker's default) they stay
+    unknown: records that arrive while no member fetches would be skipped when the first one
+    does, so batches keep members fetching.
     """
     timeout_s = min(settings.timeout_s, _LAG_TIMEOUT_CAP_S)
     try:
@@ -380,7 +384,7 @@ def _empty_logs(settings: ClientSettings, keys: Sequence[str]) -> dict[str, int]
         end = _log_offsets(settings, keys, "latest", timeout_s)
     except Exception:  # noqa: BLE001 - stays unknown
         return {}
-    return {k: 0 for k in keys if k in start and k in end and end[k] <= start[k]}
+    return {k: max(0, end[k] - start[k]) for k in keys if k in start and k in end}
 
 
 def waiting_partitions(settings: ClientSettings, topics: Sequence[str]) -> str:

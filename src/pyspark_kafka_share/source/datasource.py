@@ -7,7 +7,6 @@ Driver side: :class:`KafkaShareDataSource` validates options and the broker at `
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,7 @@ from pyspark_kafka_share._kafka.group import (
     set_group_configs,
 )
 from pyspark_kafka_share._spark import ADMISSION_CONTROL
-from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.errors import OptionError, UnknownTopicError
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.offset import BatchOffset
 from pyspark_kafka_share.source.options import SourceOptions, parse_options
@@ -152,13 +151,23 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                 self.available_now_first_seq = offset.seq + 1
             elif self._drained(offset):
                 return start
-        latest = offset.following(self.num_partitions, max_rows).json()
+        latest = offset.following(self.num_partitions, max_rows, self.backlog.total,
+                                  self._high_watermarks()).json()
         if not ADMISSION_CONTROL:
             # Spark < 4.2 has no reportLatestOffset: the metrics ride in the offset itself,
             # shown as endOffset in StreamingQueryProgress (docs/operations.md).
             latest.update(self.reportLatestOffset() or {})
             self.seen = latest
         return latest
+
+    def _high_watermarks(self) -> dict[str, int]:
+        """Where each subscribed partition ends now ({}: unknown; the plan then has none)."""
+        try:
+            return latest_offsets(self.options.client, self.options.topics)
+        except UnknownTopicError:
+            raise
+        except Exception:  # noqa: BLE001 - tasks then stop on their backlog share or time
+            return {}
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Shown as ``latestOffset`` of this source in ``StreamingQueryProgress``: the group's
@@ -214,7 +223,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         self._see(end)
         plan = BatchOffset.of(end)
-        per_task = math.ceil(plan.max_records / plan.parts) if plan.max_records else None
+        per_task, backlog_share = plan.task_share()
         # Every subscribed partition as the last backlog read saw them, for the tasks' check
         # that the group is drained.
         known = tuple(self.backlog.by_partition) if self.backlog is not None and \
@@ -222,6 +231,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         return [
             KafkaSharePartition(TaskSpec(options=self.options, seq=plan.seq, part=i,
                                          parts=plan.parts, max_records=per_task,
+                                         backlog_share=backlog_share,
+                                         planned_ends=plan.ends or None,
                                          lock_ms=self.lock_ms,
                                          delivery_limit=self.delivery_limit,
                                          partitions=known, journal_marker=self.marker))

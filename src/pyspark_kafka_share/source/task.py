@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +60,15 @@ class TaskSpec:
     seq: int
     part: int
     parts: int
-    max_records: int | None
+    max_records: int | None  # maxRecordsPerTrigger's share: also caps max.poll.records
     lock_ms: int
     delivery_limit: int = 5
+    # The task's share of the lag when the batch was planned (None: unknown): a batch reads
+    # about what was there, as Spark's kafka source reads up to the offsets it planned.
+    backlog_share: int | None = None
+    # High watermark of each "topic:partition" when the batch was planned (None: unknown): a
+    # poll with a record at or past it reaches records produced since, and ends the task.
+    planned_ends: Mapping[str, int] | None = None
     # Every "topic:partition" subscribed at planning, for the drained-group and deleted-topic
     # checks (None: skip both).
     partitions: tuple[str, ...] | None = None
@@ -79,6 +85,13 @@ class TaskSpec:
     def consumer_config(self) -> dict[str, str]:
         return self.options.client.consumer(client_id="pyspark-kafka-share",
                                             max_poll_records=self.max_records)
+
+    @property
+    def record_budget(self) -> int | None:
+        """Records the task reads at most (None: bounded by time only). Overshoot: the rest
+        of the poll that reaches it (whole producer batches)."""
+        shares = [n for n in (self.max_records, self.backlog_share) if n is not None]
+        return min(shares) if shares else None
 
     @property
     def lock_budget_s(self) -> float:
@@ -177,6 +190,7 @@ class _Poller:
         self.watch = TopicWatch(opts.client, opts.topics) \
             if spec.partitions is not None else None
         self.brokers = BrokerWatch(opts.client, opts.topics, opts.broker_timeout_ms / 1000)
+        self.past_plan = False  # polled a record produced after the batch was planned
 
     def note_unemitted(self, msgs: Sequence[Any]) -> None:
         """Remember the offsets of acquired records that this task does not emit."""
@@ -189,6 +203,8 @@ class _Poller:
     def _spent(self, now: float) -> bool:
         if self.budget is not None and self.budget <= 0:
             return True
+        if self.past_plan:
+            return True
         if self.brokers.down:  # its empty polls are no "no data": ride it out, or fail
             return False
         elapsed = now - self.start
@@ -196,6 +212,14 @@ class _Poller:
         # wait up to joinTimeoutMs + pollTimeoutMs for its first records.
         return elapsed >= self.time_cap_s or now - self.last_record >= self.poll_timeout_s \
             or (elapsed >= self.max_batch_s and self.stats["records_acquired"] > 0)
+
+    def _note_plan_end(self, msgs: Sequence[Any]) -> None:
+        ends = self.spec.planned_ends
+        if ends and not self.past_plan and any(
+                m.offset() >= ends.get(f"{m.topic()}:{m.partition()}", m.offset() + 1)
+                for m in msgs):
+            self.past_plan = True
+            self.stats["ended_past_plan"] = 1
 
     def next_poll(self) -> tuple[list[Any], float] | None:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
@@ -218,6 +242,7 @@ class _Poller:
                 self.stats["join_ms"] = int((session.last_poll - session.created) * 1000)
             self.stats["records_acquired"] += len(msgs)
             self.last_record = session.last_poll
+            self._note_plan_end(msgs)
             return msgs, acquired + self.deadline_s
         return None
 
@@ -307,7 +332,7 @@ class _Fill:
         self.own: dict[int, pa.RecordBatch] = {}
         self.acked_slots: list[int] = []
         existing = sum(log.table(s).num_rows for s in scan.data_slots)
-        self.budget = None if spec.max_records is None else spec.max_records - existing
+        self.budget = None if spec.record_budget is None else spec.record_budget - existing
         self.pending: list[Any] = []  # polled, not yet acknowledged
 
     def run(self, pc: _pool.PooledConsumer) -> ScanResult:
@@ -436,7 +461,7 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         except JournalClosed:
             return
     pc = _acquire_consumer(spec)
-    poller = _Poller(spec, pc, spec.max_records, stats)
+    poller = _Poller(spec, pc, spec.record_budget, stats)
     healthy = True
     emitted: list[pa.RecordBatch] = []
     try:
