@@ -109,30 +109,39 @@ def test_two_racing_attempts_yield_identical_rows_and_lose_nothing(
         (topic, i % 2, i // 2) for i in range(total)), "a record was lost"
 
 
+def _start_task_on_one_record(own: LocalKafka, name: str, journal: Path,
+                              **opts: str) -> tuple[threading.Thread, list[object]]:
+    """A task reading topic ``name`` (one record in it) in a thread, returned once it has
+    journaled that record; the list gets its keys or its exception."""
+    own.create_topic(name, 1)
+    own.set_group_config(f"{name}-g", "share.auto.offset.reset", "earliest")
+    own.produce(name, [b"first"])
+    spec = _spec(own, name, f"{name}-g", journal, **opts)
+    outcome: list[object] = []
+
+    def task() -> None:
+        try:
+            outcome.append(_keys(list(read_partition(spec))))
+        except BaseException as exc:  # noqa: BLE001 - the assertion reads it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=task)
+    thread.start()
+    slot0 = journal / "batches" / "000000000001" / "00000" / "000000"
+    deadline = time.monotonic() + 30
+    while not slot0.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert slot0.exists(), "the task never journaled the first record"
+    return thread, outcome
+
+
 @pytest.mark.broker
 @pytest.mark.skipif(bool(os.environ.get(ENV_BOOTSTRAP)), reason="stops its own broker")
 def test_a_broker_that_dies_mid_task_is_an_error_not_an_empty_batch(tmp_path: Path) -> None:
     with LocalKafka() as own:
-        own.create_topic("dies", 1)
-        own.set_group_config("dies-g", "share.auto.offset.reset", "earliest")
-        own.produce("dies", [b"first"])
-        spec = _spec(own, "dies", "dies-g", tmp_path / "journal", pollTimeoutMs="60000",
-                     maxBatchDurationMs="60000", brokerTimeoutMs="5000")
-        outcome: list[object] = []
-
-        def task() -> None:
-            try:
-                outcome.append(list(read_partition(spec)))
-            except BaseException as exc:  # noqa: BLE001 - the assertion reads it
-                outcome.append(exc)
-
-        thread = threading.Thread(target=task)
-        thread.start()
-        slot0 = tmp_path / "journal" / "batches" / "000000000001" / "00000" / "000000"
-        deadline = time.monotonic() + 30
-        while not slot0.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert slot0.exists(), "the task never journaled the first record"
+        thread, outcome = _start_task_on_one_record(
+            own, "dies", tmp_path / "journal", pollTimeoutMs="60000",
+            maxBatchDurationMs="60000", brokerTimeoutMs="5000")
         time.sleep(1)  # acknowledged; the task is now polling an idle topic
         own.stop()
         thread.join(45)
@@ -147,26 +156,9 @@ def test_a_task_rides_out_a_broker_restart(tmp_path: Path) -> None:
     """An outage shorter than brokerTimeoutMs is neither an error nor "no data": the task
     polls through it (its pollTimeoutMs and the drain probe wait) and reads on afterwards."""
     with LocalKafka() as own:
-        own.create_topic("bounces", 1)
-        own.set_group_config("bounces-g", "share.auto.offset.reset", "earliest")
-        own.produce("bounces", [b"before"])
-        spec = _spec(own, "bounces", "bounces-g", tmp_path / "journal", pollTimeoutMs="4000",
-                     maxBatchDurationMs="120000", brokerTimeoutMs="120000")
-        outcome: list[object] = []
-
-        def task() -> None:
-            try:
-                outcome.append(_keys(list(read_partition(spec))))
-            except BaseException as exc:  # noqa: BLE001 - the assertion reads it
-                outcome.append(exc)
-
-        thread = threading.Thread(target=task)
-        thread.start()
-        slot0 = tmp_path / "journal" / "batches" / "000000000001" / "00000" / "000000"
-        deadline = time.monotonic() + 30
-        while not slot0.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert slot0.exists(), "the task never journaled the first record"
+        thread, outcome = _start_task_on_one_record(
+            own, "bounces", tmp_path / "journal", pollTimeoutMs="4000",
+            maxBatchDurationMs="120000", brokerTimeoutMs="120000")
         own.kill()
         time.sleep(8)  # twice pollTimeoutMs without a record: still polling, not "no data"
         assert thread.is_alive(), f"the task ended during the outage: {outcome}"

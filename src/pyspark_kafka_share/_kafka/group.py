@@ -187,12 +187,15 @@ def set_group_configs(settings: ClientSettings, configs: Mapping[str, str], *,
             f"{settings.group_id!r}") from exc
 
 
-def latest_offsets(settings: ClientSettings, topics: Sequence[str]) -> dict[str, int]:
-    """High watermarks, as {"topic:partition": offset}."""
-    md = admin_client(settings).list_topics(timeout=settings.timeout_s)
-    ensure_topics(settings, topics, md)
-    keys = [f"{t}:{p}" for t in topics for p in md.topics[t].partitions]
-    return _log_offsets(settings, keys, "latest", settings.timeout_s)
+def latest_offsets(settings: ClientSettings, topics: Sequence[str],
+                   partitions: Sequence[str] | None = None) -> dict[str, int]:
+    """High watermarks, as {"topic:partition": offset}; ``partitions``: every
+    ``"topic:partition"`` of ``topics``, when the caller knows them (else from metadata)."""
+    if partitions is None:
+        md = admin_client(settings).list_topics(timeout=settings.timeout_s)
+        ensure_topics(settings, topics, md)
+        partitions = [f"{t}:{p}" for t in topics for p in md.topics[t].partitions]
+    return _log_offsets(settings, partitions, "latest", settings.timeout_s)
 
 
 def _log_offsets(settings: ClientSettings, keys: Sequence[str], which: str,

@@ -162,8 +162,9 @@ class KafkaShareStreamReader(DataSourceStreamReader):
 
     def _high_watermarks(self) -> dict[str, int]:
         """Where each subscribed partition ends now ({}: unknown; the plan then has none)."""
+        known = list(self.backlog.by_partition) if self.backlog is not None else []
         try:
-            return latest_offsets(self.options.client, self.options.topics)
+            return latest_offsets(self.options.client, self.options.topics, known or None)
         except UnknownTopicError:
             raise
         except Exception:  # noqa: BLE001 - tasks then stop on their backlog share or time
