@@ -98,7 +98,12 @@ def read_group_configs(admin: Any, group: str, timeout_s: float) -> dict[str, An
 
 def write_group_configs(admin: Any, group: str, configs: Mapping[str, str | int],
                         timeout_s: float) -> None:
-    """Set group configs (``incrementalAlterConfigs`` SET); raises the client's error."""
+    """Set group configs (``incrementalAlterConfigs`` SET); raises the client's error.
+
+    Returns once a DescribeConfigs shows them (at most ``timeout_s``): the controller
+    confirms a change before the brokers apply it, and a share consumer joining in between
+    would still get the old value (e.g. ``share.auto.offset.reset``).
+    """
     from confluent_kafka.admin import (
         AlterConfigOpType,
         ConfigEntry,
@@ -111,6 +116,12 @@ def write_group_configs(admin: Any, group: str, configs: Mapping[str, str | int]
         for key, value in configs.items()])
     for fut in admin.incremental_alter_configs([resource], request_timeout=timeout_s).values():
         fut.result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen = read_group_configs(admin, group, timeout_s)
+        if all(k in seen and str(seen[k].value) == str(v) for k, v in configs.items()):
+            return
+        time.sleep(0.05)
 
 
 def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
