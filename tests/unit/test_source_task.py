@@ -205,3 +205,44 @@ def test_a_task_stops_after_the_poll_that_reaches_records_produced_after_the_pla
     other = dataclasses.replace(_spec(tmp_path / "j2"), planned_ends={"other:0": 0})
     _, offsets, _ = _run(other, Consumer([[Msg(0)], [Msg(1)]]))
     assert offsets == [0, 1]
+
+
+def test_the_poll_size_is_about_half_a_task_share_and_sticks_within_4x() -> None:
+    """A task polls about half its share at once (whole producer batches), so tasks that poll
+    later still find theirs; the size changes only by 4x or more (a new size is a new
+    pooled consumer joining the group)."""
+    from pyspark_kafka_share.source.offset import MAX_POLL, MIN_POLL, BatchOffset, poll_size
+
+    assert poll_size(1250, None) == 512  # 10,000 records over 8 tasks
+    assert poll_size(10, None) == MIN_POLL
+    assert poll_size(4 * MAX_POLL, None) == 0  # the consumer's own max.poll.records
+    assert poll_size(None, None) == 0 and poll_size(None, 256) == 256  # unknown: as before
+    assert poll_size(1250, 256) == 256 and poll_size(375, 256) == 256  # within 4x: kept
+    assert poll_size(1250, 128) == 512 and poll_size(100_000, 256) == 0
+    first = BatchOffset(0, 8).following(8, 0, 10_000)
+    assert first.poll == 512
+    assert BatchOffset.of(first.json()) == first
+    assert first.following(8, 0, 5_000).poll == 512  # share 625: want 256, within 4x
+    assert first.following(8, 0, 1_000).poll == 128
+    assert first.following(8, 0, None).poll == 512
+
+
+def test_a_task_polls_at_most_the_planned_poll_size(tmp_path: Path) -> None:
+    spec = dataclasses.replace(_spec(tmp_path / "j"), poll_records=512)
+    assert spec.consumer_config()["max.poll.records"] == "512"
+    capped = dataclasses.replace(spec, max_records=100)  # maxRecordsPerTrigger's share
+    assert capped.consumer_config()["max.poll.records"] == "100"
+    assert dataclasses.replace(spec, poll_records=None).consumer_config()[
+        "max.poll.records"] == "2000"
+
+
+def test_a_backlog_within_what_was_produced_after_the_plan_holds_nothing_of_the_batch() -> None:
+    from pyspark_kafka_share._kafka.group import Backlog
+
+    ends = {"in:0": 300, "in:1": 40}
+    assert Backlog(50, {"in:0": 50, "in:1": 0}).within(ends, {"in:0": 350, "in:1": 40})
+    # one record of the plan is still waiting (or held by another task)
+    assert not Backlog(51, {"in:0": 51, "in:1": 0}).within(ends, {"in:0": 350, "in:1": 40})
+    assert not Backlog(None, {"in:0": 0, "in:1": None}).within(ends, {"in:0": 300, "in:1": 40})
+    assert not Backlog(0, {"in:0": 0, "in:1": 0}).within({}, {})  # no plan: nothing to say
+    assert not Backlog(0, {"in:0": 0, "in:1": 0}).within(ends, {"in:0": 300})  # no watermark

@@ -310,6 +310,15 @@ class Backlog:
         """Known to be empty: every subscribed partition has share state and lag 0."""
         return self.total == 0
 
+    def within(self, ends: Mapping[str, int], now: Mapping[str, int]) -> bool:
+        """True when no partition has more records waiting than were produced after ``ends``
+        (its high watermarks when a batch was planned; ``now``: the current ones): what a
+        poll could still return belongs, as far as the lag tells, to a later batch. The lag
+        counts records not acknowledged for good, acquired ones too."""
+        return bool(ends) and all(
+            (lag := self.by_partition.get(tp)) is not None and tp in now
+            and lag <= max(0, now[tp] - end) for tp, end in ends.items())
+
 
 UNKNOWN_BACKLOG = Backlog(None, {})
 

@@ -236,7 +236,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                                          planned_ends=plan.ends or None,
                                          lock_ms=self.lock_ms,
                                          delivery_limit=self.delivery_limit,
-                                         partitions=known, journal_marker=self.marker))
+                                         partitions=known, journal_marker=self.marker,
+                                         poll_records=plan.poll or None))
             for i in range(plan.parts)
         ]
 

@@ -7,11 +7,15 @@ task finds its records in the journal under ``(seq, part)``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BatchOffset"]
+__all__ = ["BatchOffset", "poll_size"]
+
+MIN_POLL = 128  # below this a poll costs more than it spreads (one producer batch or less)
+MAX_POLL = 2048  # the consumer's own max.poll.records (2,000) decides above this
 
 
 @dataclass(frozen=True)
@@ -20,34 +24,66 @@ class BatchOffset:
     (0: unlimited). ``backlog`` is the group's lag when the batch was planned (0: unknown),
     which the tasks share out, and ``ends`` the high watermark of each ``"topic:partition"``
     then (empty: unknown): a task that polls a record at or past its partition's end reads
-    records produced after the plan, and stops. Logged by Spark as ``{"seq": n, "parts": p,
-    "max": m, "backlog": b, "ends": {...}}``."""
+    records produced after the plan, and stops. ``poll`` caps the records of one poll
+    (``max.poll.records``; 0: the consumer's own), so that the first tasks to poll leave the
+    others their share (see :func:`poll_size`). Logged by Spark as ``{"seq": n, "parts": p,
+    "max": m, "backlog": b, "ends": {...}, "poll": q}``."""
 
     seq: int
     parts: int
     max_records: int = 0
     backlog: int = 0
     ends: Mapping[str, int] = field(default_factory=dict)
+    poll: int = 0
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> BatchOffset:
         """The offset Spark hands back (its JSON, parsed)."""
         return cls(int(raw["seq"]), int(raw["parts"]), int(raw.get("max", 0)),
                    int(raw.get("backlog", 0)),
-                   {str(k): int(v) for k, v in dict(raw.get("ends") or {}).items()})
+                   {str(k): int(v) for k, v in dict(raw.get("ends") or {}).items()},
+                   int(raw.get("poll", 0)))
 
     def json(self) -> dict[str, Any]:
         """What Spark logs."""
         return {"seq": self.seq, "parts": self.parts, "max": self.max_records,
-                "backlog": self.backlog, "ends": dict(self.ends)}
+                "backlog": self.backlog, "ends": dict(self.ends), "poll": self.poll}
 
     def following(self, parts: int, max_records: int, backlog: int | None,
                   ends: Mapping[str, int] | None = None) -> BatchOffset:
-        """The plan of the next batch."""
-        return BatchOffset(self.seq + 1, parts, max_records, backlog or 0, dict(ends or {}))
+        """The plan of the next batch; its poll size follows this one's (:func:`poll_size`)."""
+        plan = BatchOffset(self.seq + 1, parts, max_records, backlog or 0, dict(ends or {}))
+        _, share = plan.task_share()
+        previous = self.poll if self.seq else None  # seq 0: the initial offset
+        return dataclasses.replace(plan, poll=poll_size(share, previous))
 
     def task_share(self) -> tuple[int | None, int | None]:
         """(records per task under ``max_records``, records per task of ``backlog``); None:
         unbounded. Rounded up: a batch reads at least what was there when it was planned."""
         return (-(-self.max_records // self.parts) if self.max_records else None,
                 -(-self.backlog // self.parts) if self.backlog else None)
+
+
+def poll_size(share: int | None, previous: int | None) -> int:
+    """Records per poll (0: the consumer's own ``max.poll.records``) for tasks whose share of
+    the backlog is ``share`` (None: unknown), after a batch that polled ``previous`` (None:
+    the query's first batch).
+
+    A task acknowledges and journals per poll, and the broker hands out whole producer
+    batches up to the poll's size: a task asking for more than its share at once takes
+    other tasks' records, and tasks that poll later get nothing (with a per-record cost
+    downstream, those tasks then sit idle). About half the share per poll lets every task
+    reach its share in two or more polls. Powers of two between ``MIN_POLL`` and
+    ``MAX_POLL``; after the first batch the previous size is kept unless the new one differs
+    by 4x or more: pooled consumers are per configuration, and a new size means a new
+    consumer joining the group (about one heartbeat interval).
+    """
+    if share is None:
+        return previous or 0
+    want = 1 << (max(1, share // 2).bit_length() - 1)  # the power of two <= share / 2
+    want = min(max(want, MIN_POLL), MAX_POLL)
+    if previous is not None:
+        before = previous or MAX_POLL
+        if before < 4 * want and want < 4 * before:
+            return previous
+    return 0 if want == MAX_POLL else want

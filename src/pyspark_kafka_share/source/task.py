@@ -36,7 +36,12 @@ import pyarrow as pa
 
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
-from pyspark_kafka_share._kafka.group import UNKNOWN_BACKLOG, TopicWatch, read_backlog
+from pyspark_kafka_share._kafka.group import (
+    UNKNOWN_BACKLOG,
+    TopicWatch,
+    latest_offsets,
+    read_backlog,
+)
 from pyspark_kafka_share._kafka.share import (
     BrokerWatch,
     ShareSession,
@@ -74,6 +79,9 @@ class TaskSpec:
     partitions: tuple[str, ...] | None = None
     # The marker the driver left in the journal (Journal.place_marker); None: not checked.
     journal_marker: str | None = None
+    # Records per poll the plan chose from the backlog share (offset.poll_size; None: the
+    # consumer's own max.poll.records).
+    poll_records: int | None = None
 
     def journal(self) -> Journal:
         """The journal, checked to be the driver's (see ``Journal.check_marker``)."""
@@ -83,8 +91,9 @@ class TaskSpec:
         return journal
 
     def consumer_config(self) -> dict[str, str]:
+        caps = [n for n in (self.max_records, self.poll_records) if n]
         return self.options.client.consumer(client_id="pyspark-kafka-share",
-                                            max_poll_records=self.max_records)
+                                            max_poll_records=min(caps) if caps else None)
 
     @property
     def record_budget(self) -> int | None:
@@ -135,13 +144,14 @@ def _settle(session: ShareSession, stats: Counter[str], accept: Sequence[Any],
 
 
 class _DrainProbe:
-    """Ends a task early, instead of after ``pollTimeoutMs`` without records, once the share
-    group's backlog is known to be empty: every record is acknowledged for good, so no poll
-    can return one until new records are produced (those go to the next batch).
+    """Ends a task early, instead of after ``pollTimeoutMs`` without records, once no poll can
+    return a record of its batch: the group's backlog is empty, or no partition has more
+    records waiting than were produced after the batch was planned (its planned ends). Under a
+    steady stream the second is what ends a task whose share other tasks took.
 
-    Lag over-counts records other tasks still hold (they keep this task waiting, as before);
-    it never under-counts. A failed read turns the probe off for the task, which then ends by
-    the timeout.
+    Lag over-counts records other tasks still hold (they may be released), so those keep
+    this task waiting. Ending early loses nothing: a record left is read by a later batch. A
+    failed read turns the probe off for the task, which then ends by the timeout.
     """
 
     _QUIET_S = 0.25  # no record for this long before asking
@@ -162,7 +172,15 @@ class _DrainProbe:
         backlog = read_backlog(opts.client, opts.topics, self.spec.partitions)
         if backlog is UNKNOWN_BACKLOG:
             self.enabled = False
-        return backlog.empty
+        if backlog.empty:
+            return True
+        ends = self.spec.planned_ends
+        if not ends or backlog.total is None:
+            return False
+        try:
+            return backlog.within(ends, latest_offsets(opts.client, opts.topics, list(ends)))
+        except Exception:  # noqa: BLE001 - a topic gone or brokers down: the polls tell
+            return False
 
 
 class _Poller:
