@@ -279,17 +279,47 @@ def java_perf(kafka: LocalKafka, data: Dataset, *, threads: int) -> tuple[
 # -- Spark ------------------------------------------------------------------------------------
 
 
-def _sleeper(cost_s: float) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """A mapInArrow function costing ``cost_s`` seconds per row (a stand-in for real work)."""
+def _sleeper(cost_s: float, stamps: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A mapInArrow function costing ``cost_s`` seconds per row (a stand-in for real work).
+
+    Each call (one per task) leaves a line in a file under ``stamps``: when its first rows
+    arrived, when it finished its last, and how many rows it got.
+    """
 
     def work(batches: Iterator[Any]) -> Iterator[Any]:
+        import json as _json
+        import os as _os
         import time as _time
+        import uuid as _uuid
 
+        first = last = None
+        rows = 0
         for batch in batches:
+            if first is None:
+                first = _time.time()
             _time.sleep(cost_s * batch.num_rows)
+            rows += batch.num_rows
+            last = _time.time()
             yield batch
+        if first is not None:
+            path = _os.path.join(stamps, _uuid.uuid4().hex)
+            with open(path, "w") as f:
+                f.write(_json.dumps({"first": first, "last": last, "rows": rows}))
 
     return work
+
+
+def read_stamps(stamps: Path) -> dict[str, Any]:
+    """What the per-task stamp files say: the seconds from the first row processed to the
+    last, and the rows each task processed (largest first)."""
+    import json as _json
+
+    lines = [_json.loads(f.read_text()) for f in stamps.iterdir()]
+    if not lines:
+        return {"processed_s": None, "task_rows": []}
+    return {"processed_s": round(max(x["last"] for x in lines)
+                                 - min(x["first"] for x in lines), 3),
+            "task_rows": sorted((int(x["rows"]) for x in lines), reverse=True)}
 
 
 class SparkBench:
@@ -344,8 +374,10 @@ class SparkBench:
         Returns (records, wall seconds from start() to termination, the sum of the batches'
         triggerExecution seconds, extra).
         """
+        stamps = Path(self._dir("stamps"))
         if cost_s > 0:
-            df = df.select("offset").mapInArrow(_sleeper(cost_s), "offset long")
+            stamps.mkdir(parents=True)
+            df = df.select("offset").mapInArrow(_sleeper(cost_s, str(stamps)), "offset long")
         start = time.monotonic()
         query = (df.writeStream.format("noop")
                  .option("checkpointLocation", self._dir("checkpoint"))
@@ -370,12 +402,52 @@ class SparkBench:
             # Where each trigger's time went (Spark's phases), for docs/benchmarks.
             "durations_ms": [dict(p.durationMs) for p in progress],
         }
+        if cost_s > 0:
+            extra.update(read_stamps(stamps))
         with_data = [p for p in progress if int(p.numInputRows) > 0]
         if with_data and with_data[-1].sources:
             metrics = with_data[-1].sources[0].metrics
             if metrics:
                 extra["last_batch_source_metrics"] = dict(metrics)
         return rows, wall, steady, extra
+
+    # -- queue workers -----------------------------------------------------------------------
+
+    def workers(self, data: Dataset, *, workers: int, cost_s: float) -> tuple[
+            int, float, float, dict[str, Any]]:
+        """``run_workers`` with ``workers`` workers over ``data``, each record costing
+        ``cost_s`` (a sleep per Arrow chunk of ``chunk_size`` rows), until every record is
+        processed. Returns (records, wall seconds of run_workers, seconds from the first
+        record processed to the last, extra)."""
+        from pyspark_kafka_share.workers import run_workers
+
+        stamps = Path(self._dir("stamps"))
+        stamps.mkdir(parents=True)
+        chunk = _sleeper(cost_s, str(stamps))
+
+        def work(table: Any) -> None:
+            for _ in chunk(iter([table])):
+                pass
+
+        group = fresh_name("bench-workers")
+        start = time.monotonic()
+        summary = run_workers(self.spark, work, topics=data.topic, group=group,
+                              bootstrap_servers=self.kafka.bootstrap_servers, workers=workers,
+                              batch_format="arrow", max_records=data.records,
+                              starting_offsets="earliest", idle_timeout_s=60,
+                              on_progress=False)
+        wall = time.monotonic() - start
+        processed = summary.totals["processed"]
+        if processed != data.records or summary.totals["accepted"] != data.records:
+            raise BenchError(f"workers processed {processed} and accepted "
+                             f"{summary.totals['accepted']} of {data.records} records "
+                             f"({summary.stop_reason})")
+        stamped = read_stamps(stamps)
+        extra = {"processed_s": stamped["processed_s"],
+                 "worker_rows": sorted((int(w.get("processed", 0)) for w in summary.workers),
+                                       reverse=True),
+                 "stop_reason": summary.stop_reason}
+        return processed, wall, stamped["processed_s"] or wall, extra
 
     # -- latency ---------------------------------------------------------------------------
 

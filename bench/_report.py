@@ -11,6 +11,7 @@ from _contenders import Run
 
 KAFKA_REF = "kafka"
 PYTHON_REF = "python-sync"
+PLOTS = ("throughput.png", "scale.png", "workers.png", "latency.png")
 
 
 def describe_run(run: Run) -> str:
@@ -23,6 +24,11 @@ def describe_run(run: Run) -> str:
             f"wall")
     if steady is not None:
         text += f" ({steady:,.0f} steady)"
+    processed = run.extra.get("processed_s")
+    if processed:
+        rows = run.extra.get("task_rows") or run.extra.get("worker_rows")
+        text += (f"; first → last record processed {processed:.2f} s = "
+                 f"{run.records / processed:,.0f} records/s; per task {rows}")
     return text
 
 
@@ -51,7 +57,15 @@ def summarize(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "mb_per_s_wall": _median([r["mb_per_s_wall"] for r in runs]),
             "mb_per_s_steady": _median([r["mb_per_s_steady"] for r in runs]),
         }
+        if first["suite"] in ("cost", "workers"):
+            entry["records_per_s_processed"] = _median(
+                [r["records"] / r["extra"]["processed_s"] for r in runs
+                 if r["extra"].get("processed_s")])
+            ordered = sorted(runs, key=lambda r: r["extra"].get("processed_s") or 0)
+            median_run = ordered[len(ordered) // 2]["extra"]
+            entry["task_rows"] = median_run.get("task_rows") or median_run.get("worker_rows")
         if first["suite"] == "latency":
+            entry["rate"] = first["params"].get("rate")
             for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms"):
                 entry[key] = _median([r["extra"][key] for r in runs])
             # the CDF of the run with the median p50
@@ -182,17 +196,11 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
                    f"{_pct(nf['steady'])} steady." if nf else "."),
                 "",
             ]
-    for suite, title, records_key in (
-            ("scale", "Scale-out (kafka-share exactly-once, no per-record cost)",
-             "scale_records"),
-            ("cost", f"Scale-out with a per-record cost of {sizes['cost_ms']:g} ms (sleep in "
-             "mapInArrow)", "cost_records")):
-        rows = {k: s for k, s in summary.items() if s["suite"] == suite}
-        if not rows:
-            continue
+    rows = {k: s for k, s in summary.items() if s["suite"] == "scale"}
+    if rows:
         lines += [
-            f"## {title}: {sizes[records_key]:,} records per topic, records/s wall "
-            "(steady)",
+            "## Scale-out (kafka-share exactly-once, no per-record cost): "
+            f"{sizes['scale_records']:,} records per topic, records/s wall (steady)",
             "",
             "| topic partitions | numPartitions=1 | 2 | 4 | 8 | Spark kafka source |",
             "|---:|---:|---:|---:|---:|---:|",
@@ -200,28 +208,45 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
         for p in (1, 4):
             cells = []
             for n in ("n1", "n2", "n4", "n8", "kafka"):
-                s = rows.get(f"{suite}-p{p}-{n}")
+                s = rows.get(f"scale-p{p}-{n}")
                 cells.append("-" if s is None else
                              f"{_fmt_int(s['records_per_s_wall'])} "
                              f"({_fmt_int(s['records_per_s_steady'])})")
             lines.append(f"| {p} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += _scale_out_section(
+        summary, "cost", "n", "numPartitions",
+        f"Scale-out with a per-record cost of {sizes['cost_ms']:g} ms (sleep in mapInArrow), "
+        f"{sizes['cost_records']:,} records per topic", with_kafka=True)
+    lines += _scale_out_section(
+        summary, "workers", "w", "workers",
+        f"Queue workers (`run_workers`, Arrow chunks) with a per-record cost of "
+        f"{sizes.get('workers_ms', 2.0):g} ms, {sizes['cost_records']:,} records per topic",
+        with_kafka=False)
     lat = {k: s for k, s in summary.items() if s["suite"] == "latency"}
     if lat:
         lines += [
-            f"## End-to-end latency at {sizes['latency_rate']:,} records/s for "
-            f"{sizes['latency_seconds']:g} s (produce → foreachBatch)",
+            f"## End-to-end latency, {sizes['latency_seconds']:g} s of a paced producer into "
+            f"{sizes['partitions']} partitions (produce → foreachBatch)",
             "",
-            "| contender | records measured | p50 ms | p90 ms | p99 ms | max ms |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| contender | records/s | records measured | p50 ms | p90 ms | p99 ms | max ms |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for name in ("latency-share-eo-defaults", "latency-share-eo", "latency-share-amo",
-                     "latency-kafka"):
+                     "latency-kafka", "latency-low-share-eo-defaults", "latency-low-kafka"):
             s = lat.get(name)
             if s is None:
                 continue
-            lines.append(f"| {s['label']} | {s['measured_records']:,} | {s['p50_ms']:.0f} | "
+            lines.append(f"| {s['label']} | {_fmt_int(s.get('rate'))} | "
+                         f"{s['measured_records']:,} | {s['p50_ms']:.0f} | "
                          f"{s['p90_ms']:.0f} | {s['p99_ms']:.0f} | {s['max_ms']:.0f} |")
+        for rate_key, prefix in (("latency_rate", "latency-"), ("latency_low_rate",
+                                                                 "latency-low-")):
+            eo, ref = lat.get(f"{prefix}share-eo-defaults"), lat.get(f"{prefix}kafka")
+            if eo and ref and ref["p50_ms"]:
+                lines += ["", f"At {_fmt_int(sizes.get(rate_key))} records/s, default options: "
+                          f"p50 {eo['p50_ms'] / ref['p50_ms']:.2f}x the kafka source's "
+                          f"(target <= 1.2x), p99 {eo['p99_ms']:,.0f} ms (target < 1,000)."]
         lines += [
             "",
             f"Rows produced in the first {sizes['latency_warmup_s']:g} s are not counted. "
@@ -232,9 +257,48 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
             "the default (as-fast-as-possible) micro-batch trigger.",
             "",
         ]
-    for plot in ("throughput.png", "scale.png", "latency.png"):
+    for plot in PLOTS:
         lines += [f"![{plot[:-4]}]({plot})", ""]
     return "\n".join(lines)
+
+
+def _scale_out_section(summary: dict[str, dict[str, Any]], suite: str, key: str, what: str,
+                       title: str, *, with_kafka: bool) -> list[str]:
+    """A table of records/s from the first record processed to the last, with each count's
+    ratio to linear scaling of the single task/worker, and the rows per task."""
+    rows = {k: s for k, s in summary.items() if s["suite"] == suite}
+    if not rows:
+        return []
+    head = f"| topic partitions | {what}=1 | 2 | 4 | 8 |" + (
+        " Spark kafka source |" if with_kafka else "")
+    lines = [f"## {title}", "",
+             "Records/s from the first record processed to the last; in brackets, the ratio "
+             f"to linear scaling of {what}=1 (the target at 8 is "
+             f"{'0.8x' if suite == 'cost' else '0.9x'}).", "",
+             head, "|---:|---:|---:|---:|---:|" + ("---:|" if with_kafka else "")]
+    spread: list[str] = []
+    for p in (1, 4):
+        one = rows.get(f"{suite}-p{p}-{key}1")
+        base = one and one.get("records_per_s_processed")
+        cells = []
+        for n in (1, 2, 4, 8):
+            s = rows.get(f"{suite}-p{p}-{key}{n}")
+            rate = s and s.get("records_per_s_processed")
+            if not rate:
+                cells.append("-")
+                continue
+            ratio = f" ({rate / (n * base):.2f}x)" if base and n > 1 else ""
+            cells.append(f"{rate:,.0f}{ratio}")
+            if s.get("task_rows"):
+                spread.append(f"{p}-partition topic, {what}={n}: {s['task_rows']}")
+        if with_kafka:
+            ref = rows.get(f"{suite}-p{p}-kafka")
+            rate = ref and ref.get("records_per_s_processed")
+            cells.append(f"{rate:,.0f}" if rate else "-")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    lines += ["", "Records per task (per Spark task of each micro-batch, or per worker; "
+              "median run):", ""] + [f"- {x}" for x in spread] + [""]
+    return lines
 
 
 def _pct(ratio: float | None) -> str:
@@ -272,33 +336,25 @@ def plots(summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
         written.append("throughput.png")
     if any(s["suite"] in ("scale", "cost") for s in summary.values()):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        for ax, suite, title in ((axes[0], "scale", "no per-record cost"),
-                                 (axes[1], "cost", "per-record cost")):
-            for p, color in ((1, "tab:blue"), (4, "tab:orange")):
-                xs, ys = [], []
-                for n in (1, 2, 4, 8):
-                    s = summary.get(f"{suite}-p{p}-n{n}")
-                    if s is not None:
-                        xs.append(n)
-                        ys.append(s["records_per_s_wall"])
-                if xs:
-                    ax.plot(xs, ys, marker="o", color=color,
-                            label=f"kafka-share, {p}-partition topic")
-                ref = summary.get(f"{suite}-p{p}-kafka")
-                if ref is not None:
-                    ax.axhline(ref["records_per_s_wall"], color=color, linestyle="--",
-                               label=f"kafka source, {p}-partition topic")
-            ax.set_xscale("log", base=2)
-            ax.set_xticks([1, 2, 4, 8], ["1", "2", "4", "8"])
-            ax.set_xlabel("numPartitions (Spark tasks = share consumers)")
-            ax.set_ylabel("records/s (wall)")
-            ax.set_title(title)
-            ax.set_ylim(bottom=0)
-            ax.legend(fontsize=7)
+        _scale_panel(axes[0], summary, "scale", "n", metric="records_per_s_wall",
+                     title="no per-record cost (records/s wall)", what="numPartitions",
+                     kafka=True)
+        _scale_panel(axes[1], summary, "cost", "n", metric="records_per_s_processed",
+                     title="per-record cost (first → last record processed)",
+                     what="numPartitions", kafka=True)
         fig.tight_layout()
         fig.savefig(out / "scale.png", dpi=110)
         plt.close(fig)
         written.append("scale.png")
+    if any(s["suite"] == "workers" for s in summary.values()):
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        _scale_panel(ax, summary, "workers", "w", metric="records_per_s_processed",
+                     title="queue workers, per-record cost (first → last record processed)",
+                     what="workers", kafka=False)
+        fig.tight_layout()
+        fig.savefig(out / "workers.png", dpi=110)
+        plt.close(fig)
+        written.append("workers.png")
     lat = [(k, s) for k, s in summary.items() if s["suite"] == "latency"]
     if lat:
         fig, ax = plt.subplots(figsize=(8, 4.2))
@@ -321,6 +377,36 @@ def plots(summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
     return written
 
 
+def _scale_panel(ax: Any, summary: dict[str, dict[str, Any]], suite: str, key: str, *,
+                 metric: str, title: str, what: str, kafka: bool) -> None:
+    """One scale-out panel: records/s against the task (worker) count per topic, with the
+    linear scaling of the single one (dotted) and the kafka source (dashed)."""
+    for p, color in ((1, "tab:blue"), (4, "tab:orange")):
+        xs, ys = [], []
+        for n in (1, 2, 4, 8):
+            s = summary.get(f"{suite}-p{p}-{key}{n}")
+            if s is not None and s.get(metric):
+                xs.append(n)
+                ys.append(s[metric])
+        if not xs:
+            continue
+        ax.plot(xs, ys, marker="o", color=color, label=f"{p}-partition topic")
+        if metric == "records_per_s_processed" and xs[0] == 1:
+            ax.plot([1, 8], [ys[0], 8 * ys[0]], color=color, linestyle=":", alpha=0.6,
+                    label=f"linear, {p}-partition topic")
+        ref = summary.get(f"{suite}-p{p}-kafka") if kafka else None
+        if ref is not None and ref.get(metric):
+            ax.axhline(ref[metric], color=color, linestyle="--",
+                       label=f"kafka source, {p}-partition topic")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([1, 2, 4, 8], ["1", "2", "4", "8"])
+    ax.set_xlabel(f"{what}" + (" (Spark tasks = share consumers)" if kafka else ""))
+    ax.set_ylabel("records/s")
+    ax.set_title(title, fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+
+
 def publish(doc: dict[str, Any], out: Path) -> None:
     """Write results.json (raw runs + medians), results.md and the PNG plots into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -331,7 +417,7 @@ def publish(doc: dict[str, Any], out: Path) -> None:
     (out / "results.json").write_text(json.dumps(full, indent=1) + "\n")
     text = markdown(doc, summary, derived)
     # only link the plots that exist
-    for name in ("throughput.png", "scale.png", "latency.png"):
+    for name in PLOTS:
         if name not in written:
             text = text.replace(f"![{name[:-4]}]({name})\n\n", "")
             text = text.replace(f"![{name[:-4]}]({name})\n", "")

@@ -52,19 +52,23 @@ class Sizes:
     scale_records: int  # per scale-out topic (1 and 4 partitions), no per-record cost
     cost_records: int  # per scale-out topic with the per-record cost
     cost_ms: float  # the per-record cost (a sleep in mapInArrow)
+    workers_ms: float  # the per-record cost of the queue workers' suite (on the cost topics)
     rounds: int
     latency_rate: int  # records/s of the paced producer
+    latency_low_rate: int  # a second, lower rate (default options and the kafka source only)
     latency_seconds: float
     latency_warmup_s: float  # rows produced in the first seconds are not counted
 
 
 # Full: about 14 min on 2 cores; quick: about 4 min (docs/benchmarks/README.md).
 FULL = Sizes(mode="full", records=2_000_000, partitions=4, scale_records=300_000,
-             cost_records=10_000, cost_ms=1.0, rounds=3, latency_rate=3_000,
-             latency_seconds=25.0, latency_warmup_s=5.0)
+             cost_records=10_000, cost_ms=1.0, workers_ms=2.0, rounds=3,
+             latency_rate=3_000, latency_low_rate=1_000, latency_seconds=25.0,
+             latency_warmup_s=5.0)
 QUICK = Sizes(mode="quick", records=200_000, partitions=4, scale_records=100_000,
-              cost_records=4_000, cost_ms=1.0, rounds=1, latency_rate=2_000,
-              latency_seconds=15.0, latency_warmup_s=3.0)
+              cost_records=4_000, cost_ms=1.0, workers_ms=2.0, rounds=1,
+              latency_rate=2_000, latency_low_rate=1_000, latency_seconds=15.0,
+              latency_warmup_s=3.0)
 
 
 @dataclass(frozen=True)
@@ -147,21 +151,43 @@ class Bench:
                     suite, name, f"Spark kafka source, {p}-partition topic ({p} tasks)"
                     + (f", {cost:g} ms/record" if cost else ""),
                     data, True, self._scale_runner(suite, name, data, None, cost)))
-        for kind, label in (("share-eo-defaults", "kafka-share exactly-once, default options"),
-                            ("share-eo", "kafka-share exactly-once"),
-                            ("share-amo", "kafka-share at-most-once"),
-                            ("kafka", "Spark kafka source")):
+        for p in SCALE_TOPICS:
+            for n in SCALE_TASKS:
+                cases.append(Case(
+                    "workers", f"workers-p{p}-w{n}", f"run_workers, {p}-partition topic, "
+                    f"{n} workers, {s.workers_ms:g} ms/record", f"cost-p{p}", True,
+                    self._workers_runner(f"cost-p{p}", n)))
+        latency = (("share-eo-defaults", "kafka-share exactly-once, default options"),
+                   ("share-eo", "kafka-share exactly-once"),
+                   ("share-amo", "kafka-share at-most-once"),
+                   ("kafka", "Spark kafka source"))
+        for kind, label in latency:
             cases.append(Case("latency", f"latency-{kind}", f"{label} → foreachBatch", None,
-                              True, self._latency_runner(kind)))
+                              True, self._latency_runner(kind, s.latency_rate)))
+        for kind, label in (latency[0], latency[3]):
+            cases.append(Case("latency", f"latency-low-{kind}", f"{label} → foreachBatch", None,
+                              True, self._latency_runner(kind, s.latency_low_rate)))
         return cases
+
+    def _workers_runner(self, data: str, workers: int) -> Callable[[int], c.Run]:
+        def run(rnd: int) -> c.Run:
+            assert self.spark_bench is not None
+            d = self.data[data]
+            count, wall, processed_s, extra = self.spark_bench.workers(
+                d, workers=workers, cost_s=self.sizes.workers_ms / 1000)
+            params = {"workers": workers, "topic_partitions": d.partitions,
+                      "cost_ms_per_record": self.sizes.workers_ms}
+            return c.Run("workers", f"workers-p{d.partitions}-w{workers}", rnd, count,
+                         d.record_bytes, wall, processed_s, params, extra)
+        return run
 
     def _scale_runner(self, suite: str, name: str, data: str, tasks: int | None,
                       cost_ms: float) -> Callable[[int], c.Run]:
         kind = "kafka" if tasks is None else "share-eo"
         return lambda r: self._spark(suite, name, r, kind, data, tasks=tasks, cost_ms=cost_ms)
 
-    def _latency_runner(self, kind: str) -> Callable[[int], c.Run]:
-        return lambda r: self._latency(kind, r)
+    def _latency_runner(self, kind: str, rate: int) -> Callable[[int], c.Run]:
+        return lambda r: self._latency(kind, r, rate)
 
     # -- runners -------------------------------------------------------------------------
 
@@ -190,18 +216,19 @@ class Bench:
             params["numPartitions"] = tasks or data.partitions
         return c.Run(suite, name, rnd, count, data.record_bytes, wall, steady, params, extra)
 
-    def _latency(self, kind: str, rnd: int) -> c.Run:
+    def _latency(self, kind: str, rnd: int, rate: int) -> c.Run:
         assert self.spark_bench is not None
         s = self.sizes
         count, seconds, extra = self.spark_bench.latency(
-            kind, partitions=s.partitions, rate=s.latency_rate, seconds=s.latency_seconds,
+            kind, partitions=s.partitions, rate=rate, seconds=s.latency_seconds,
             warmup_s=s.latency_warmup_s)
-        params: dict[str, Any] = {"source": kind, "rate": s.latency_rate,
+        params: dict[str, Any] = {"source": kind, "rate": rate,
                                   "topic_partitions": s.partitions,
                                   "warmup_s": s.latency_warmup_s}
-        if kind != "kafka":
+        if kind not in ("kafka", "share-eo-defaults"):
             params["options"] = c.LATENCY_SHARE_OPTIONS
-        return c.Run("latency", f"latency-{kind}", rnd, count, c.VALUE_BYTES + c.KEY_BYTES,
+        name = f"latency-{kind}" if rate == s.latency_rate else f"latency-low-{kind}"
+        return c.Run("latency", name, rnd, count, c.VALUE_BYTES + c.KEY_BYTES,
                      seconds, None, params, extra)
 
 
@@ -238,7 +265,7 @@ def select(cases: list[Case], only: str | None) -> list[Case]:
     if not chosen:
         names = ", ".join(k.name for k in cases)
         raise SystemExit(f"--only {only!r} matches no case; suites: throughput, scale, cost, "
-                         f"latency; cases: {names}")
+                         f"workers, latency; cases: {names}")
     return chosen
 
 
@@ -259,7 +286,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, help="rounds (each runs every case once)")
     ap.add_argument("--latency-seconds", type=float, help="length of each latency run")
     ap.add_argument("--only", help="comma-separated case names, globs or suites "
-                    "(throughput, scale, cost, latency), e.g. 'share-*,kafka'")
+                    "(throughput, scale, cost, workers, latency), e.g. 'share-*,kafka'")
     ap.add_argument("--out", type=Path, help="where to publish results.json, results.md and "
                     "the plots (default docs/benchmarks/; bench/out/ with --only)")
     ap.add_argument("--spark-kafka-version", help="spark-sql-kafka version (default: "
@@ -320,7 +347,7 @@ def run_rounds(bench: Bench, cases: list[Case], *, sizes: Sizes, meta: dict[str,
     """Every round runs every case once, suite by suite, in a rotated order."""
     runs: list[c.Run] = []
     for rnd in range(sizes.rounds):
-        for suite in ("throughput", "scale", "cost", "latency"):
+        for suite in ("throughput", "scale", "cost", "workers", "latency"):
             for case in rotated([k for k in cases if k.suite == suite], rnd, sizes.rounds):
                 t0 = time.monotonic()
                 result = case.run(rnd)
