@@ -208,10 +208,10 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
         for p in (1, 4):
             cells = []
             for n in ("n1", "n2", "n4", "n8", "kafka"):
-                s = rows.get(f"scale-p{p}-{n}")
-                cells.append("-" if s is None else
-                             f"{_fmt_int(s['records_per_s_wall'])} "
-                             f"({_fmt_int(s['records_per_s_steady'])})")
+                cell = rows.get(f"scale-p{p}-{n}")
+                cells.append("-" if cell is None else
+                             f"{_fmt_int(cell['records_per_s_wall'])} "
+                             f"({_fmt_int(cell['records_per_s_steady'])})")
             lines.append(f"| {p} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += _scale_out_section(
@@ -234,12 +234,12 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
         ]
         for name in ("latency-share-eo-defaults", "latency-share-eo", "latency-share-amo",
                      "latency-kafka", "latency-low-share-eo-defaults", "latency-low-kafka"):
-            s = lat.get(name)
-            if s is None:
+            row = lat.get(name)
+            if row is None:
                 continue
-            lines.append(f"| {s['label']} | {_fmt_int(s.get('rate'))} | "
-                         f"{s['measured_records']:,} | {s['p50_ms']:.0f} | "
-                         f"{s['p90_ms']:.0f} | {s['p99_ms']:.0f} | {s['max_ms']:.0f} |")
+            lines.append(f"| {row['label']} | {_fmt_int(row.get('rate'))} | "
+                         f"{row['measured_records']:,} | {row['p50_ms']:.0f} | "
+                         f"{row['p90_ms']:.0f} | {row['p99_ms']:.0f} | {row['max_ms']:.0f} |")
         for rate_key, prefix in (("latency_rate", "latency-"), ("latency_low_rate",
                                                                  "latency-low-")):
             eo, ref = lat.get(f"{prefix}share-eo-defaults"), lat.get(f"{prefix}kafka")
@@ -283,10 +283,10 @@ def _scale_out_section(summary: dict[str, dict[str, Any]], suite: str, key: str,
         cells = []
         for n in (1, 2, 4, 8):
             s = rows.get(f"{suite}-p{p}-{key}{n}")
-            rate = s and s.get("records_per_s_processed")
-            if not rate:
+            if s is None or not s.get("records_per_s_processed"):
                 cells.append("-")
                 continue
+            rate = s["records_per_s_processed"]
             ratio = f" ({rate / (n * base):.2f}x)" if base and n > 1 else ""
             cells.append(f"{rate:,.0f}{ratio}")
             if s.get("task_rows"):
