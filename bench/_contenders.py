@@ -317,9 +317,12 @@ def read_stamps(stamps: Path) -> dict[str, Any]:
     lines = [_json.loads(f.read_text()) for f in stamps.iterdir()]
     if not lines:
         return {"processed_s": None, "task_rows": []}
-    return {"processed_s": round(max(x["last"] for x in lines)
-                                 - min(x["first"] for x in lines), 3),
-            "task_rows": sorted((int(x["rows"]) for x in lines), reverse=True)}
+    t0 = min(x["first"] for x in lines)
+    return {"processed_s": round(max(x["last"] for x in lines) - t0, 3),
+            "task_rows": sorted((int(x["rows"]) for x in lines), reverse=True),
+            # per task: (first rows arrived, last row done) in seconds after the first, rows
+            "task_spans": sorted((round(x["first"] - t0, 2), round(x["last"] - t0, 2),
+                                  int(x["rows"])) for x in lines)}
 
 
 class SparkBench:

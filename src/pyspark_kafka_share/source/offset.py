@@ -72,15 +72,16 @@ def poll_size(share: int | None, previous: int | None) -> int:
     A task acknowledges and journals per poll, and the broker hands out whole producer
     batches up to the poll's size: a task asking for more than its share at once takes
     other tasks' records, and tasks that poll later get nothing (with a per-record cost
-    downstream, those tasks then sit idle). About half the share per poll lets every task
-    reach its share in two or more polls. Powers of two between ``MIN_POLL`` and
-    ``MAX_POLL``; after the first batch the previous size is kept unless the new one differs
-    by 4x or more: pooled consumers are per configuration, and a new size means a new
-    consumer joining the group (about one heartbeat interval).
+    downstream, those tasks then sit idle). A quarter of the share per poll lets every task
+    reach its share in about four polls, so a task overshoots it by less than a quarter
+    (or one producer batch) and a late one still finds its own. Powers of two between
+    ``MIN_POLL`` and ``MAX_POLL``; after the first batch the previous size is kept unless the
+    new one differs by 4x or more: pooled consumers are per configuration, and a new size
+    means a new consumer joining the group (about one heartbeat interval).
     """
     if share is None:
         return previous or 0
-    want = 1 << (max(1, share // 2).bit_length() - 1)  # the power of two <= share / 2
+    want = 1 << (max(1, share // 4).bit_length() - 1)  # the power of two <= share / 4
     want = min(max(want, MIN_POLL), MAX_POLL)
     if previous is not None:
         before = previous or MAX_POLL
