@@ -6,6 +6,7 @@ more records than were produced: a fast wrong answer is not a result.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -309,6 +310,11 @@ def _sleeper(cost_s: float, stamps: str) -> Callable[[Iterator[Any]], Iterator[A
     return work
 
 
+def kind_is_share(progress: Any) -> bool:
+    """Whether a progress entry's source is kafka-share (its latestOffset carries metrics)."""
+    return bool(progress.sources) and "lastBatch" in (progress.sources[0].latestOffset or "")
+
+
 def read_stamps(stamps: Path) -> dict[str, Any]:
     """What the per-task stamp files say: the seconds from the first row processed to the
     last, and the rows each task processed (largest first)."""
@@ -407,6 +413,9 @@ class SparkBench:
         }
         if cost_s > 0:
             extra.update(read_stamps(stamps))
+        # the source's metrics of each finished batch, reported with the next plan
+        extra["source_batches"] = [json.loads(p.sources[0].latestOffset or "{}").get("lastBatch")
+                                   for p in progress if kind_is_share(p)]
         with_data = [p for p in progress if int(p.numInputRows) > 0]
         if with_data and with_data[-1].sources:
             metrics = with_data[-1].sources[0].metrics

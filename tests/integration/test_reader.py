@@ -195,13 +195,16 @@ def test_a_task_ends_once_the_group_is_drained(
         assert took >= 6.0, took
 
 
+@pytest.mark.parametrize("join_ms", [0, 8000])
 def test_a_task_whose_share_others_took_ends_once_the_planned_records_are_acknowledged(
-    kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path, share_consumer: Any,
+    join_ms: int, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
+    share_consumer: Any,
 ) -> None:
     """Under a steady stream the backlog never empties. A task that finds the records planned
-    for its batch taken by other members ends once the group's start offset passes the
-    planned end, not ``pollTimeoutMs`` later; records produced after the plan (held here by
-    another member) do not keep it waiting."""
+    for its batch taken by other members ends once no partition has more waiting than was
+    produced after the plan, not ``pollTimeoutMs`` later; records produced after the plan
+    (held here by another member) do not keep it waiting. A task whose consumer is new does
+    not first wait ``joinTimeoutMs`` for an assignment that could bring nothing."""
     from confluent_kafka import AcknowledgeType
 
     topic = topic_factory(1)
@@ -224,9 +227,11 @@ def test_a_task_whose_share_others_took_ends_once_the_planned_records_are_acknow
     assert held
     spec = dataclasses.replace(
         _spec(kafka, topic, group, tmp_path / "journal", pollTimeoutMs="6000",
-              joinTimeoutMs="0"),
+              joinTimeoutMs=str(join_ms)),
         partitions=(f"{topic}:0",), planned_ends={f"{topic}:0": 300})
+    start = time.monotonic()
     rows = sum(b.num_rows for b in read_partition(spec))
+    took = time.monotonic() - start
     _pool.close_all()
     for m in held:
         other.acknowledge(m, AcknowledgeType.RELEASE)
@@ -234,3 +239,5 @@ def test_a_task_whose_share_others_took_ends_once_the_planned_records_are_acknow
     assert rows == 0
     end = Journal(str(tmp_path / "journal")).part_log(1, 0).scan().end
     assert end is not None and end.stats.get("ended_drained") == 1, end  # before 6 s
+    if join_ms:  # without the probe during the join: at least join_ms + 0.25 s
+        assert took < join_ms / 1000 - 3, took

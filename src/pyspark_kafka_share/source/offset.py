@@ -75,9 +75,11 @@ def poll_size(share: int | None, previous: int | None) -> int:
     downstream, those tasks then sit idle). A quarter of the share per poll lets every task
     reach its share in about four polls, so a task overshoots it by less than a quarter
     (or one producer batch) and a late one still finds its own. Powers of two between
-    ``MIN_POLL`` and ``MAX_POLL``; after the first batch the previous size is kept unless the
-    new one differs by 4x or more: pooled consumers are per configuration, and a new size
-    means a new consumer joining the group (about one heartbeat interval).
+    ``MIN_POLL`` and ``MAX_POLL``. After the query's first batch the size only grows, by 4x
+    or more: pooled consumers are per configuration, and a new size means new consumers
+    joining the group (about one heartbeat interval each, and more while consumers of the
+    old size hold records). Shrinking it for the small batches at the end of a backlog cost
+    seconds per batch; a task that finds its share taken ends on the drain probe instead.
     """
     if share is None:
         return previous or 0
@@ -85,6 +87,6 @@ def poll_size(share: int | None, previous: int | None) -> int:
     want = min(max(want, MIN_POLL), MAX_POLL)
     if previous is not None:
         before = previous or MAX_POLL
-        if before < 4 * want and want < 4 * before:
+        if want < 4 * before:
             return previous
     return 0 if want == MAX_POLL else want

@@ -197,6 +197,9 @@ class _Poller:
         # A consumer that just joined gets its assignment only after a heartbeat round or two.
         join = opts.join_timeout_ms / 1000 if pc.uses == 1 else 0.0
         self.last_record = self.start + join
+        # The drain probe does not wait for the join: a group with nothing left for this
+        # batch ends a joining consumer's task as well (it would wait joinTimeoutMs).
+        self.last_seen = self.start
         self.poll_timeout_s = opts.poll_timeout_ms / 1000
         self.max_batch_s = opts.max_batch_duration_ms / 1000
         self.time_cap_s = max(self.max_batch_s, join + self.poll_timeout_s)
@@ -250,7 +253,7 @@ class _Poller:
                 if self.brokers.down:
                     self.stats["polls_brokers_down"] += 1
                     continue
-                if self.probe.drained(self.last_record):
+                if self.probe.drained(self.last_seen):
                     self.stats["ended_drained"] = 1
                     return None
                 if self.watch is not None:
@@ -259,7 +262,7 @@ class _Poller:
             if self.stats["records_acquired"] == 0 and self.pc.uses == 1:
                 self.stats["join_ms"] = int((session.last_poll - session.created) * 1000)
             self.stats["records_acquired"] += len(msgs)
-            self.last_record = session.last_poll
+            self.last_record = self.last_seen = session.last_poll
             self._note_plan_end(msgs)
             return msgs, acquired + self.deadline_s
         return None
