@@ -330,10 +330,7 @@ def plots(summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
         ax.set_xlabel("records/s")
         ax.set_title(f"Drain {thr[0][1]['records']:,} records")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "throughput.png", dpi=110)
-        plt.close(fig)
-        written.append("throughput.png")
+        written.append(_save(fig, out / "throughput.png"))
     if any(s["suite"] in ("scale", "cost") for s in summary.values()):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         _scale_panel(axes[0], summary, "scale", "n", metric="records_per_s_wall",
@@ -342,19 +339,13 @@ def plots(summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
         _scale_panel(axes[1], summary, "cost", "n", metric="records_per_s_processed",
                      title="per-record cost (first → last record processed)",
                      what="numPartitions", kafka=True)
-        fig.tight_layout()
-        fig.savefig(out / "scale.png", dpi=110)
-        plt.close(fig)
-        written.append("scale.png")
+        written.append(_save(fig, out / "scale.png"))
     if any(s["suite"] == "workers" for s in summary.values()):
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         _scale_panel(ax, summary, "workers", "w", metric="records_per_s_processed",
                      title="queue workers, per-record cost (first → last record processed)",
                      what="workers", kafka=False)
-        fig.tight_layout()
-        fig.savefig(out / "workers.png", dpi=110)
-        plt.close(fig)
-        written.append("workers.png")
+        written.append(_save(fig, out / "workers.png"))
     lat = [(k, s) for k, s in summary.items() if s["suite"] == "latency"]
     if lat:
         fig, ax = plt.subplots(figsize=(8, 4.2))
@@ -370,11 +361,18 @@ def plots(summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
         ax.set_title("End-to-end latency (CDF)")
         ax.legend(fontsize=8, loc="lower right")
         ax.grid(True, which="both", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "latency.png", dpi=110)
-        plt.close(fig)
-        written.append("latency.png")
+        written.append(_save(fig, out / "latency.png"))
     return written
+
+
+def _save(fig: Any, path: Path) -> str:
+    """Write ``fig`` to ``path`` (PNG) and close it; the file's name."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
 
 
 def _scale_panel(ax: Any, summary: dict[str, dict[str, Any]], suite: str, key: str, *,
