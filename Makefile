@@ -31,7 +31,7 @@ help:
 	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5 min; CHAOS_SEED=)"
 	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~15 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
-	@echo "make bench  - benchmark (~14 min; QUICK=1: ~4 min) -> docs/benchmarks/"
+	@echo "make bench  - benchmark (~35 min; QUICK=1: ~6 min) -> docs/benchmarks/"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

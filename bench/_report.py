@@ -390,8 +390,8 @@ def _scale_panel(ax: Any, summary: dict[str, dict[str, Any]], suite: str, key: s
             continue
         ax.plot(xs, ys, marker="o", color=color, label=f"{p}-partition topic")
         if metric == "records_per_s_processed" and xs[0] == 1:
-            ax.plot([1, 8], [ys[0], 8 * ys[0]], color=color, linestyle=":", alpha=0.6,
-                    label=f"linear, {p}-partition topic")
+            ax.plot([1, 2, 4, 8], [n * ys[0] for n in (1, 2, 4, 8)], color=color,
+                    linestyle=":", alpha=0.6, label=f"linear, {p}-partition topic")
         ref = summary.get(f"{suite}-p{p}-kafka") if kafka else None
         if ref is not None and ref.get(metric):
             ax.axhline(ref[metric], color=color, linestyle="--",
