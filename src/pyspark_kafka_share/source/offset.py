@@ -78,8 +78,9 @@ def poll_size(share: int | None, previous: int | None) -> int:
     ``MIN_POLL`` and ``MAX_POLL``. After the query's first batch the size only grows, by 4x
     or more: pooled consumers are per configuration, and a new size means new consumers
     joining the group (about one heartbeat interval each, and more while consumers of the
-    old size hold records). Shrinking it for the small batches at the end of a backlog cost
-    seconds per batch; a task that finds its share taken ends on the drain probe instead.
+    old size hold records). Shrinking it would mean new consumers in each of the small
+    batches at the end of a backlog; a task that finds its share taken ends on the drain
+    probe instead.
     """
     if share is None:
         return previous or 0
