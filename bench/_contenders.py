@@ -318,9 +318,7 @@ def kind_is_share(progress: Any) -> bool:
 def read_stamps(stamps: Path) -> dict[str, Any]:
     """What the per-task stamp files say: the seconds from the first row processed to the
     last, and the rows each task processed (largest first)."""
-    import json as _json
-
-    lines = [_json.loads(f.read_text()) for f in stamps.iterdir()]
+    lines = [json.loads(f.read_text()) for f in stamps.iterdir()]
     if not lines:
         return {"processed_s": None, "task_rows": []}
     t0 = min(x["first"] for x in lines)
