@@ -406,6 +406,44 @@ def test_expired_lock_releases_instead_of_publishing(
     assert max(counts) >= 2, "no record was released and redelivered"
 
 
+def test_available_now_waits_for_records_another_member_holds(
+    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    share_consumer: Callable[..., Any],
+) -> None:
+    """Records from before the start that another member of the group holds (an idle pooled
+    consumer's fetch, another application) give a batch nothing; AvailableNow must not take
+    that empty batch for the end, but read them once they are released."""
+    held = _produce_spread(kafka, topic, 1, 500)
+    other = share_consumer(group, [topic])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while not got:
+        assert time.monotonic() < deadline, "the other member never got the first records"
+        got = other.poll(1.0)
+    _produce_spread(kafka, topic, 1, 2500)
+    assert {(m.topic(), m.partition(), m.offset()) for m in got} <= held
+    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2)
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    try:
+        # Hold the records until a batch has come back without any of them.
+        wait_for(lambda: (q.isActive, [(p.batchId, p.numInputRows) for p in q.recentProgress]),
+                 lambda v: not v[0] or any(b >= 1 and n == 0 for b, n in v[1]), timeout_s=180,
+                 what="a batch that read nothing while the records were held")
+        stopped_early = not q.isActive
+        other.close()  # releases what it held
+        q.awaitTermination(180)
+        assert not q.isActive, "the AvailableNow query did not finish"
+    finally:
+        with contextlib.suppress(Exception):
+            q.stop()
+    assert q.exception() is None, q.exception()
+    keys = _sink_keys(spark, tmp_path / "out")
+    assert not stopped_early or len(keys) == 3000, \
+        f"AvailableNow stopped with {3000 - len(keys)} records from before its start held"
+    _assert_exactly_once(keys, _produced(topic, 1, 3000))
+
+
 def test_failed_batch_restarted_from_checkpoint_replays_exactly(
     spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path,
     journal: JournalAt,

@@ -246,3 +246,19 @@ def test_a_backlog_within_what_was_produced_after_the_plan_holds_nothing_of_the_
     assert not Backlog(None, {"in:0": 0, "in:1": None}).within(ends, {"in:0": 300, "in:1": 40})
     assert not Backlog(0, {"in:0": 0, "in:1": 0}).within({}, {})  # no plan: nothing to say
     assert not Backlog(0, {"in:0": 0, "in:1": 0}).within(ends, {"in:0": 300})  # no watermark
+
+
+def test_records_from_before_a_point_certainly_wait_only_when_the_lag_exceeds_what_came_after(
+) -> None:
+    from pyspark_kafka_share._kafka.group import Backlog
+
+    start = {"in:0": 300, "in:1": 40}
+    # 50 produced since on in:0: a lag of 51 holds at least one record from before the start
+    assert Backlog(51, {"in:0": 51, "in:1": 0}).waiting_before(start, {"in:0": 350, "in:1": 40})
+    assert not Backlog(50, {"in:0": 50, "in:1": 0}).waiting_before(
+        start, {"in:0": 350, "in:1": 40})
+    assert Backlog(None, {"in:0": None, "in:1": 1}).waiting_before(
+        start, {"in:0": 300, "in:1": 40})
+    # unknown lag or watermark: nothing is certain
+    assert not Backlog(None, {"in:0": None, "in:1": None}).waiting_before(start, start)
+    assert not Backlog(9, {"in:0": 9, "in:1": 0}).waiting_before(start, {"in:1": 40})

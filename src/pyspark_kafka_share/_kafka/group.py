@@ -319,6 +319,14 @@ class Backlog:
             (lag := self.by_partition.get(tp)) is not None and tp in now
             and lag <= max(0, now[tp] - end) for tp, end in ends.items())
 
+    def waiting_before(self, ends: Mapping[str, int], now: Mapping[str, int]) -> bool:
+        """True when some partition certainly still has records from below ``ends``: its lag
+        exceeds what was produced after ``ends`` (``now``: current high watermarks). Only
+        partitions with a known lag and high watermark count; False when none is known."""
+        return any(
+            (lag := self.by_partition.get(tp)) is not None and tp in now
+            and lag > max(0, now[tp] - end) for tp, end in ends.items())
+
 
 UNKNOWN_BACKLOG = Backlog(None, {})
 

@@ -145,14 +145,15 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         self.backlog = read_backlog(self.options.client, self.options.topics)
         if self.backlog.empty:
             return start  # nothing to read: no (empty) micro-batch
+        ends = self._high_watermarks()
         if self.available_now_target is not None:
             if self.available_now_first_seq is None:
                 # A restarted query's previous batches say nothing about this run's target.
                 self.available_now_first_seq = offset.seq + 1
-            elif self._drained(offset):
+            elif self._drained(offset, ends):
                 return start
         latest = offset.following(self.num_partitions, max_rows, self.backlog.total,
-                                  self._high_watermarks()).json()
+                                  ends).json()
         if not ADMISSION_CONTROL:
             # Spark < 4.2 has no reportLatestOffset: the metrics ride in the offset itself,
             # shown as endOffset in StreamingQueryProgress (docs/operations.md).
@@ -204,12 +205,20 @@ class KafkaShareStreamReader(DataSourceStreamReader):
             )
         self.available_now_target = latest_offsets(self.options.client, self.options.topics)
 
-    def _drained(self, offset: BatchOffset) -> bool:
+    def _drained(self, offset: BatchOffset, now: dict[str, int]) -> bool:
         """True when batch ``offset`` acquired nothing that was in the topics at AvailableNow
-        start (neither emitted nor released), judged from every task's END marker."""
+        start (neither emitted nor released), judged from every task's END marker, and the
+        group's lag does not show such records still waiting (``now``: high watermarks).
+
+        The lag matters when the batch got nothing because other members hold the records
+        (a pooled consumer's fetch, another application in the group): its tasks then saw
+        none of them, and stopping would leave them for the next run.
+        """
         first = self.available_now_first_seq
         target = self.available_now_target
         if first is None or offset.seq < first or self.journal is None or target is None:
+            return False
+        if self.backlog is not None and self.backlog.waiting_before(target, now):
             return False
         ends = self.journal.batch_ends(offset.seq)
         if len(ends) < offset.parts:
