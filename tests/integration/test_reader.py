@@ -241,3 +241,35 @@ def test_a_task_whose_share_others_took_ends_once_the_planned_records_are_acknow
     assert end is not None and end.stats.get("ended_drained") == 1, end  # before 6 s
     if join_ms:  # without the probe during the join: at least join_ms + 0.25 s
         assert took < join_ms / 1000 - 3, took
+
+
+def _pooled_for(spec: TaskSpec) -> int:
+    return len(_pool._IDLE.get(tuple(sorted(spec.consumer_config().items())), []))
+
+
+def test_an_available_now_task_closes_its_consumer_where_a_streaming_one_pools_it(
+    kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under Trigger.AvailableNow batches follow back to back, and an idle pooled consumer
+    would keep its partitions from the next batch's consumers in other Python workers: the
+    task closes it instead (docs/design.md, "Idle consumers keep their partitions")."""
+    from pyspark_kafka_share.source import task as task_module
+
+    # Take the duration rule (tasks of 2 s or more close their consumer) out of the way.
+    monkeypatch.setattr(task_module, "POOL_AFTER_TASKS_UNDER_S", 600.0)
+    _pool.close_all()
+    try:
+        for available_now in (False, True):
+            kafka.produce(topic, (ProducerRecord(value=b"%d" % i) for i in range(300)))
+            spec = dataclasses.replace(_spec(kafka, topic, group, tmp_path / "journal"),
+                                       seq=2 if available_now else 1,
+                                       available_now=available_now)
+            assert len(_keys(list(read_partition(spec)))) == 300
+            ends = Journal(str(tmp_path / "journal")).batch_ends(spec.seq)
+            pooled = ends[0].stats.get("consumers_pooled", 0)
+            assert (pooled, _pooled_for(spec)) == ((0, 0) if available_now else (1, 1)), \
+                f"available_now={available_now}: consumers_pooled={pooled}, " \
+                f"pooled={_pooled_for(spec)}"
+    finally:
+        _pool.close_all()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from pyspark_kafka_share._kafka.share import ShareSession
 
-__all__ = ["PooledConsumer", "acquire", "close_all", "release"]
+__all__ = ["PooledConsumer", "acquire", "close_all", "discard", "release"]
 
 
 @dataclass(eq=False)
@@ -98,6 +98,11 @@ def release(pc: PooledConsumer, *, healthy: bool) -> None:
     _ensure_reaper()
     with _LOCK:
         _IDLE.setdefault(pc.key, []).append(pc)
+
+
+def discard(pc: PooledConsumer) -> None:
+    """Close ``pc`` (in the background) instead of pooling it: it leaves the group."""
+    _close_in_background(pc)
 
 
 def close_all() -> None:

@@ -246,7 +246,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                                          lock_ms=self.lock_ms,
                                          delivery_limit=self.delivery_limit,
                                          partitions=known, journal_marker=self.marker,
-                                         poll_records=plan.poll or None))
+                                         poll_records=plan.poll or None,
+                                         available_now=self.available_now_target is not None))
             for i in range(plan.parts)
         ]
 

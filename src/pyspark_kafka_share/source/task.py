@@ -82,6 +82,9 @@ class TaskSpec:
     # Records per poll the plan chose from the backlog share (offset.poll_size; None: the
     # consumer's own max.poll.records).
     poll_records: int | None = None
+    # Trigger.AvailableNow: batches follow back to back, so the consumer is closed at the end
+    # of the task, never pooled (POOL_AFTER_TASKS_UNDER_S).
+    available_now: bool = False
 
     def journal(self) -> Journal:
         """The journal, checked to be the driver's (see ``Journal.check_marker``)."""
@@ -293,7 +296,34 @@ def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
     return low
 
 
-def _release_consumer(spec: TaskSpec, pc: _pool.PooledConsumer, healthy: bool) -> None:
+POOL_AFTER_TASKS_UNDER_S = 2.0
+"""A consumer goes back to the pool only after a task shorter than this; else it is closed.
+
+An idle pooled consumer stays a member of the group and keeps the partitions the assignor gave
+it, and Spark may run the next batch's tasks in other Python workers (it takes the worker
+idle longest): their new consumers then miss those partitions until a heartbeat after the idle
+one leaves (5 s by default). Pooling saves a join (about 1 s), which matters for short batches
+only; under ``Trigger.AvailableNow`` (``TaskSpec.available_now``) nothing is pooled. Measured
+on the throughput benchmark's setup (8 Python workers, 4 tasks, a 2 M-record AvailableNow
+drain): pooled, 60-74 s in 7-8 batches; closed at each task's end, 24-26 s in 3
+(docs/design.md, "Idle consumers keep their partitions").
+"""
+
+
+def _keep_consumer(spec: TaskSpec, poller: _Poller) -> bool:
+    """Whether the task's consumer goes back to the pool (counted as ``consumers_pooled``)."""
+    keep = not spec.available_now and \
+        time.monotonic() - poller.start < POOL_AFTER_TASKS_UNDER_S
+    if keep:
+        poller.stats["consumers_pooled"] = 1
+    return keep
+
+
+def _release_consumer(spec: TaskSpec, pc: _pool.PooledConsumer, *, healthy: bool,
+                      keep: bool) -> None:
+    if healthy and not keep:
+        _pool.discard(pc)
+        return
     if pc.session.fetch_pending:
         pc.idle_timeout_s = spec.pending_idle_timeout_s
     _pool.release(pc, healthy=healthy)
@@ -360,13 +390,14 @@ class _Fill:
         """Poll until the budget is spent or a step says stop; END the log; the final scan."""
         self.session = pc.session
         poller = self.poller = _Poller(self.spec, pc, self.budget, self.stats)
-        healthy = True
+        healthy = keep = True
         try:
             while (polled := poller.next_poll()) is not None:
                 if not self._step(*polled):
                     break
             self.faults.hit("fail-before-end")
             self.faults.hit("sleep-before-end")
+            keep = _keep_consumer(self.spec, poller)
             return self.log.end(self._marker)
         except BaseException:
             healthy = False
@@ -377,7 +408,7 @@ class _Fill:
                     self.session.settle(release=self.pending)
             raise
         finally:
-            _release_consumer(self.spec, pc, healthy)
+            _release_consumer(self.spec, pc, healthy=healthy, keep=keep)
 
     def _step(self, msgs: list[Any], deadline: float) -> bool:
         """Journal and acknowledge one poll; False when the task must stop."""
@@ -483,7 +514,7 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
             return
     pc = _acquire_consumer(spec)
     poller = _Poller(spec, pc, spec.record_budget, stats)
-    healthy = True
+    healthy = keep = True
     emitted: list[pa.RecordBatch] = []
     try:
         while (polled := poller.next_poll()) is not None:
@@ -493,11 +524,12 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
             emitted.append(batch)
             if poller.budget is not None:
                 poller.budget -= len(msgs)
+        keep = _keep_consumer(spec, poller)
     except BaseException:
-        healthy = False
+        healthy = keep = False
         raise
     finally:
-        _release_consumer(spec, pc, healthy)
+        _release_consumer(spec, pc, healthy=healthy, keep=keep)
     if log is not None:
         log.end(lambda s: EndMarker(attempt=attempt_id, data_slots=0,
                                     records=sum(b.num_rows for b in emitted),
