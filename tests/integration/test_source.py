@@ -299,7 +299,12 @@ def test_task_failing_before_publish_is_retried_exactly_once(
     tmp_path: Path, share_consumer: Any,
 ) -> None:
     topic = topic_factory(2)
-    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    # The failed attempt RELEASEs what it polled, so no lock has to expire. A short lock would
+    # make the retry's new consumer release them again: its first records come from a fetch
+    # that may have started with a poll blocked by the group join (2-3 s here), and the lock
+    # deadline counts from there (1.5 s with a 3 s lock). On Spark 4.0 AvailableNow is one
+    # batch, so they would be left for the next run.
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 10_000)
     expected = _produce_spread(kafka, topic, 2, 4000)
     df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
                  _faultInjection="fail-before-publish:seq=1:part=0:attempt=0")
