@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import re
 import threading
 import time
@@ -27,6 +28,7 @@ from pyspark_kafka_share.localkafka import LocalS3
 from pyspark_kafka_share.source.journal import journal as journal_module
 from pyspark_kafka_share.source.journal import stores
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, ScanResult
+from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, SlotKeys
 from pyspark_kafka_share.source.options import parse_options
 
 
@@ -126,6 +128,43 @@ def test_dedup_finds_published_keys_before_and_after_commit_and_one_query_owns_i
     assert "committed batch 1" in (j.in_use() or "")
     j.prune_dedup({"t:0": 7}, 1)
     assert j.find_journaled(probe) == set()
+
+
+def test_a_withdrawn_slot_no_longer_counts_as_journaled(journal: JournalAt) -> None:
+    j = journal.open()
+    log = j.part_log(1, 0)
+    log.open()
+    log.append(_batch("t", [1, 2]), attempt=1)
+    log.append(_batch("t", [3]), attempt=1)
+    probe = {("t", 0, 1), ("t", 0, 3)}
+    assert j.find_journaled(probe) == probe
+    log.withdraw(0)
+    assert j.find_journaled(probe) == {("t", 0, 3)}, \
+        "a withdrawn slot's records would be dropped as duplicates: lost"
+
+
+def test_the_key_index_finds_exactly_what_the_slots_hold() -> None:
+    rng = random.Random(7)
+
+    def some(n: int) -> set[tuple[str, int, int]]:
+        return {(rng.choice("ab"), rng.randrange(3), rng.randrange(5_000)) for _ in range(n)}
+
+    index, union = EMPTY_INDEX, set()
+    for n in range(300):
+        keys = some(rng.randrange(1, 60))
+        index, union = index.plus(f"slot-{n}", SlotKeys.of(keys)), union | keys
+        probe = some(100) | set(rng.sample(sorted(union), 5))
+        assert index.find(SlotKeys.of(probe)) == probe & union
+    assert max(len(runs) for runs in index.runs.values()) <= 12, "runs were not merged"
+
+
+def test_slot_keys_of_a_table_are_those_of_its_rows() -> None:
+    rows = [("a", 0, 5), ("b", 1, 5), ("a", 0, 2), ("a", 1, 9)]
+    table = pa.table({"topic": [r[0] for r in rows], "partition": [r[1] for r in rows],
+                      "offset": [r[2] for r in rows]})
+    assert sorted(SlotKeys.of_table(table).keys()) == sorted(rows)
+    assert sorted(SlotKeys.of_table(table.slice(0, 1)).keys()) == [("a", 0, 5)]
+    assert list(SlotKeys.of_table(table.slice(0, 0)).keys()) == []
 
 
 def test_a_deleted_and_reused_journal_is_not_judged_by_keys_cached_before(

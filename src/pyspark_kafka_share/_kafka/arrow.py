@@ -14,7 +14,6 @@ import pyarrow as pa
 __all__ = [
     "KEY_SCHEMA",
     "arrow_schema",
-    "keys_of",
     "messages_to_batch",
     "spark_schema_ddl",
 ]
@@ -97,9 +96,3 @@ def messages_to_batch(messages: Sequence[Any], include_headers: bool) -> pa.Reco
         ))
     arrays.append(pa.array(counts, pa.int32()))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
-
-
-def keys_of(table: pa.Table | pa.RecordBatch) -> set[tuple[str, int, int]]:
-    """The (topic, partition, offset) identities in ``table``."""
-    return set(zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
-                   table.column("offset").to_pylist(), strict=True))

@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyarrow import ipc
 
-from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA, keys_of
+from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA
 from pyspark_kafka_share.errors import JournalClosed, JournalError
+from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, Key, KeyIndex, SlotKeys
 from pyspark_kafka_share.source.journal.stores import check_journal, check_journal_uri, store_for
 
 if TYPE_CHECKING:
@@ -109,39 +110,6 @@ class EndMarker:
                          min_offsets={k: int(v) for k, v in doc.get("min_offsets", {}).items()})
 
 
-Key = tuple[str, int, int]  # (topic, partition, offset)
-
-
-@dataclass(frozen=True, eq=False)
-class SlotKeys:
-    """The record identities of one slot (or dedup entry), by topic-partition, each with its
-    lowest and highest offset so that most lookups skip the slot after one comparison."""
-
-    by_partition: dict[tuple[str, int], tuple[int, int, frozenset[int]]]
-
-    @classmethod
-    def of(cls, keys: Iterable[Key]) -> SlotKeys:
-        grouped: dict[tuple[str, int], set[int]] = {}
-        for topic, partition, offset in keys:
-            grouped.setdefault((topic, partition), set()).add(offset)
-        return cls({tp: (min(offs), max(offs), frozenset(offs)) for tp, offs in grouped.items()})
-
-    def keys(self) -> Iterator[Key]:
-        for (topic, partition), (_, _, offsets) in self.by_partition.items():
-            for offset in offsets:
-                yield topic, partition, offset
-
-    def matches(self, wanted: SlotKeys) -> set[Key]:
-        """Those of ``wanted`` that this slot holds."""
-        found: set[Key] = set()
-        for tp, (lo, hi, offsets) in wanted.by_partition.items():
-            mine = self.by_partition.get(tp)
-            if mine is None or mine[0] > hi or mine[1] < lo:
-                continue
-            found.update((tp[0], tp[1], o) for o in offsets & mine[2])
-        return found
-
-
 # Parsed keys of immutable slot files, shared by all tasks of this worker process. Entries of a
 # journal are dropped when a new run of a query starts (a new marker: the directory may have
 # been deleted and reused) and, for committed batches, when the fence passes them.
@@ -149,6 +117,9 @@ _KEY_CACHE: OrderedDict[str, SlotKeys] = OrderedDict()
 _KEY_CACHE_LOCK = threading.Lock()
 _KEY_CACHE_MAX = 4096
 _KEY_CACHE_FENCE: dict[str, int] = {}  # journal uri -> fence its entries were pruned at
+# journal uri -> the union of the keys of the open slots seen last (rebuilt from _KEY_CACHE
+# when one of them is gone: committed, withdrawn, pruned)
+_INDEX: dict[str, KeyIndex] = {}
 _CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
 _MARKERS_SEEN: set[tuple[str, str]] = set()  # (journal uri, marker) seen by this process
 
@@ -273,6 +244,7 @@ class Journal:
         """Drop this journal's cached slot keys whose path ``stale(path)`` says."""
         prefix = f"{self.uri}\0"
         with _KEY_CACHE_LOCK:
+            _INDEX.pop(self.uri, None)
             for key in [k for k in _KEY_CACHE if k.startswith(prefix) and stale(k[len(prefix):])]:
                 del _KEY_CACHE[key]
 
@@ -308,7 +280,8 @@ class Journal:
                 _KEY_CACHE.move_to_end(cache_key)
                 return hit
         data = self.store.read(path)
-        keys = SlotKeys.of(keys_of(_from_ipc(data)) if data.startswith(_ARROW_MAGIC) else ())
+        keys = SlotKeys.of_table(_from_ipc(data)) if data.startswith(_ARROW_MAGIC) \
+            else SlotKeys({})
         self._remember(path, keys)
         return keys
 
@@ -340,16 +313,24 @@ class Journal:
         """Those of ``candidates`` that some published slot or dedup entry already holds."""
         if not candidates:
             return set()
-        wanted = SlotKeys.of(candidates)
-        found: set[Key] = set()
-        for path in self._open_slots():
+        return self._index(self._open_slots()).find(SlotKeys.of(candidates))
+
+    def _index(self, paths: list[str]) -> KeyIndex:
+        """The keys of the slots at ``paths``: the index built for the previous lookup plus
+        the new slots, or rebuilt when one it holds is gone (its keys must not count)."""
+        with _KEY_CACHE_LOCK:
+            index = _INDEX.get(self.uri, EMPTY_INDEX)
+        now = set(paths)
+        if not index.paths <= now:
+            index = EMPTY_INDEX
+        for path in sorted(now - index.paths):
             try:
-                found |= self._slot_keys(path).matches(wanted)
+                index = index.plus(path, self._slot_keys(path))
             except FileNotFoundError:
                 continue  # cleaned up meanwhile: its keys are in dedup/
-            if len(found) == len(candidates):
-                break
-        return found
+        with _KEY_CACHE_LOCK:
+            _INDEX[self.uri] = index
+        return index
 
     # -- driver side --------------------------------------------------------------------
 
@@ -429,8 +410,8 @@ class Journal:
             try:
                 if start_offsets is not None:
                     keys = self._slot_keys(path)
-                    done = all(hi < start_offsets.get(f"{t}:{p}", -1)
-                               for (t, p), (_, hi, _) in keys.by_partition.items())
+                    done = all(keys.highest((t, p)) < start_offsets.get(f"{t}:{p}", -1)
+                               for t, p in keys.by_partition)
                 else:
                     done = retention_ms > 0 and \
                         self.store.mtime(path) < time.time() - retention_ms / 1000
@@ -524,7 +505,7 @@ class PartLog:
             slot = self._next
             if self._create(slot, payload):
                 self._next = slot + 1
-                self.journal._remember(self.slot_path(slot), SlotKeys.of(keys_of(batch)))
+                self.journal._remember(self.slot_path(slot), SlotKeys.of_table(batch))
                 return slot
             try:
                 taken = self.journal.store.read(self.slot_path(slot))

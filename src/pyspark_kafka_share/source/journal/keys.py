@@ -1,0 +1,108 @@
+"""Record identities in the journal, for the per-poll duplicate lookup.
+
+Every polled record is looked up among the keys of every open slot and dedup entry (a broker
+restart hands out journaled records again as first deliveries). Each worker process used to
+build Python sets of every slot's keys and test each poll against each slot (a range check,
+then a set intersection where ranges overlapped). :class:`SlotKeys` now holds sorted offset
+arrays built from the Arrow columns, and :class:`KeyIndex` the union of the open slots' keys in
+a few sorted runs per topic-partition, so a poll costs one binary search per record and run.
+Measured on the throughput benchmark's setup (2 M records, 4 tasks, two rounds each, one
+session): the first 10 s batch read 1.36-1.45 M records before, 1.85 M after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["EMPTY_INDEX", "Key", "KeyIndex", "SlotKeys"]
+
+Key = tuple[str, int, int]  # (topic, partition, offset)
+TP = tuple[str, int]
+Offsets = npt.NDArray[np.int64]  # sorted, unique
+
+
+@dataclass(frozen=True, eq=False)
+class SlotKeys:
+    """The record identities of one slot (or dedup entry): sorted offsets per topic-partition."""
+
+    by_partition: dict[TP, Offsets]
+
+    @classmethod
+    def of(cls, keys: Iterable[Key]) -> SlotKeys:
+        grouped: dict[TP, list[int]] = {}
+        for topic, partition, offset in keys:
+            grouped.setdefault((topic, partition), []).append(offset)
+        return cls({tp: np.unique(np.asarray(offs, dtype=np.int64))
+                    for tp, offs in grouped.items()})
+
+    @classmethod
+    def of_table(cls, table: pa.Table | pa.RecordBatch) -> SlotKeys:
+        """The keys of a slot's records (or a dedup entry's rows), without a per-row loop."""
+        if table.num_rows == 0:
+            return cls({})
+        tps = pa.table({"t": table.column("topic"), "p": table.column("partition")}) \
+            .group_by(["t", "p"]).aggregate([])
+        topics, parts = tps.column("t").to_pylist(), tps.column("p").to_pylist()
+        offsets = np.asarray(table.column("offset"), dtype=np.int64)
+        if len(topics) == 1:
+            return cls({(topics[0], parts[0]): np.unique(offsets)})
+        out: dict[TP, Offsets] = {}
+        for topic, part in zip(topics, parts, strict=True):
+            mask = pc.and_(pc.equal(table.column("topic"), topic),
+                           pc.equal(table.column("partition"), part))
+            out[(topic, part)] = np.unique(offsets[np.asarray(mask, dtype=bool)])
+        return cls(out)
+
+    def keys(self) -> Iterator[Key]:
+        for (topic, partition), offsets in self.by_partition.items():
+            for offset in offsets.tolist():
+                yield topic, partition, offset
+
+    def highest(self, tp: TP) -> int:
+        return int(self.by_partition[tp][-1])
+
+
+@dataclass(frozen=True, eq=False)
+class KeyIndex:
+    """The union of the keys of the slots at ``paths``.
+
+    Per topic-partition a few sorted runs; a new run is merged into the previous one while that
+    one is at most twice as long, so there are O(log n) runs and each key is merged O(log n)
+    times (a timsort of two sorted runs: linear). A key two slots hold appears twice, which
+    membership does not mind. Immutable: :meth:`plus` returns a new index.
+    """
+
+    paths: frozenset[str]
+    runs: dict[TP, tuple[Offsets, ...]]
+
+    def plus(self, path: str, keys: SlotKeys) -> KeyIndex:
+        runs = dict(self.runs)
+        for tp, offsets in keys.by_partition.items():
+            if not len(offsets):
+                continue
+            stack = [*runs.get(tp, ()), offsets]
+            while len(stack) > 1 and len(stack[-2]) <= 2 * len(stack[-1]):
+                last = stack.pop()
+                stack[-1] = np.sort(np.concatenate((stack[-1], last)), kind="stable")
+            runs[tp] = tuple(stack)
+        return KeyIndex(self.paths | {path}, runs)
+
+    def find(self, wanted: SlotKeys) -> set[Key]:
+        """Those of ``wanted`` that some slot of the index holds."""
+        found: set[Key] = set()
+        for (topic, partition), offsets in wanted.by_partition.items():
+            hit = np.zeros(len(offsets), dtype=bool)
+            for run in self.runs.get((topic, partition), ()):
+                at = np.minimum(np.searchsorted(run, offsets), len(run) - 1)
+                hit |= run[at] == offsets
+            found.update((topic, partition, o) for o in offsets[hit].tolist())
+        return found
+
+
+EMPTY_INDEX = KeyIndex(frozenset(), {})
