@@ -310,23 +310,24 @@ class Backlog:
         """Known to be empty: every subscribed partition has share state and lag 0."""
         return self.total == 0
 
+    def _excess(self, ends: Mapping[str, int], now: Mapping[str, int]) -> list[int | None]:
+        """Per partition of ``ends``: records waiting beyond those produced after ``ends``
+        (``now``: current high watermarks); None where the lag or the watermark is unknown.
+        The lag counts records not acknowledged for good, acquired ones too."""
+        return [None if (lag := self.by_partition.get(tp)) is None or tp not in now
+                else lag - max(0, now[tp] - end) for tp, end in ends.items()]
+
     def within(self, ends: Mapping[str, int], now: Mapping[str, int]) -> bool:
         """True when no partition has more records waiting than were produced after ``ends``
-        (its high watermarks when a batch was planned; ``now``: the current ones): what a
-        poll could still return belongs, as far as the lag tells, to a later batch. The lag
-        counts records not acknowledged for good, acquired ones too."""
-        return bool(ends) and all(
-            (lag := self.by_partition.get(tp)) is not None and tp in now
-            and lag <= max(0, now[tp] - end) for tp, end in ends.items())
+        (its high watermarks when a batch was planned): what a poll could still return
+        belongs, as far as the lag tells, to a later batch."""
+        return bool(ends) and all(e is not None and e <= 0 for e in self._excess(ends, now))
 
     def waiting_before(self, ends: Mapping[str, int], now: Mapping[str, int]) -> bool:
         """True when some partition certainly still has records from below ``ends``: its lag
-        exceeds what was produced after ``ends`` (``now``: current high watermarks). Only
-        partitions with a known lag and high watermark count; False when none is known."""
-        return any(
-            (lag := self.by_partition.get(tp)) is not None and tp in now
-            and lag > max(0, now[tp] - end) for tp, end in ends.items())
-
+        exceeds what was produced after them. Partitions with an unknown lag or high
+        watermark say nothing."""
+        return any(e is not None and e > 0 for e in self._excess(ends, now))
 
 UNKNOWN_BACKLOG = Backlog(None, {})
 
