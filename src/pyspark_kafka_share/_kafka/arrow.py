@@ -15,6 +15,7 @@ __all__ = [
     "KEY_SCHEMA",
     "arrow_schema",
     "messages_to_batch",
+    "partitions_of",
     "spark_schema_ddl",
 ]
 
@@ -96,3 +97,12 @@ def messages_to_batch(messages: Sequence[Any], include_headers: bool) -> pa.Reco
         ))
     arrays.append(pa.array(counts, pa.int32()))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+def partitions_of(table: pa.Table | pa.RecordBatch) -> set[tuple[str, int]]:
+    """The distinct (topic, partition) pairs of ``table``, without a per-row Python loop."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    pairs = table.group_by(["topic", "partition"]).aggregate([])
+    return set(zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(),
+                   strict=True))

@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from pyspark_kafka_share._kafka import pool as _pool
-from pyspark_kafka_share._kafka.arrow import messages_to_batch
+from pyspark_kafka_share._kafka.arrow import messages_to_batch, partitions_of
 from pyspark_kafka_share._kafka.group import (
     UNKNOWN_BACKLOG,
     TopicWatch,
@@ -271,13 +271,6 @@ class _Poller:
         return None
 
 
-def _partitions_of(batch: pa.RecordBatch) -> set[tuple[str, int]]:
-    """The distinct (topic, partition) pairs of ``batch``, without a per-row Python loop."""
-    pairs = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate([])
-    return set(zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(),
-                   strict=True))
-
-
 def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
                  acquired: dict[str, int]) -> dict[str, int]:
     """Lowest offset per "topic:partition" among ``tables`` and ``acquired``."""
@@ -431,7 +424,7 @@ class _Fill:
             slot = self._publish(fresh, dups)
             if slot is None:
                 return False
-        known = _partitions_of(self.own[slot]) if slot is not None and not dups else None
+        known = partitions_of(self.own[slot]) if slot is not None and not dups else None
         confirmed = _settle(self.session, self.stats, self.pending, [], known)
         self.pending = []
         if slot is not None and confirmed:
@@ -520,7 +513,7 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         while (polled := poller.next_poll()) is not None:
             msgs, _deadline = polled
             batch = messages_to_batch(msgs, opts.include_headers)
-            _settle(pc.session, stats, msgs, [], _partitions_of(batch))
+            _settle(pc.session, stats, msgs, [], partitions_of(batch))
             emitted.append(batch)
             if poller.budget is not None:
                 poller.budget -= len(msgs)

@@ -20,6 +20,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyspark_kafka_share._kafka.arrow import partitions_of
+
 __all__ = ["EMPTY_INDEX", "Key", "KeyIndex", "SlotKeys"]
 
 Key = tuple[str, int, int]  # (topic, partition, offset)
@@ -46,14 +48,12 @@ class SlotKeys:
         """The keys of a slot's records (or a dedup entry's rows), without a per-row loop."""
         if table.num_rows == 0:
             return cls({})
-        tps = pa.table({"t": table.column("topic"), "p": table.column("partition")}) \
-            .group_by(["t", "p"]).aggregate([])
-        topics, parts = tps.column("t").to_pylist(), tps.column("p").to_pylist()
+        tps = partitions_of(table)
         offsets = np.asarray(table.column("offset"), dtype=np.int64)
-        if len(topics) == 1:
-            return cls({(topics[0], parts[0]): np.unique(offsets)})
+        if len(tps) == 1:
+            return cls({tps.pop(): np.unique(offsets)})
         out: dict[TP, Offsets] = {}
-        for topic, part in zip(topics, parts, strict=True):
+        for topic, part in tps:
             mask = pc.and_(pc.equal(table.column("topic"), topic),
                            pc.equal(table.column("partition"), part))
             out[(topic, part)] = np.unique(offsets[np.asarray(mask, dtype=bool)])
