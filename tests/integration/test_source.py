@@ -313,6 +313,28 @@ def test_task_failing_before_publish_is_retried_exactly_once(
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=4) == []
 
 
+def test_task_failing_after_yielding_rows_is_retried_exactly_once(
+    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+    tmp_path: Path, share_consumer: Any,
+) -> None:
+    """Rows go downstream while a task polls: an attempt that yielded rows and then failed
+    (before END) has its output dropped by Spark, and the retry yields the log's data slots,
+    the failed attempt's included, so the sink holds each record once."""
+    topic = topic_factory(2)
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 10_000)
+    expected = _produce_spread(kafka, topic, 2, 4000)
+    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                 _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    log = Journal(str(tmp_path / "journal"), fsync=False).part_log(1, 0)
+    scan = log.scan()
+    assert scan.end is not None, "batch 1 is gone from the journal: the test cannot check"
+    writers = {log.writer(s) for s in scan.data_slots}
+    assert writers - {scan.end.attempt}, \
+        "no slot of the failed attempt (so it yielded no rows): the test proves nothing"
+
+
 # journalFsync=false keeps slots in the page cache only: a killed process must not matter (on
 # an object store a PUT is durable once answered: fsync means nothing there).
 @pytest.mark.parametrize(("journal", "fsync"), [("local", "true"), ("local", "false"),

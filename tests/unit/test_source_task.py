@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from pyspark_kafka_share._kafka.arrow import messages_to_batch
 from pyspark_kafka_share._kafka.pool import PooledConsumer
 from pyspark_kafka_share._kafka.share import ShareSession
 from pyspark_kafka_share.errors import BrokerError, JournalError
 from pyspark_kafka_share.source.faults import Faults
-from pyspark_kafka_share.source.journal.journal import Journal
+from pyspark_kafka_share.source.journal.journal import Journal, ScanResult
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, _Fill, read_partition
 
@@ -77,16 +78,27 @@ def _fill(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, Journal]:
     return fill, journal
 
 
+def _drive(run: Generator[pa.RecordBatch, None, ScanResult]) -> tuple[list[int], ScanResult]:
+    """The offsets ``run`` yields, and the scan it returns."""
+    emitted: list[int] = []
+    while True:
+        try:
+            emitted += next(run).column("offset").to_pylist()
+        except StopIteration as stop:
+            return emitted, stop.value
+
+
 def _run(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, list[int], Any]:
     """Run the loop to its END; the offsets it emits and the END marker."""
     fill, journal = _fill(spec, consumer)
     pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
                         idle_timeout_s=0, uses=1)
-    scan = fill.run(pc)
+    emitted, scan = _drive(fill.run(pc))
     log = journal.part_log(SEQ, 0)
     offsets = [o for slot in scan.data_slots
                for o in pa.Table.from_batches(log.table(slot).to_batches())
                .column("offset").to_pylist()]
+    assert emitted == offsets, "the rows yielded while polling are the log's, in its order"
     assert consumer.closed, "a consumer that is not pooled is closed"
     return fill, offsets, scan.end
 
@@ -146,7 +158,7 @@ def test_an_error_record_mid_task_fails_the_task_and_releases_the_rest_of_its_po
     pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
                         idle_timeout_s=0, uses=1)
     with pytest.raises(BrokerError, match="UNKNOWN_TOPIC_OR_PART"):
-        fill.run(pc)
+        list(fill.run(pc))
     assert consumer.acks == {0: "ACCEPT", 1: "RELEASE"}
     assert journal.part_log(SEQ, 0).scan().end is None  # no END: a retry continues the log
 
@@ -262,3 +274,29 @@ def test_records_from_before_a_point_certainly_wait_only_when_the_lag_exceeds_wh
     # unknown lag or watermark: nothing is certain
     assert not Backlog(None, {"in:0": None, "in:1": None}).waiting_before(start, start)
     assert not Backlog(9, {"in:0": 9, "in:1": 0}).waiting_before(start, {"in:1": 40})
+
+
+def test_rows_are_yielded_while_the_task_polls_in_the_logs_order(tmp_path: Path) -> None:
+    """Each poll's rows go downstream once journaled and ACCEPTed, before the next poll; a
+    concurrent attempt's slot between two of ours is yielded in its place (from the journal),
+    so the task yields what a re-run of the batch yields, in the same order."""
+    spec = _spec(tmp_path / "j")
+
+    def other_attempt_publishes(n: int) -> None:
+        if n == 2:  # our poll 1 is in slot 0; a concurrent attempt takes slot 1
+            other = Journal(str(spec.options.journal_path), fsync=False).part_log(SEQ, 0)
+            other.scan()
+            assert other.append(messages_to_batch([Msg(50)], False), attempt=9) == 1
+
+    consumer = Consumer([[Msg(0), Msg(1)], [Msg(2)]], before_poll=other_attempt_publishes)
+    fill, _ = _fill(spec, consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    run = fill.run(pc)
+    first = next(run)
+    assert (first.column("offset").to_pylist(), consumer.polled) == ([0, 1], 1), \
+        "the first poll's rows come before the second poll"
+    assert consumer.acks == {0: "ACCEPT", 1: "ACCEPT"}, "and only after their ACCEPT"
+    rest, scan = _drive(run)
+    assert rest == [50, 2]
+    assert scan.data_slots == [0, 1, 2] and scan.end is not None

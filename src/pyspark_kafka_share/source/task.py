@@ -14,9 +14,11 @@ arrives in the :class:`TaskSpec`. Exactly-once protocol per poll (see ``docs/des
 5. ACCEPT and ``commit_sync``; a failed commit is counted, not fatal: the records are
    journaled, and their redelivery is recognised in step 2.
 
-When the task's budget (records, time) is spent it closes the partition log with END and
-yields the data slots before END. Rows are yielded only after everything is acknowledged, so
-downstream processing time never eats into an acquisition lock.
+After each poll it yields the log's data slots published so far, in slot order; when the
+task's budget (records, time) is spent it closes the partition log with END and yields the
+data slots before END it has not yielded yet (a concurrent attempt's). Rows are yielded only
+after their poll is acknowledged, so downstream processing time never eats into an acquisition
+lock, and a slow downstream slows the polling (Spark pulls rows as it processes them).
 
 A subscribed topic deleted meanwhile fails the task with ``UnknownTopicError`` (polls of it
 just come back empty), and a record batch larger than the consumer accepts with a
@@ -28,10 +30,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from pyspark_kafka_share._kafka import pool as _pool
@@ -52,6 +55,7 @@ from pyspark_kafka_share._spark import attempt_identity, query_id
 from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, PartLog, ScanResult
+from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.options import SourceOptions
 
 __all__ = ["TaskSpec", "read_partition"]
@@ -276,17 +280,25 @@ def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
     """Lowest offset per "topic:partition" among ``tables`` and ``acquired``."""
     low = dict(acquired)
     for t in tables:
-        if t.num_rows == 0:
-            continue
-        table = t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
-        mins = table.group_by(["topic", "partition"]).aggregate([("offset", "min")])
-        for topic, part, off in zip(mins.column("topic").to_pylist(),
-                                    mins.column("partition").to_pylist(),
-                                    mins.column("offset_min").to_pylist(), strict=True):
-            k = f"{topic}:{part}"
-            if k not in low or off < low[k]:
-                low[k] = off
+        _lower(low, _summary(t)[1])
     return low
+
+
+def _summary(t: pa.Table | pa.RecordBatch) -> tuple[int, dict[str, int]]:
+    """Rows of ``t`` and their lowest offset per "topic:partition"."""
+    if t.num_rows == 0:
+        return 0, {}
+    table = t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
+    mins = table.group_by(["topic", "partition"]).aggregate([("offset", "min")])
+    return t.num_rows, {f"{topic}:{part}": off for topic, part, off in zip(
+        mins.column("topic").to_pylist(), mins.column("partition").to_pylist(),
+        mins.column("offset_min").to_pylist(), strict=True)}
+
+
+def _lower(low: dict[str, int], more: Mapping[str, int]) -> None:
+    for k, off in more.items():
+        if k not in low or off < low[k]:
+            low[k] = off
 
 
 POOL_AFTER_TASKS_UNDER_S = 2.0
@@ -345,24 +357,33 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         scan = log.open()
     except JournalClosed:
         return  # a late attempt of a batch Spark already committed: its output is unused
-    own: dict[int, pa.RecordBatch] = {}
+    emitted = 0
     if scan.end is None:
         fill = _Fill(spec, journal, log, scan, attempt_id=attempt_id, faults=faults)
-        scan = fill.run(_acquire_consumer(spec))
-        own = fill.own
+        scan = yield from fill.run(_acquire_consumer(spec))
+        emitted = fill.emitted
     faults.hit("kill-after-end")
-    for slot in scan.data_slots:
-        # What this attempt published is still in memory, byte for byte the slot's content.
-        if slot in own:
-            yield own[slot]
-        else:
-            yield from log.table(slot).to_batches()
+    for slot in scan.data_slots[emitted:]:
+        yield from log.table(slot).to_batches()
+
+
+class _Split(NamedTuple):
+    """One poll split by the journal: the batch and keys are ``fresh``'s when not None."""
+
+    fresh: list[Any]
+    dups: list[Any]
+    batch: pa.RecordBatch | None
+    keys: SlotKeys | None
 
 
 class _Fill:
     """One attempt's poll -> journal -> acknowledge loop for one partition log, then END.
 
-    ``own``: the batches this attempt published, by slot.
+    Yields the log's data slots in slot order as soon as they are published and acknowledged
+    (this attempt's from memory, an earlier or concurrent attempt's from the journal), so
+    Spark processes rows while the task polls, and a slow downstream slows the task's polling
+    instead of letting it acquire records other consumers could take. ``emitted``: the slots
+    yielded so far (``0 .. emitted - 1``); the run's return value is the final scan.
     """
 
     def __init__(self, spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
@@ -373,20 +394,27 @@ class _Fill:
         self.attempt_id = attempt_id
         self.faults = faults
         self.stats: Counter[str] = Counter()
-        self.own: dict[int, pa.RecordBatch] = {}
+        self.own: dict[int, pa.RecordBatch] = {}  # published, not yet yielded
+        self.emitted = 0
+        self.summaries: dict[int, tuple[int, dict[str, int]]] = {}  # rows, lowest offsets
         self.acked_slots: list[int] = []
         existing = sum(log.table(s).num_rows for s in scan.data_slots)
         self.budget = None if spec.record_budget is None else spec.record_budget - existing
         self.pending: list[Any] = []  # polled, not yet acknowledged
 
-    def run(self, pc: _pool.PooledConsumer) -> ScanResult:
-        """Poll until the budget is spent or a step says stop; END the log; the final scan."""
+    def run(self, pc: _pool.PooledConsumer) -> Generator[pa.RecordBatch, None, ScanResult]:
+        """Poll until the budget is spent or a step says stop, yielding what is published;
+        END the log; return the final scan."""
         self.session = pc.session
         poller = self.poller = _Poller(self.spec, pc, self.budget, self.stats)
         healthy = keep = True
         try:
             while (polled := poller.next_poll()) is not None:
-                if not self._step(*polled):
+                go_on = self._step(*polled)
+                if self.own:
+                    # Everything polled is acknowledged: waiting here holds no lock.
+                    yield from self._emit(max(self.own))
+                if not go_on:
                     break
             self.faults.hit("fail-before-end")
             self.faults.hit("sleep-before-end")
@@ -406,7 +434,7 @@ class _Fill:
     def _step(self, msgs: list[Any], deadline: float) -> bool:
         """Journal and acknowledge one poll; False when the task must stop."""
         self.pending = msgs
-        fresh, dups = self._split_duplicates(msgs)
+        fresh, dups, batch, keys = self._split_duplicates(msgs)
         self.faults.hit("fail-before-publish")
         self.faults.hit("sleep-before-publish")
         if time.monotonic() > deadline:
@@ -418,10 +446,12 @@ class _Fill:
             self._give_back(dups, late, "released_lock_deadline")
             if not last:
                 return False
+            if len(last) != len(fresh):
+                batch = keys = None
             fresh, dups, self.pending = last, [], last
         slot = None
         if fresh:
-            slot = self._publish(fresh, dups)
+            slot = self._publish(fresh, dups, batch, keys)
             if slot is None:
                 return False
         known = partitions_of(self.own[slot]) if slot is not None and not dups else None
@@ -433,29 +463,37 @@ class _Fill:
             self.poller.budget -= len(fresh)
         return True
 
-    def _split_duplicates(self, msgs: list[Any]) -> tuple[list[Any], list[Any]]:
-        """(fresh records, records the journal already holds).
+    def _split_duplicates(self, msgs: list[Any]) -> _Split:
+        """The records the journal does not hold yet, and those it does.
 
         Every record is looked up, first deliveries too: the broker keeps an acquisition's
         delivery count in memory only, so after a broker restart a record that was journaled
-        but whose ACCEPT was lost comes back with delivery count 1.
+        but whose ACCEPT was lost comes back with delivery count 1. The poll is converted to
+        Arrow first: its keys come from the columns, and the common case (nothing journaled)
+        publishes that same batch.
         """
-        self.stats["redelivered"] += sum(1 for m in msgs if m.delivery_count() > 1)
-        dups = self.journal.find_journaled({_key(m) for m in msgs})
+        batch = messages_to_batch(msgs, self.spec.options.include_headers)
+        keys = SlotKeys.of_table(batch)
+        self.stats["redelivered"] += int(
+            np.count_nonzero(np.asarray(batch.column("deliveryCount")) > 1))
+        dups = self.journal.find_journaled(keys)
         if not dups:
-            return msgs, []  # the common case
+            return _Split(msgs, [], batch, keys)  # the common case
         fresh = [m for m in msgs if _key(m) not in dups]
         dup_msgs = [m for m in msgs if _key(m) in dups]
         self.poller.note_unemitted(dup_msgs)
         self.stats["duplicates_dropped"] += len(dup_msgs)
-        return fresh, dup_msgs
+        return _Split(fresh, dup_msgs, None, None)
 
-    def _publish(self, fresh: list[Any], dups: list[Any]) -> int | None:
-        """Journal ``fresh`` in the next free slot: its number, or None (records given back)
-        when the log was closed or the batch committed by the time the slot was visible."""
-        batch = messages_to_batch(fresh, self.spec.options.include_headers)
+    def _publish(self, fresh: list[Any], dups: list[Any], batch: pa.RecordBatch | None,
+                 keys: SlotKeys | None) -> int | None:
+        """Journal ``fresh`` (as ``batch`` with ``keys`` when given) in the next free slot: its
+        number, or None (records given back) when the log was closed or the batch committed by
+        the time the slot was visible."""
+        if batch is None:
+            batch = messages_to_batch(fresh, self.spec.options.include_headers)
         try:
-            slot = self.log.append(batch, self.attempt_id)
+            slot = self.log.append(batch, self.attempt_id, keys)
         except JournalClosed:
             self._give_back(dups, fresh, "released_closed")
             return None
@@ -471,6 +509,18 @@ class _Fill:
         self.faults.hit("sleep-after-publish")
         return slot
 
+    def _emit(self, upto: int) -> Iterator[pa.RecordBatch]:
+        """Yield the data slots ``emitted .. upto``: all exist (a slot is created only after
+        the one before it), so the order is the log's, as a re-run of the batch yields it."""
+        for slot in range(self.emitted, upto + 1):
+            table = self.own.pop(slot) if slot in self.own else self.log.table(slot)
+            self.summaries[slot] = _summary(table)
+            self.emitted = slot + 1
+            if isinstance(table, pa.RecordBatch):
+                yield table
+            else:
+                yield from table.to_batches()
+
     def _give_back(self, accept: list[Any], release: list[Any], counter: str) -> None:
         """ACCEPT ``accept`` (journaled already), RELEASE ``release`` (not emitted)."""
         self.stats[counter] += len(release)
@@ -479,13 +529,15 @@ class _Fill:
         self.pending = []
 
     def _marker(self, scan: ScanResult) -> EndMarker:
-        tables = [self.own[i] if i in self.own else self.log.table(i) for i in scan.data_slots]
+        low, records = dict(self.poller.acquired_low), 0
+        for i in scan.data_slots:
+            rows, mins = self.summaries.get(i) or _summary(self.log.table(i))
+            records += rows
+            _lower(low, mins)
         return EndMarker(
-            attempt=self.attempt_id, data_slots=len(scan.data_slots),
-            records=sum(t.num_rows for t in tables),
+            attempt=self.attempt_id, data_slots=len(scan.data_slots), records=records,
             acked_slots=tuple(i for i in self.acked_slots if i in scan.data_slots),
-            stats=dict(self.stats),
-            min_offsets=_min_offsets(tables, self.poller.acquired_low),
+            stats=dict(self.stats), min_offsets=low,
         )
 
 

@@ -309,11 +309,12 @@ class Journal:
                      if not n.startswith("."))
         return paths
 
-    def find_journaled(self, candidates: set[Key]) -> set[Key]:
+    def find_journaled(self, candidates: set[Key] | SlotKeys) -> set[Key]:
         """Those of ``candidates`` that some published slot or dedup entry already holds."""
-        if not candidates:
+        wanted = candidates if isinstance(candidates, SlotKeys) else SlotKeys.of(candidates)
+        if not wanted.by_partition:
             return set()
-        return self._index(self._open_slots()).find(SlotKeys.of(candidates))
+        return self._index(self._open_slots()).find(wanted)
 
     def _index(self, paths: list[str]) -> KeyIndex:
         """The keys of the slots at ``paths``: the index built for the previous lookup plus
@@ -493,11 +494,12 @@ class PartLog:
             raise JournalError(f"cannot write journal slot {self.slot_path(slot)}: "
                                f"{exc}") from exc
 
-    def append(self, batch: pa.RecordBatch, attempt: int) -> int:
+    def append(self, batch: pa.RecordBatch, attempt: int, keys: SlotKeys | None = None) -> int:
         """Publish ``batch`` in the first free slot; return the slot number.
 
-        The slot records ``attempt`` (the writing task attempt). Raises :class:`JournalClosed`
-        if the log was ENDed first (nothing was published).
+        The slot records ``attempt`` (the writing task attempt); ``keys`` are the batch's, if
+        the caller has them already. Raises :class:`JournalClosed` if the log was ENDed first
+        (nothing was published).
         """
         payload = _to_ipc(batch, {"attempt": str(attempt)})
         conflicts = 0
@@ -505,7 +507,8 @@ class PartLog:
             slot = self._next
             if self._create(slot, payload):
                 self._next = slot + 1
-                self.journal._remember(self.slot_path(slot), SlotKeys.of_table(batch))
+                self.journal._remember(self.slot_path(slot),
+                                      keys if keys is not None else SlotKeys.of_table(batch))
                 return slot
             try:
                 taken = self.journal.store.read(self.slot_path(slot))

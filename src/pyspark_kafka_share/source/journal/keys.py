@@ -20,7 +20,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pyspark_kafka_share._kafka.arrow import partitions_of
+from pyspark_kafka_share._kafka.arrow import partitions_of, single_topic
 
 __all__ = ["EMPTY_INDEX", "Key", "KeyIndex", "SlotKeys"]
 
@@ -48,12 +48,14 @@ class SlotKeys:
         """The keys of a slot's records (or a dedup entry's rows), without a per-row loop."""
         if table.num_rows == 0:
             return cls({})
-        tps = partitions_of(table)
         offsets = np.asarray(table.column("offset"), dtype=np.int64)
-        if len(tps) == 1:
-            return cls({tps.pop(): np.unique(offsets)})
+        topic = single_topic(table)
+        if topic is not None:
+            parts = np.asarray(table.column("partition"))
+            return cls({(topic, int(p)): np.unique(offsets[parts == p])
+                        for p in np.unique(parts)})
         out: dict[TP, Offsets] = {}
-        for topic, part in tps:
+        for topic, part in partitions_of(table):
             mask = pc.and_(pc.equal(table.column("topic"), topic),
                            pc.equal(table.column("partition"), part))
             out[(topic, part)] = np.unique(offsets[np.asarray(mask, dtype=bool)])
