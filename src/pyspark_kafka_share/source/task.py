@@ -208,7 +208,7 @@ class _Poller:
         # batch ends a joining consumer's task as well (it would wait joinTimeoutMs).
         self.last_seen = self.start
         self.poll_timeout_s = opts.poll_timeout_ms / 1000
-        self.max_batch_s = opts.max_batch_duration_ms / 1000
+        self.max_batch_s = opts.batch_duration_ms(spec.available_now) / 1000
         self.time_cap_s = max(self.max_batch_s, join + self.poll_timeout_s)
         self.deadline_s = spec.lock_budget_s
         # Lowest offset per "topic:partition" of records acquired but not emitted (emitted
