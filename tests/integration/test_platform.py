@@ -120,3 +120,27 @@ def test_an_idle_consumer_holds_one_fetch_response_and_closing_spends_a_delivery
     back = _poll_until(other, lambda s: len(s) >= 50, timeout_s=20)
     assert sorted(m.value() for m in back) == sorted(b"first-%d" % i for i in range(50))
     assert {m.delivery_count() for m in back} == {2}
+
+
+def test_a_consumer_fetches_nothing_while_the_application_works_on_an_acknowledged_poll(
+    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+) -> None:
+    """After a non-empty poll, acknowledged and committed, librdkafka fetches nothing until
+    the next poll. The source relies on it (a task waits in ``yield`` while Spark takes its
+    rows, and dates the next poll's records from that poll's start), and so do the queue
+    workers (user code runs between polls)."""
+    busy, other = share_consumer(group, [topic]), share_consumer(group, [topic])
+    kafka.produce(topic, [b"warm-up"])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        got = list(busy.poll(0.5))
+    assert [m.value() for m in got] == [b"warm-up"]
+    for m in got:
+        busy.acknowledge(m, AcknowledgeType.ACCEPT)
+    assert all(e is None for e in busy.commit_sync().values())
+    kafka.produce(topic, [b"next-%d" % i for i in range(50)])
+    time.sleep(3)  # the application works; `busy` is not polled
+    seen = _poll_until(other, lambda s: len(s) >= 50, timeout_s=10)
+    assert len(seen) == 50, "busy's client acquired records while the application did not poll"
+    assert {m.delivery_count() for m in seen} == {1}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
 from pyspark_kafka_share._kafka.pool import PooledConsumer
 from pyspark_kafka_share._kafka.share import ShareSession
-from pyspark_kafka_share.errors import BrokerError, JournalError
+from pyspark_kafka_share.errors import BrokerError, JournalClosed, JournalError
 from pyspark_kafka_share.source.faults import Faults
 from pyspark_kafka_share.source.journal.journal import Journal, ScanResult
 from pyspark_kafka_share.source.options import parse_options
@@ -300,3 +301,51 @@ def test_rows_are_yielded_while_the_task_polls_in_the_logs_order(tmp_path: Path)
     rest, scan = _drive(run)
     assert rest == [50, 2]
     assert scan.data_slots == [0, 1, 2] and scan.end is not None
+
+
+def test_time_spent_downstream_does_not_end_the_task_as_if_no_record_came(
+        tmp_path: Path) -> None:
+    """A task waits in ``yield`` while Spark processes its rows; that wait is not "no record
+    arrived for pollTimeoutMs" (1 s here), or a slow downstream would end every task after its
+    first poll."""
+    consumer = Consumer([[Msg(0)], [Msg(1)]])
+    fill, _ = _fill(_spec(tmp_path / "j"), consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    run = fill.run(pc)
+    assert next(run).column("offset").to_pylist() == [0]
+    time.sleep(1.3)  # downstream is slow
+    rest, scan = _drive(run)
+    assert rest == [1], "the task ended after its first poll"
+    assert scan.data_slots == [0, 1]
+
+
+def test_a_task_whose_rows_spark_stops_pulling_ends_its_log(tmp_path: Path) -> None:
+    """take() or show() in foreachBatch stops pulling rows: the log gets END over what was
+    yielded, so the batch's content is fixed and a later action replays exactly that."""
+    consumer = Consumer([[Msg(0), Msg(1)], [Msg(2)]])
+    fill, journal = _fill(_spec(tmp_path / "j"), consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    run = fill.run(pc)
+    next(run)
+    run.close()
+    scan = journal.part_log(SEQ, 0).scan()
+    assert (scan.data_slots, scan.end is not None) == ([0], True)
+    assert scan.end is not None and scan.end.records == 2
+    assert consumer.polled == 1 and consumer.closed
+
+
+def test_a_late_attempt_whose_batch_vanished_fails_instead_of_returning_its_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an object store a late attempt can END a log whose slots the commit deleted (no
+    directory vanishes there): the final scan then lacks the slots it yielded. It must fail,
+    not return rows that differ from the log."""
+    consumer = Consumer([[Msg(0)]])
+    fill, _ = _fill(_spec(tmp_path / "j"), consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    emptied = ScanResult([], None, 0)
+    monkeypatch.setattr(fill.log, "end", lambda marker_for: emptied)
+    with pytest.raises(JournalClosed, match="committed while this attempt read it"):
+        _drive(fill.run(pc))

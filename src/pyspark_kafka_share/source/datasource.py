@@ -222,7 +222,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
             return False
         ends = self.journal.batch_ends(offset.seq)
         if len(ends) < offset.parts:
-            return False  # a task without END cannot have finished; do not stop on it
+            return False  # a partition without END was not read to its end: go on
         return all(low >= target.get(tp, 0)
                    for end in ends.values() for tp, low in end.min_offsets.items())
 

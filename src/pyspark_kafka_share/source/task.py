@@ -220,6 +220,13 @@ class _Poller:
         self.brokers = BrokerWatch(opts.client, opts.topics, opts.broker_timeout_ms / 1000)
         self.past_plan = False  # polled a record produced after the batch was planned
 
+    def resume(self) -> None:
+        """Spark took the rows of the last poll: waiting for records starts again now (time
+        spent downstream is not time without records)."""
+        now = time.monotonic()
+        self.last_record = max(self.last_record, now)
+        self.last_seen = max(self.last_seen, now)
+
     def note_unemitted(self, msgs: Sequence[Any]) -> None:
         """Remember the offsets of acquired records that this task does not emit."""
         for m in msgs:
@@ -414,12 +421,21 @@ class _Fill:
                 if self.own:
                     # Everything polled is acknowledged: waiting here holds no lock.
                     yield from self._emit(max(self.own))
+                    poller.resume()
                 if not go_on:
                     break
             self.faults.hit("fail-before-end")
             self.faults.hit("sleep-before-end")
             keep = _keep_consumer(self.spec, poller)
-            return self.log.end(self._marker)
+            return self._end()
+        except GeneratorExit:
+            # Spark stopped pulling rows (a limit; take() or show() in foreachBatch). END the
+            # log as a finished task would: the batch's content is fixed (a later action on it
+            # replays those slots), and the driver sees the partition ended.
+            healthy = False
+            with contextlib.suppress(Exception):
+                self._end()
+            raise
         except BaseException:
             healthy = False
             if self.pending:
@@ -508,6 +524,17 @@ class _Fill:
         self.faults.hit("kill-after-publish")
         self.faults.hit("sleep-after-publish")
         return slot
+
+    def _end(self) -> ScanResult:
+        """END the log; the final scan, which starts with every slot yielded so far."""
+        scan = self.log.end(self._marker)
+        if len(scan.data_slots) < self.emitted:
+            # The batch was committed and its slots deleted while this (late) attempt read
+            # it, and END landed in the emptied log (an object store has no directory to
+            # vanish). What it yielded is not the log's content: fail, do not return it.
+            raise JournalClosed(f"batch {self.spec.seq} was committed while this attempt "
+                                "read it")
+        return scan
 
     def _emit(self, upto: int) -> Iterator[pa.RecordBatch]:
         """Yield the data slots ``emitted .. upto``: all exist (a slot is created only after
