@@ -15,7 +15,7 @@ VENV_OLDEST := .venv-spark-oldest
 # The end-to-end subset run there: the source exactly-once through failures, workers, admin.
 OLDEST_TESTS := tests/integration/test_spark_versions.py tests/integration/test_source.py \
 	tests/integration/test_workers.py tests/integration/test_admin.py
-OLDEST_K ?= more_tasks_than_partitions or worker_killed_after_publish or task_failing_before_publish \
+OLDEST_K ?= more_tasks_than_partitions or worker_killed_after_publish or failed_task_attempt \
 	or query_stopped_mid_batch or bad_input_fails_at_load or max_records_per_trigger_caps \
 	or outcomes_dead_letters or batch_form_with_pandas or killed_worker_loses_nothing \
 	or lag_after_accepting or reset_to_earliest

@@ -294,45 +294,34 @@ def test_at_most_once_reads_without_journal(
 # -- failures ---------------------------------------------------------------------------------
 
 
-def test_task_failing_before_publish_is_retried_exactly_once(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+@pytest.mark.parametrize("point", ["fail-before-publish", "fail-before-end"])
+def test_a_failed_task_attempt_is_retried_exactly_once(
+    point: str, spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
     tmp_path: Path, share_consumer: Any,
 ) -> None:
+    """Attempt 0 of a task fails before publishing a poll (it RELEASEs what it polled) or
+    before END (after it yielded rows: rows go downstream while a task polls, Spark drops a
+    failed attempt's output, and the retry yields the log's data slots, the failed attempt's
+    included). Either way the sink holds each record once."""
     topic = topic_factory(2)
-    # The failed attempt RELEASEs what it polled, so no lock has to expire. A short lock would
-    # make the retry's new consumer release them again: its first records come from a fetch
-    # that may have started with a poll blocked by the group join (2-3 s here), and the lock
-    # deadline counts from there (1.5 s with a 3 s lock). On Spark 4.0 AvailableNow is one
-    # batch, so they would be left for the next run.
+    # No lock has to expire here. A short lock would make the retry's new consumer release
+    # records again: its first records come from a fetch that may have started with a poll
+    # blocked by the group join (2-3 s here), and the lock deadline counts from there (1.5 s
+    # with a 3 s lock). On Spark 4.0 AvailableNow is one batch, so they would be left for the
+    # next run.
     kafka.set_group_config(group, "share.record.lock.duration.ms", 10_000)
     expected = _produce_spread(kafka, topic, 2, 4000)
     df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
-                 _faultInjection="fail-before-publish:seq=1:part=0:attempt=0")
+                 _faultInjection=f"{point}:seq=1:part=0:attempt=0")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=4) == []
-
-
-def test_task_failing_after_yielding_rows_is_retried_exactly_once(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
-    tmp_path: Path, share_consumer: Any,
-) -> None:
-    """Rows go downstream while a task polls: an attempt that yielded rows and then failed
-    (before END) has its output dropped by Spark, and the retry yields the log's data slots,
-    the failed attempt's included, so the sink holds each record once."""
-    topic = topic_factory(2)
-    kafka.set_group_config(group, "share.record.lock.duration.ms", 10_000)
-    expected = _produce_spread(kafka, topic, 2, 4000)
-    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
-                 _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
-    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
-    log = Journal(str(tmp_path / "journal"), fsync=False).part_log(1, 0)
-    scan = log.scan()
-    assert scan.end is not None, "batch 1 is gone from the journal: the test cannot check"
-    writers = {log.writer(s) for s in scan.data_slots}
-    assert writers - {scan.end.attempt}, \
-        "no slot of the failed attempt (so it yielded no rows): the test proves nothing"
+    if point == "fail-before-end":
+        log = Journal(str(tmp_path / "journal"), fsync=False).part_log(1, 0)
+        scan = log.scan()
+        assert scan.end is not None, "batch 1 is gone from the journal: the test cannot check"
+        assert {log.writer(s) for s in scan.data_slots} - {scan.end.attempt}, \
+            "no slot of the failed attempt (so it yielded no rows): the test proves nothing"
 
 
 # journalFsync=false keeps slots in the page cache only: a killed process must not matter (on
