@@ -18,7 +18,7 @@ After each poll it yields the log's data slots published so far, in slot order; 
 task's budget (records, time) is spent it closes the partition log with END and yields the
 data slots before END it has not yielded yet (a concurrent attempt's). Rows are yielded only
 after their poll is acknowledged, so downstream processing time never eats into an acquisition
-lock, and a slow downstream slows the polling (Spark pulls rows as it processes them).
+lock; a downstream that falls further behind than Spark's buffers slows the polling.
 
 A subscribed topic deleted meanwhile fails the task with ``UnknownTopicError`` (polls of it
 just come back empty), and a record batch larger than the consumer accepts with a
@@ -388,9 +388,8 @@ class _Fill:
 
     Yields the log's data slots in slot order as soon as they are published and acknowledged
     (this attempt's from memory, an earlier or concurrent attempt's from the journal), so
-    Spark processes rows while the task polls, and a slow downstream slows the task's polling
-    instead of letting it acquire records other consumers could take. ``emitted``: the slots
-    yielded so far (``0 .. emitted - 1``); the run's return value is the final scan.
+    Spark processes rows while the task polls. ``emitted``: the slots yielded so far
+    (``0 .. emitted - 1``); the run's return value is the final scan.
     """
 
     def __init__(self, spec: TaskSpec, journal: Journal, log: PartLog, scan: ScanResult, *,
