@@ -293,13 +293,7 @@ def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
 
 def _summary(t: pa.Table | pa.RecordBatch) -> tuple[int, dict[str, int]]:
     """Rows of ``t`` and their lowest offset per "topic:partition"."""
-    if t.num_rows == 0:
-        return 0, {}
-    table = t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
-    mins = table.group_by(["topic", "partition"]).aggregate([("offset", "min")])
-    return t.num_rows, {f"{topic}:{part}": off for topic, part, off in zip(
-        mins.column("topic").to_pylist(), mins.column("partition").to_pylist(),
-        mins.column("offset_min").to_pylist(), strict=True)}
+    return t.num_rows, SlotKeys.of_table(t).lowest()
 
 
 def _lower(low: dict[str, int], more: Mapping[str, int]) -> None:
@@ -375,12 +369,12 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
 
 
 class _Split(NamedTuple):
-    """One poll split by the journal: the batch and keys are ``fresh``'s when not None."""
+    """One poll split by the journal; ``batch`` and ``keys`` are ``fresh``'s."""
 
     fresh: list[Any]
     dups: list[Any]
-    batch: pa.RecordBatch | None
-    keys: SlotKeys | None
+    batch: pa.RecordBatch
+    keys: SlotKeys
 
 
 class _Fill:
@@ -402,7 +396,7 @@ class _Fill:
         self.stats: Counter[str] = Counter()
         self.own: dict[int, pa.RecordBatch] = {}  # published, not yet yielded
         self.emitted = 0
-        self.summaries: dict[int, tuple[int, dict[str, int]]] = {}  # rows, lowest offsets
+        self.summaries: dict[int, tuple[int, dict[str, int]]] = {}  # rows, lowest offset per tp
         self.acked_slots: list[int] = []
         existing = sum(log.table(s).num_rows for s in scan.data_slots)
         self.budget = None if spec.record_budget is None else spec.record_budget - existing
@@ -462,14 +456,14 @@ class _Fill:
             if not last:
                 return False
             if len(last) != len(fresh):
-                batch = keys = None
+                batch, keys = self._arrow(last)
             fresh, dups, self.pending = last, [], last
         slot = None
         if fresh:
             slot = self._publish(fresh, dups, batch, keys)
             if slot is None:
                 return False
-        known = partitions_of(self.own[slot]) if slot is not None and not dups else None
+        known = set(keys.by_partition) if slot is not None and not dups else None
         confirmed = _settle(self.session, self.stats, self.pending, [], known)
         self.pending = []
         if slot is not None and confirmed:
@@ -487,8 +481,7 @@ class _Fill:
         Arrow first: its keys come from the columns, and the common case (nothing journaled)
         publishes that same batch.
         """
-        batch = messages_to_batch(msgs, self.spec.options.include_headers)
-        keys = SlotKeys.of_table(batch)
+        batch, keys = self._arrow(msgs)
         self.stats["redelivered"] += int(
             np.count_nonzero(np.asarray(batch.column("deliveryCount")) > 1))
         dups = self.journal.find_journaled(keys)
@@ -498,15 +491,18 @@ class _Fill:
         dup_msgs = [m for m in msgs if _key(m) in dups]
         self.poller.note_unemitted(dup_msgs)
         self.stats["duplicates_dropped"] += len(dup_msgs)
-        return _Split(fresh, dup_msgs, None, None)
+        return _Split(fresh, dup_msgs, *self._arrow(fresh))
 
-    def _publish(self, fresh: list[Any], dups: list[Any], batch: pa.RecordBatch | None,
-                 keys: SlotKeys | None) -> int | None:
-        """Journal ``fresh`` (as ``batch`` with ``keys`` when given) in the next free slot: its
+    def _arrow(self, msgs: list[Any]) -> tuple[pa.RecordBatch, SlotKeys]:
+        """``msgs`` as one Arrow batch, and its keys."""
+        batch = messages_to_batch(msgs, self.spec.options.include_headers)
+        return batch, SlotKeys.of_table(batch)
+
+    def _publish(self, fresh: list[Any], dups: list[Any], batch: pa.RecordBatch,
+                 keys: SlotKeys) -> int | None:
+        """Journal ``fresh`` (as ``batch``, whose keys are ``keys``) in the next free slot: its
         number, or None (records given back) when the log was closed or the batch committed by
         the time the slot was visible."""
-        if batch is None:
-            batch = messages_to_batch(fresh, self.spec.options.include_headers)
         try:
             slot = self.log.append(batch, self.attempt_id, keys)
         except JournalClosed:
@@ -519,6 +515,7 @@ class _Fill:
             self._give_back(dups, fresh, "released_closed")
             return None
         self.own[slot] = batch
+        self.summaries[slot] = (batch.num_rows, keys.lowest())
         self.stats["journal_bytes"] += batch.nbytes
         self.faults.hit("kill-after-publish")
         self.faults.hit("sleep-after-publish")
@@ -540,7 +537,8 @@ class _Fill:
         the one before it), so the order is the log's, as a re-run of the batch yields it."""
         for slot in range(self.emitted, upto + 1):
             table = self.own.pop(slot) if slot in self.own else self.log.table(slot)
-            self.summaries[slot] = _summary(table)
+            if slot not in self.summaries:
+                self.summaries[slot] = _summary(table)
             self.emitted = slot + 1
             if isinstance(table, pa.RecordBatch):
                 yield table

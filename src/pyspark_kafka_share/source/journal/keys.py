@@ -69,6 +69,10 @@ class SlotKeys:
     def highest(self, tp: TP) -> int:
         return int(self.by_partition[tp][-1])
 
+    def lowest(self) -> dict[str, int]:
+        """The lowest offset per "topic:partition"."""
+        return {f"{t}:{p}": int(o[0]) for (t, p), o in self.by_partition.items() if len(o)}
+
 
 @dataclass(frozen=True, eq=False)
 class KeyIndex:
