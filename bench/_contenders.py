@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_kafka_share._kafka.produce import produce
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 
 VALUE_BYTES = 200
 KEY_SPACE = 100_000  # keys b"k00000".."k99999": 6 bytes, spread evenly over partitions

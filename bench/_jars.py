@@ -1,7 +1,7 @@
 """Spark's built-in ``kafka`` source for the benchmark: its jar and what it needs beyond pyspark.
 
 ``spark-sql-kafka-0-10_2.13`` of the installed pyspark version is fetched from Maven Central
-once by the package's jar cache (:mod:`pyspark_kafka_share.localkafka.jars`, which also holds
+once by the package's jar cache (:mod:`pyspark_kafka_share.harness.jars`, which also holds
 the broker's jars) into ``cache_dir()/spark-sql-kafka-<version>/jars``. Jars whose artifact
 pyspark already ships are dropped. A ``.complete`` marker makes every later run use the cache
 without calling Maven.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pyspark_kafka_share.localkafka import cache_dir
-from pyspark_kafka_share.localkafka.jars import (
+from pyspark_kafka_share.harness import cache_dir
+from pyspark_kafka_share.harness.jars import (
     Artifact,
     ArtifactNotFoundError,
     Jar,

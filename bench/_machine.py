@@ -55,7 +55,7 @@ def describe(repo: Path, connector: str) -> dict[str, Any]:
     import pyarrow
     import pyspark
 
-    from pyspark_kafka_share.localkafka import KAFKA_VERSION
+    from pyspark_kafka_share.harness import KAFKA_VERSION
 
     try:
         nproc = len(os.sched_getaffinity(0))

@@ -96,7 +96,7 @@ def main() -> None:
 
             results[f"local fsync={str(fsync).lower()}"] = _measure(
                 local, args.slots, args.records, args.value_bytes)
-    from pyspark_kafka_share.localkafka.s3 import LocalS3
+    from pyspark_kafka_share.harness.s3 import LocalS3
 
     with LocalS3() as s3:
         s3.create_bucket("bench-journal")

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _contenders import produce_dataset
 
 from pyspark_kafka_share._kafka import pool as _pool
-from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
 

@@ -35,7 +35,7 @@ import _jars  # noqa: E402
 import _machine  # noqa: E402
 import _report  # noqa: E402
 
-from pyspark_kafka_share.localkafka import LocalKafka, local_spark  # noqa: E402
+from pyspark_kafka_share.harness import LocalKafka, local_spark  # noqa: E402
 
 MASTER = "local[8]"
 SCALE_TASKS = (1, 2, 4, 8)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from _quiet import logs_to_file
 
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord, local_spark
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord, local_spark
 
 RECORDS = 20_000
 TOPIC_PARTITIONS = 2
@@ -51,7 +51,7 @@ def main() -> int:
         print(f"      (log lines of the Kafka clients, Spark and the broker: {log})")
         journal: tuple[str, dict[str, str]] = (str(OUT / "journal"), {})
         if args.journal == "s3":
-            from pyspark_kafka_share.localkafka.s3 import LocalS3
+            from pyspark_kafka_share.harness.s3 import LocalS3
 
             s3 = stack.enter_context(LocalS3())
             s3.create_bucket("demo-journal")

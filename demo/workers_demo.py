@@ -24,7 +24,7 @@ from pathlib import Path
 
 from _quiet import logs_to_file
 
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord, local_spark
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord, local_spark
 from pyspark_kafka_share.workers import Record, Result, run_workers
 
 RECORDS = 3_000

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pyspark_kafka_share.localkafka import LocalKafka, local_spark
+from pyspark_kafka_share.harness import LocalKafka, local_spark
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pyspark_kafka_share.localkafka import LocalKafka, LocalS3
+from pyspark_kafka_share.harness import LocalKafka, LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
 
 __all__ = [

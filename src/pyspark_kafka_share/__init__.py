@@ -5,7 +5,7 @@
 - :mod:`pyspark_kafka_share.workers`: queue workers on Spark executors; user code decides each
   record's outcome (ACCEPT, RELEASE, REJECT, dead-letter topic).
 - :mod:`pyspark_kafka_share.admin`: share-group admin (describe, lag, reset).
-- :mod:`pyspark_kafka_share.localkafka`: a real local Kafka broker for development and tests.
+- :mod:`pyspark_kafka_share.harness`: a real local Kafka broker for development and tests.
 
 Importing this package is cheap: PySpark is imported only when ``DefaultSource`` is used.
 """

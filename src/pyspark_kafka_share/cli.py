@@ -83,7 +83,7 @@ def exit_code(exc: KafkaShareError) -> int:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP, LocalKafka, ensure_jars
+    from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka, ensure_jars
 
     if not os.environ.get(ENV_BOOTSTRAP):
         ensure_jars(quiet=False)  # a first run downloads for a minute or two: show progress
@@ -100,7 +100,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch_jars(args: argparse.Namespace) -> int:
-    from pyspark_kafka_share.localkafka import ensure_jars
+    from pyspark_kafka_share.harness import ensure_jars
 
     print(ensure_jars(quiet=False))
     return EXIT_OK
@@ -415,7 +415,7 @@ def _cmd_groups_list(args: argparse.Namespace) -> int:
 
 
 def _common_options() -> argparse.ArgumentParser:
-    from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP
+    from pyspark_kafka_share.harness import ENV_BOOTSTRAP
 
     common = argparse.ArgumentParser(add_help=False)
     default_bootstrap = os.environ.get(ENV_BOOTSTRAP)

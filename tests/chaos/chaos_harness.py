@@ -30,7 +30,7 @@ from typing import Any
 
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.admin import ShareGroupAdmin
-from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.harness import LocalKafka
 
 Log = Callable[[str], None]
 Key = tuple[int, int]  # (partition, offset) in the one chaos topic

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from helpers import TierReport, tier_hooks
-from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP, LocalKafka
+from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka
 
 _REPORT = TierReport("chaos: seed, schedule and what happened")
 

@@ -55,7 +55,7 @@ from chaos_schedule import (
     make_schedule,
 )
 
-from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.harness import LocalKafka
 
 CONFIG = ChaosConfig.from_env()
 

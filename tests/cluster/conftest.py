@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from helpers import TierReport, tier_hooks
-from pyspark_kafka_share.localkafka import LocalKafka, LocalS3, LocalSparkCluster
+from pyspark_kafka_share.harness import LocalKafka, LocalS3, LocalSparkCluster
 
 SPECULATION = {
     "spark.speculation": "true",

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pyspark_kafka_share.localkafka import LocalKafka, LocalSparkCluster, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster, ProducerRecord
 
 pytestmark = pytest.mark.cluster
 

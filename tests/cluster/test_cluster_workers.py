@@ -24,8 +24,8 @@ from pyspark import cloudpickle
 
 from helpers import read_topic
 from pyspark_kafka_share.admin import ShareGroupAdmin
-from pyspark_kafka_share.localkafka import LocalKafka, LocalSparkCluster, ProducerRecord
-from pyspark_kafka_share.localkafka.spark import ExecutorProcess
+from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster, ProducerRecord
+from pyspark_kafka_share.harness.spark import ExecutorProcess
 from pyspark_kafka_share.workers import Record, WorkerProgress, WorkerSummary, run_workers
 
 pytestmark = pytest.mark.cluster

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from helpers import JournalAt, journal_at, shared_s3
-from pyspark_kafka_share.localkafka.s3 import LocalS3
+from pyspark_kafka_share.harness.s3 import LocalS3
 
 _CLOSED_LOOPBACK = "http://127.0.0.1:9"  # discard port: nothing listens, refused at once
 for _name, _value in {"AWS_ENDPOINT_URL": _CLOSED_LOOPBACK, "AWS_ACCESS_KEY_ID": "none",

@@ -20,7 +20,7 @@ from pyspark_kafka_share.admin import (
     UnknownTopicError,
 )
 from pyspark_kafka_share.errors import BrokerError, OptionError
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 
 
 @pytest.fixture

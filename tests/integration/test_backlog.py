@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.harness import LocalKafka
 
 
 def _stream(spark: Any, kafka: LocalKafka, topic: str, group: str, journal: Path) -> Any:

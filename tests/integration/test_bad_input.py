@@ -37,7 +37,7 @@ from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share._kafka.share import ShareSession, raise_client_errors
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.errors import BrokerError, OptionError, UnknownTopicError
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition

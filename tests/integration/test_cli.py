@@ -19,7 +19,7 @@ from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartiti
 from helpers import wait_for
 from pyspark_kafka_share import cli
 from pyspark_kafka_share.admin import PartitionOffset, ShareGroupAdmin
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 
 Run = Callable[..., tuple[int, str, str]]
 

@@ -25,7 +25,7 @@ import pytest
 from helpers import JournalAt
 from pyspark_kafka_share._kafka.arrow import arrow_schema
 from pyspark_kafka_share.errors import JournalClosed, OptionError
-from pyspark_kafka_share.localkafka.s3 import LocalS3
+from pyspark_kafka_share.harness.s3 import LocalS3
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal
 from pyspark_kafka_share.source.options import parse_options
 
@@ -181,7 +181,7 @@ def test_the_s3_server_never_outlives_its_owner(how: str, tmp_path: Path) -> Non
     script = tmp_path / "owner.py"
     script.write_text(
         "import sys, time\n"
-        "from pyspark_kafka_share.localkafka import LocalS3\n"
+        "from pyspark_kafka_share.harness import LocalS3\n"
         "s3 = LocalS3().start()\n"
         "print(s3.pid, flush=True)\n"
         f"time.sleep(0 if {how == 'exit'!r} else 60)\n")

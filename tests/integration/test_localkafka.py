@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from pyspark_kafka_share.errors import LocalKafkaError
-from pyspark_kafka_share.localkafka import ENV_BOOTSTRAP, LocalKafka
+from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka
 
 # Starts a broker, crashes it and restarts it, then waits for a line on stdin (EOF: exit).
 _OWNER = """
 import sys
-from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.harness import LocalKafka
 k = LocalKafka().start()
 first = k._proc.pid
 k.kill()

@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import AcknowledgeType
 
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 
 
 def _poll_until(consumer: Any, predicate: Callable[[list[Any]], bool], timeout_s: float = 30.0,

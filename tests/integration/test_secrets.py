@@ -37,7 +37,7 @@ import pytest
 from pyspark import cloudpickle
 
 from helpers import JournalAt, journal_at
-from pyspark_kafka_share.localkafka import LocalKafka, LocalS3
+from pyspark_kafka_share.harness import LocalKafka, LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.workers import Record, WorkerProgress, run_workers

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from helpers import JournalAt, read_only_dir, wait_for
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
 
 Key = tuple[str, int, int]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_kafka_share._spark import ADMISSION_CONTROL
-from pyspark_kafka_share.localkafka import LocalKafka
+from pyspark_kafka_share.harness import LocalKafka
 
 
 def _sink_keys(spark: Any, out: Path) -> list[tuple[int, int]]:

@@ -24,7 +24,7 @@ from pyspark import cloudpickle
 
 from helpers import read_topic
 from pyspark_kafka_share.errors import BrokerError, OptionError
-from pyspark_kafka_share.localkafka import LocalKafka, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import (
     Outcome,
     Record,

@@ -24,7 +24,7 @@ import pytest
 from helpers import JournalAt, journal_at, read_only_dir, shared_s3
 from pyspark_kafka_share._kafka.arrow import arrow_schema
 from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
-from pyspark_kafka_share.localkafka import LocalS3
+from pyspark_kafka_share.harness import LocalS3
 from pyspark_kafka_share.source.journal import journal as journal_module
 from pyspark_kafka_share.source.journal import stores
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, ScanResult

@@ -1,21 +1,22 @@
-"""A real Apache Kafka broker for development and tests (see :class:`LocalKafka`)."""
+"""Deprecated: the local harnesses moved to :mod:`pyspark_kafka_share.harness`.
+
+``from pyspark_kafka_share.localkafka import LocalKafka`` (and its submodules ``broker``,
+``jars``, ``s3``, ``spark``) keep working for users' tests, with a :class:`DeprecationWarning`.
+"""
 
 from __future__ import annotations
 
-from pyspark_kafka_share.localkafka.broker import ENV_BOOTSTRAP, LocalKafka, ProducerRecord
-from pyspark_kafka_share.localkafka.jars import ENV_CACHE, KAFKA_VERSION, cache_dir, ensure_jars
-from pyspark_kafka_share.localkafka.s3 import LocalS3
-from pyspark_kafka_share.localkafka.spark import LocalSparkCluster, local_spark
+import sys
+import warnings
 
-__all__ = [
-    "ENV_BOOTSTRAP",
-    "ENV_CACHE",
-    "KAFKA_VERSION",
-    "LocalKafka",
-    "LocalS3",
-    "LocalSparkCluster",
-    "ProducerRecord",
-    "cache_dir",
-    "ensure_jars",
-    "local_spark",
-]
+from pyspark_kafka_share import harness as _harness
+from pyspark_kafka_share.harness import *  # noqa: F403
+from pyspark_kafka_share.harness import __all__ as __all__
+from pyspark_kafka_share.harness import broker, jars, s3, spark
+
+warnings.warn("pyspark_kafka_share.localkafka is deprecated: import pyspark_kafka_share.harness "
+              "instead (same names)", DeprecationWarning, stacklevel=2)
+
+for _module in (broker, jars, s3, spark):
+    sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
+del _harness, _module

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pyspark_kafka_share.errors import KafkaShareError, LocalKafkaError
-from pyspark_kafka_share.localkafka import LocalKafka, _process, jars
-from pyspark_kafka_share.localkafka import broker as localkafka
+from pyspark_kafka_share.harness import LocalKafka, _process, jars
+from pyspark_kafka_share.harness import broker as localkafka
 
 
 def test_cache_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -26,13 +26,29 @@ def test_cache_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_public_names_still_importable() -> None:
-    from pyspark_kafka_share import localkafka as pkg
+    from pyspark_kafka_share import harness as pkg
 
     for name in ("ENV_BOOTSTRAP", "ENV_CACHE", "KAFKA_VERSION", "LocalKafka", "ProducerRecord",
                  "cache_dir", "ensure_jars"):
         assert name in pkg.__all__ and hasattr(pkg, name)
     assert pkg.ensure_jars is jars.ensure_jars and pkg.cache_dir is jars.cache_dir
     assert not hasattr(localkafka, "local_kafka")
+
+
+def test_old_import_path_works_with_a_deprecation_warning() -> None:
+    import importlib
+    import sys
+
+    from pyspark_kafka_share import harness
+
+    for name in [m for m in sys.modules if m.startswith("pyspark_kafka_share.localkafka")]:
+        del sys.modules[name]
+    with pytest.warns(DeprecationWarning, match="pyspark_kafka_share.harness"):
+        old = importlib.import_module("pyspark_kafka_share.localkafka")
+    assert old.LocalKafka is harness.LocalKafka and old.__all__ == harness.__all__
+    from pyspark_kafka_share.localkafka.broker import LocalKafka
+
+    assert LocalKafka is harness.LocalKafka
 
 
 # -- the jar cache, with a fake Maven ----------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The broker is Apache Kafka's own server, run from the Maven Central jars in a JVM of its own::
 
-    from pyspark_kafka_share.localkafka import LocalKafka
+    from pyspark_kafka_share.harness import LocalKafka
 
     with LocalKafka() as kafka:
         kafka.create_topic("orders", partitions=3)
@@ -10,9 +10,9 @@ The broker is Apache Kafka's own server, run from the Maven Central jars in a JV
         kafka.set_group_config("workers", "share.auto.offset.reset", "earliest")
         print(kafka.bootstrap_servers)
 
-Jars are fetched once with Maven into :func:`~pyspark_kafka_share.localkafka.jars.cache_dir`
+Jars are fetched once with Maven into :func:`~pyspark_kafka_share.harness.jars.cache_dir`
 (``$PYSPARK_KAFKA_SHARE_CACHE``, default ``~/.cache/pyspark-kafka-share``; see
-:mod:`pyspark_kafka_share.localkafka.jars`). With ``$PYSPARK_KAFKA_SHARE_BOOTSTRAP`` set, no
+:mod:`pyspark_kafka_share.harness.jars`). With ``$PYSPARK_KAFKA_SHARE_BOOTSTRAP`` set, no
 broker is started and that one is used instead.
 
 The JVM never outlives its owner: :meth:`LocalKafka.stop` (also run by the context manager, at
@@ -40,8 +40,8 @@ from pyspark_kafka_share._kafka.group import write_group_configs
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.errors import LocalKafkaError, NotReady
-from pyspark_kafka_share.localkafka import _process
-from pyspark_kafka_share.localkafka.jars import (
+from pyspark_kafka_share.harness import _process
+from pyspark_kafka_share.harness.jars import (
     ENV_CACHE,
     KAFKA_VERSION,
     cache_dir,

@@ -2,7 +2,7 @@
 
 ::
 
-    from pyspark_kafka_share.localkafka import LocalS3
+    from pyspark_kafka_share.harness import LocalS3
 
     with LocalS3() as s3:
         s3.create_bucket("journal")
@@ -16,7 +16,7 @@ CompleteMultipartUpload), which the journal's exclusive create relies on. Moto c
 condition and then stores the object in two steps; this harness serves one request at a time
 (a lock around moto's WSGI application), so that check and store are atomic as on S3 itself.
 
-Like :class:`~pyspark_kafka_share.localkafka.LocalKafka`, the server never outlives its owner:
+Like :class:`~pyspark_kafka_share.harness.LocalKafka`, the server never outlives its owner:
 :meth:`LocalS3.stop` (also run by the context manager, at interpreter exit and on SIGTERM)
 terminates it, and on Linux the kernel kills it if the owning process dies
 (``PR_SET_PDEATHSIG``). Objects live in the server's memory only.
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_kafka_share.errors import LocalKafkaError
-from pyspark_kafka_share.localkafka import _process
+from pyspark_kafka_share.harness import _process
 
 __all__ = ["LocalS3"]
 
@@ -106,7 +106,7 @@ class LocalS3(_process.Harness):
         try:
             with open(self._log, "wb") as log:
                 self._proc = _process.spawn(
-                    [sys.executable, "-m", "pyspark_kafka_share.localkafka.s3",
+                    [sys.executable, "-m", "pyspark_kafka_share.harness.s3",
                      str(port_file)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=_child_env(),

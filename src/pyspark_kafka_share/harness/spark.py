@@ -6,7 +6,7 @@
   master and (by default) two workers, each with one core and its own executor JVM, started
   from the ``pyspark`` package's own launcher (``bin/spark-class``)::
 
-      from pyspark_kafka_share.localkafka import LocalSparkCluster
+      from pyspark_kafka_share.harness import LocalSparkCluster
 
       with LocalSparkCluster() as cluster:
           spark = cluster.session("my-app")          # executors on both workers
@@ -14,7 +14,7 @@
           cluster.kill_executor(0)                   # SIGKILL worker 0's executor JVM
           spark.stop()
 
-Like :class:`~pyspark_kafka_share.localkafka.LocalKafka`, the cluster listens on loopback
+Like :class:`~pyspark_kafka_share.harness.LocalKafka`, the cluster listens on loopback
 addresses only and on free ports, keeps its logs in a temporary directory, and never outlives
 its owner: :meth:`LocalSparkCluster.stop` (also run by the context manager, at interpreter exit
 and on SIGTERM) stops every JVM it started, including the executors, and on Linux the kernel
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark_kafka_share.errors import LocalKafkaError
-from pyspark_kafka_share.localkafka import _process
-from pyspark_kafka_share.localkafka.jars import require_tool
+from pyspark_kafka_share.harness import _process
+from pyspark_kafka_share.harness.jars import require_tool
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
