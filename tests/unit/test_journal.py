@@ -26,7 +26,7 @@ from pyspark_kafka_share._kafka.arrow import arrow_schema
 from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
 from pyspark_kafka_share.harness import LocalS3
 from pyspark_kafka_share.source.journal import journal as journal_module
-from pyspark_kafka_share.source.journal import stores
+from pyspark_kafka_share.source.journal import probe, stores
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, ScanResult
 from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, SlotKeys
 from pyspark_kafka_share.source.options import parse_options
@@ -224,7 +224,7 @@ def test_late_attempt_of_a_committed_batch_cannot_publish(tmp_path: Path) -> Non
 
 def test_journal_urls_object_stores_accepted_others_refused() -> None:
     from pyspark_kafka_share.errors import OptionError
-    from pyspark_kafka_share.source.journal.stores import check_journal_uri
+    from pyspark_kafka_share.source.journal.probe import check_journal_uri
 
     for uri in ("/tmp/j", "file:///tmp/j", "hdfs://nn/j", "s3://b/p", "s3a://b/p", "gs://b/p",
                 "abfs://c@a.dfs.core.windows.net/p", "abfss://c@a.dfs.core.windows.net/p"):
@@ -241,7 +241,7 @@ def test_a_missing_extra_is_named_at_load(uri: str, extra: str,
     import sys
 
     from pyspark_kafka_share.errors import OptionError
-    from pyspark_kafka_share.source.journal.stores import check_journal
+    from pyspark_kafka_share.source.journal.probe import check_journal
 
     monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore -> ImportError
     with pytest.raises(OptionError, match=rf"pip install 'pyspark-kafka-share\[{extra}\]'"):
@@ -440,7 +440,7 @@ def test_the_load_probe_refuses_a_store_that_ignores_conditional_create(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pyspark_kafka_share.errors import OptionError
-    from pyspark_kafka_share.source.journal import stores
+    from pyspark_kafka_share.source.journal import probe
 
     objects: dict[str, bytes] = {}
 
@@ -463,9 +463,9 @@ def test_the_load_probe_refuses_a_store_that_ignores_conditional_create(
         def remove(self, path: str) -> None:
             objects.pop(path, None)
 
-    monkeypatch.setattr(stores, "ObjectStore", Ignoring)
+    monkeypatch.setattr(probe, "ObjectStore", Ignoring)
     with pytest.raises(OptionError, match="accepted a second exclusive create"):
-        stores.check_journal("s3://bucket/ignoring", {})
+        probe.check_journal("s3://bucket/ignoring", {})
     assert objects == {}, "the probe object was left behind"
 
 
@@ -577,7 +577,7 @@ def test_an_hdfs_style_store_is_probed_too(tmp_path: Path,
     def arrow_store(uri: str, options: Any = ()) -> tuple[stores.Store, str]:
         return stores.ArrowFsStore(uri), uri.removeprefix("file://")
 
-    monkeypatch.setattr(stores, "store_for", arrow_store)
+    monkeypatch.setattr(probe, "store_for", arrow_store)
     error = _refused(f"file://{tmp_path / 'journal'}")
     assert "filesystem accepted a second exclusive create" in str(error)
     (tmp_path / "plain").write_text("x")

@@ -66,7 +66,7 @@ class SourceOptions:
     client_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # secrets
     fault_injection: str | None = None
     # journal.<key> options of an object-store journal (without the prefix): credentials,
-    # endpoints. Never logged nor shown (repr=False); see source/journal/stores.py.
+    # endpoints. Never logged nor shown (repr=False); see source/journal/stores/.
     journal_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def batch_duration_ms(self, available_now: bool) -> int:
@@ -188,7 +188,7 @@ def _delivery_and_journal(opts: Mapping[str, str], journal_opts: tuple[tuple[str
         )
     if journal is not None:
         # Also probes an object store's conditional create (a few requests, once per process).
-        from pyspark_kafka_share.source.journal.stores import check_journal
+        from pyspark_kafka_share.source.journal.probe import check_journal
 
         check_journal(journal, journal_opts)
     elif journal_opts:

@@ -45,7 +45,8 @@ from pyarrow import ipc
 from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA
 from pyspark_kafka_share.errors import JournalClosed, JournalError
 from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, Key, KeyIndex, SlotKeys
-from pyspark_kafka_share.source.journal.stores import check_journal, check_journal_uri, store_for
+from pyspark_kafka_share.source.journal.probe import check_journal, check_journal_uri
+from pyspark_kafka_share.source.journal.stores import store_for
 
 if TYPE_CHECKING:
     from pyspark_kafka_share.source.options import SourceOptions

@@ -1,0 +1,238 @@
+"""The checks of a ``journalPath`` made at ``load()``: the URL, without I/O
+(:func:`check_journal_uri`), then a probe of the location with the journal's own store
+operations (:func:`check_journal`).
+
+Every error is an :class:`OptionError` naming ``journalPath`` (or ``journal.<key>``), the cause
+and the fix; never an option value of ``journal.*``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark_kafka_share.errors import JournalError, OptionError
+from pyspark_kafka_share.source.journal.stores import (
+    HADOOP_SCHEMES,
+    LOCAL_SCHEMES,
+    ObjectStore,
+    Store,
+    store_for,
+)
+from pyspark_kafka_share.source.journal.stores.base import first_line
+from pyspark_kafka_share.source.journal.stores.objectstore import (
+    Location,
+    object_location,
+    require_obstore,
+    store_env,
+)
+
+__all__ = ["check_journal", "check_journal_uri"]
+
+def check_journal_uri(uri: str) -> None:
+    """Refuse journal locations without an atomic exclusive create, and object-store URLs
+    whose optional dependencies are missing (no I/O)."""
+    scheme = urlparse(uri).scheme.lower()
+    if scheme in LOCAL_SCHEMES or scheme in HADOOP_SCHEMES:
+        return
+    loc = object_location(uri)
+    if loc is None:
+        raise OptionError(
+            "journalPath", uri,
+            f"the '{scheme}' filesystem is not known to have the atomic create-if-absent the "
+            "journal needs so that exactly one task attempt wins each slot. Use a local or "
+            "mounted shared path, hdfs://, s3:// (or s3a://), gs://, abfs:// or abfss://",
+        )
+    require_obstore(loc, uri)
+
+
+_PROBED: set[tuple[Any, ...]] = set()
+
+
+def check_journal(uri: str, options: Mapping[str, str] | Iterable[tuple[str, str]] = ()
+                  ) -> None:
+    """:func:`check_journal_uri`, then a probe of the location with the journal's own store
+    operations: create one probe file or object twice with the exclusive create (the second
+    must be refused), see it in a listing, read it back, delete it.
+
+    On a filesystem (local, mounted, HDFS) the probe first creates the journal directory as
+    the journal would, and removes again the directories it created: ``load()`` leaves the
+    filesystem as it found it. On an object store it makes four requests, once per process and
+    configuration. Raises :class:`OptionError` naming ``journalPath``, the cause (not a
+    directory, permission denied, read-only filesystem, unreachable store, ...) and the fix;
+    never an option value of ``journal.*``.
+    """
+    opts = dict(options.items() if isinstance(options, Mapping) else options)
+    check_journal_uri(uri)
+    loc = object_location(uri)
+    if loc is None:
+        if opts:
+            key = next(iter(opts))
+            raise OptionError(f"journal.{key}", None, "journal.* options configure object-store "
+                              "journals (s3://, gs://, abfs://); this journalPath is a "
+                              "filesystem path. Remove them")
+        _probe_filesystem(uri)
+        return
+    cache_key = (uri, tuple(sorted(opts.items())), store_env())
+    if cache_key in _PROBED:
+        return
+    _probe_object_store(uri, loc, opts)
+    _PROBED.add(cache_key)
+
+
+@dataclass(frozen=True)
+class _ProbeResult:
+    first: bool     # the first exclusive create created the probe
+    second: bool    # the second one did too (it must have been refused)
+    listed: bool    # the probe was in a listing of its directory
+    content: bytes  # what reading the probe returned
+
+
+def _run_probe(store: Store, directory: str) -> _ProbeResult:
+    """Exclusive create twice, list, read, delete: the journal's operations on one probe."""
+    name = f".probe-{uuid.uuid4().hex}"
+    probe = f"{directory.rstrip('/')}/{name}" if directory else name
+    try:
+        first = store.create_exclusive(probe, b"probe 1", True)
+        second = store.create_exclusive(probe, b"probe 2", True)
+        listed = name in store.listdir(directory)
+        content = store.read(probe)
+    finally:
+        with contextlib.suppress(Exception):
+            store.remove(probe)
+    return _ProbeResult(first, second, listed, content)
+
+
+def _judge_probe(uri: str, why: str, result: _ProbeResult, kind: str, fix: str) -> None:
+    """Refuse a location whose probe showed creates that cannot be told apart, or listings
+    that miss what was just created (``kind``: "store", "filesystem")."""
+    if not result.first:
+        raise OptionError("journalPath", uri, f"{why}; a new probe was reported as existing, "
+                          f"so creates cannot be told apart. {fix}")
+    if result.second or result.content != b"probe 1":
+        raise OptionError("journalPath", uri, f"{why}, and this {kind} accepted a second "
+                          f"exclusive create of the same probe: two task attempts could both "
+                          f"win a slot. {fix}")
+    if not result.listed:
+        raise OptionError("journalPath", uri, f"{why} and strongly consistent listings; a "
+                          f"probe just created was missing from a listing. {fix}")
+
+
+def _probe_object_store(uri: str, loc: Location, opts: Mapping[str, str]) -> None:
+    store = ObjectStore(uri, loc, opts, probe=True)
+    why = f"the journal needs the store's atomic create-if-absent (conditional put) on {loc.kind}"
+    try:
+        result = _run_probe(store, loc.prefix)
+    except (JournalError, OSError) as exc:
+        raise OptionError("journalPath", uri, f"{why}, and probing it failed: {exc}. Check the "
+                          "bucket, the credentials and the endpoint (journal.* options or the "
+                          "store's standard environment variables)") from None
+    _judge_probe(uri, why, result, "store", "Use a store that honours conditional writes "
+                 "(If-None-Match) and lists what it just stored")
+
+
+# -- the probe on filesystems -----------------------------------------------------------------
+
+_USE_INSTEAD = ("Set journalPath to a directory that the driver and every executor can create "
+                "files in: a local path (one machine), a shared mount, hdfs:// or an object "
+                "store (s3://, gs://, abfss://)")
+# errno -> the cause, with {failed} (the path an operation failed on), {existing} (the
+# journal directory's nearest existing ancestor), {user} and {reason} (the system's words).
+_FS_CAUSES: dict[int, str] = {
+    errno.ENOTDIR: "{existing} is a file, not a directory, so the journal directory cannot "
+                   "be created under it",
+    errno.EEXIST: "{failed} exists and is not a directory (a regular file, or a symbolic link "
+                  "to nothing)",
+    errno.EACCES: "permission denied creating {failed}: {user} needs write access to "
+                  "{existing}",
+    errno.EPERM: "operation not permitted: {existing} does not let {user} create {failed}",
+    errno.EROFS: "read-only file system: {existing} is on a filesystem mounted read-only",
+    errno.ENOENT: "{existing} refuses to create {failed} ({reason}): it is on a virtual "
+                  "filesystem like /proc, not one that stores files",
+    errno.ENOSPC: "no space left on the filesystem of {existing}",
+    errno.EDQUOT: "disk quota exceeded on the filesystem of {existing}",
+}
+# errno of link(2) on a filesystem without hard links (some FUSE, SMB and object-store mounts)
+_NO_LINK = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK)
+
+
+def _user() -> str:
+    """Who this process runs as, for a permission error."""
+    if not hasattr(os, "getuid"):
+        return "this process's user"
+    uid = os.getuid()
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(uid).pw_name!r} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _missing_dirs(store: Store, root: str) -> list[str]:
+    """``root`` and its ancestors that do not exist, innermost first."""
+    missing: list[str] = []
+    path = root.rstrip("/") or "/"
+    while not store.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def _filesystem_fix(exc: BaseException, store: Store, root: str) -> str:
+    """The cause of ``exc`` (raised probing journal directory ``root``) and the fix."""
+    code = getattr(exc, "errno", None)
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    failed = getattr(exc, "filename", None) or root
+    if os.path.basename(str(failed)).startswith((".tmp-", ".probe-")):
+        failed = f"a file in {os.path.dirname(str(failed))}"  # the probe's own file
+    if code in _NO_LINK and getattr(exc, "filename2", None):
+        cause = (f"this filesystem refuses hard links ({reason}), and the journal's exclusive "
+                 "create is link(2) of a fully written temporary file")
+    elif code in _FS_CAUSES:
+        missing = _missing_dirs(store, root)
+        existing = os.path.dirname(missing[-1]) if missing else root
+        cause = _FS_CAUSES[code].format(failed=failed, existing=existing, user=_user(),
+                                        reason=reason)
+    else:
+        cause = f"the journal directory is not usable: {reason} ({failed})"
+    return f"{cause}. {_USE_INSTEAD}"
+
+
+def _probe_filesystem(uri: str) -> None:
+    """The journal's operations on a probe file in the journal directory (created as the
+    journal would, then removed again if the probe created it)."""
+    try:
+        store, root = store_for(uri)
+    except Exception as exc:  # noqa: BLE001 - e.g. no libhdfs, an unreachable name node
+        raise OptionError("journalPath", uri, f"the filesystem could not be opened: "
+                          f"{first_line(exc)}. {_USE_INSTEAD}") from None
+    why = "the journal needs an atomic create-if-absent (link(2), HDFS rename) in its directory"
+    for attempt in range(3):
+        created: list[str] = []  # by this probe, innermost first: removed again
+        try:
+            created = _missing_dirs(store, root)
+            store.makedirs(root)
+            result = _run_probe(store, root)
+            break
+        except FileNotFoundError as exc:
+            # Also when another load() of this path removed the directory it had created
+            # between our makedirs and our probe: try again.
+            if attempt == 2:
+                raise OptionError("journalPath", uri, _filesystem_fix(exc, store, root)) \
+                    from None
+        except (OSError, ValueError, JournalError) as exc:  # ValueError: a NUL in the path
+            raise OptionError("journalPath", uri, _filesystem_fix(exc, store, root)) from None
+        finally:
+            for directory in created:
+                store.rmdir(directory)
+    _judge_probe(uri, why, result, "filesystem", _USE_INSTEAD)
