@@ -26,7 +26,7 @@ from pyspark_kafka_share._kafka.arrow import arrow_schema
 from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
 from pyspark_kafka_share.harness import LocalS3
 from pyspark_kafka_share.source.journal import journal as journal_module
-from pyspark_kafka_share.source.journal import probe, stores
+from pyspark_kafka_share.source.journal import probe, slots, stores
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, ScanResult
 from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, SlotKeys
 from pyspark_kafka_share.source.options import parse_options
@@ -183,7 +183,7 @@ def test_a_deleted_and_reused_journal_is_not_judged_by_keys_cached_before(
     again = journal.open()
     again.check_marker(again.place_marker())  # a new run: the marker every task checks
     # Another process publishes the same slot path with other records.
-    payload = journal_module._to_ipc(_batch("t", [6]), {"attempt": "2"})
+    payload = slots.data_slot(_batch("t", [6]), 2)
     again.store.makedirs(again.part_log(1, 0).dir)
     assert again.store.create_exclusive(again.part_log(1, 0).slot_path(0), payload, False)
     assert again.find_journaled({("t", 0, 5), ("t", 0, 6)}) == {("t", 0, 6)}, \

@@ -11,105 +11,38 @@ Layout under ``journalPath``::
     markers/<id>                  written by the driver when a query starts; every task must
                                   see it before it acknowledges anything (one shared journal)
 
-Every slot is created *exclusively*: of all attempts that try to create slot ``n`` exactly one
-succeeds. An attempt appends its records at the first free slot; if the slot it finds taken is
-an END marker, the partition is closed and it releases its records instead. A partition's
-output is the data slots before its first END, so every attempt that returns yields the same
-rows, and nothing is ever published after END. Slots are contiguous and END is the last one,
-so a log's state is known from one listing plus the first bytes of its last slot.
-
-Exclusive create is ``link(2)`` on a local or mounted filesystem, ``rename`` on HDFS, and a
-conditional put on S3, GCS and Azure (see :mod:`.stores`). Object stores have no rename: a late
-attempt of a committed batch can still create a slot there, and it withdraws it after seeing
-the ``committed`` fence, which it reads after every append; ``commit`` writes de-duplication
-keys only for batches above the previous fence, so such a slot is never taken for published
-data, and later commits delete it. See ``docs/design.md`` ("The journal on object stores").
+Who may write where (exclusive slots, END, the ``committed`` fence) is in :mod:`.fencing`;
+what the files hold in :mod:`.slots`. This module is the journal as a whole: its owner, the
+driver's markers, the duplicate lookup over every open slot, and commit.
 """
 
 from __future__ import annotations
 
-import errno
-import json
 import socket
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-from pyarrow import ipc
-
-from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA
 from pyspark_kafka_share.errors import JournalClosed, JournalError
+from pyspark_kafka_share.source.journal.fencing import (
+    MAX_CONFLICTS,
+    PartLog,
+    ScanResult,
+    raise_fence,
+    read_fence,
+)
 from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, Key, KeyIndex, SlotKeys
 from pyspark_kafka_share.source.journal.probe import check_journal, check_journal_uri
+from pyspark_kafka_share.source.journal.slots import EndMarker, dedup_entry, keys_of
 from pyspark_kafka_share.source.journal.stores import store_for
 
 if TYPE_CHECKING:
     from pyspark_kafka_share.source.options import SourceOptions
 
 __all__ = ["EndMarker", "Journal", "PartLog", "ScanResult", "check_journal", "check_journal_uri"]
-
-_ARROW_MAGIC = b"ARROW1"
-# Give up on a slot after this many "exists" answers for an object that cannot be read.
-_MAX_CONFLICTS = 50
-
-
-# -- serialisation ----------------------------------------------------------------------------
-
-
-def _to_ipc(table: pa.Table | pa.RecordBatch, metadata: dict[str, str] | None = None) -> bytes:
-    sink = pa.BufferOutputStream()
-    schema = table.schema.with_metadata(metadata) if metadata else table.schema
-    if metadata:
-        table = table.replace_schema_metadata(metadata)
-    with ipc.new_file(sink, schema) as writer:
-        if isinstance(table, pa.RecordBatch):
-            writer.write_batch(table)
-        else:
-            writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _from_ipc(data: bytes) -> pa.Table:
-    """The table of an IPC file, without schema metadata (Spark wants the exact schema)."""
-    return ipc.open_file(pa.BufferReader(data)).read_all().replace_schema_metadata(None)
-
-
-@dataclass(frozen=True)
-class EndMarker:
-    """Closes a partition log; written by the attempt that finished it.
-
-    ``min_offsets``: lowest offset per ``"topic:partition"`` among the records the log emits
-    and those the ending attempt acquired (also released ones): AvailableNow's progress.
-    """
-
-    attempt: int
-    data_slots: int
-    records: int
-    acked_slots: tuple[int, ...] = ()
-    stats: dict[str, int] = field(default_factory=dict)
-    min_offsets: dict[str, int] = field(default_factory=dict)
-
-    def to_bytes(self) -> bytes:
-        return json.dumps({
-            "end": True, "attempt": self.attempt, "data_slots": self.data_slots,
-            "records": self.records, "acked_slots": list(self.acked_slots),
-            "stats": self.stats, "min_offsets": self.min_offsets,
-        }).encode()
-
-    @staticmethod
-    def from_bytes(data: bytes) -> EndMarker:
-        doc = json.loads(data)
-        return EndMarker(attempt=int(doc["attempt"]), data_slots=int(doc["data_slots"]),
-                         records=int(doc["records"]),
-                         acked_slots=tuple(int(i) for i in doc.get("acked_slots", ())),
-                         stats={k: int(v) for k, v in doc.get("stats", {}).items()},
-                         min_offsets={k: int(v) for k, v in doc.get("min_offsets", {}).items()})
-
 
 # Parsed keys of immutable slot files, shared by all tasks of this worker process. Entries of a
 # journal are dropped when a new run of a query starts (a new marker: the directory may have
@@ -170,12 +103,7 @@ class Journal:
     # -- the committed fence ------------------------------------------------------------
 
     def committed_seq(self) -> int:
-        try:
-            return int(json.loads(self.store.read(self._p("committed")))["seq"])
-        except FileNotFoundError:
-            return -1
-        except (OSError, ValueError, KeyError) as exc:
-            raise JournalError(f"cannot read {self._p('committed')}: {exc}") from exc
+        return read_fence(self.store, self._p("committed"))
 
     def claim(self, query_id: str) -> None:
         """Make ``query_id`` (Spark's streaming query id, stable across restarts) the journal's
@@ -184,7 +112,7 @@ class Journal:
             return
         self.store.makedirs(self.root)
         path = self._p("owner")
-        for _ in range(_MAX_CONFLICTS):
+        for _ in range(MAX_CONFLICTS):
             if self.store.create_exclusive(path, query_id.encode(), self.fsync):
                 break
             try:
@@ -280,9 +208,7 @@ class Journal:
             if hit is not None:
                 _KEY_CACHE.move_to_end(cache_key)
                 return hit
-        data = self.store.read(path)
-        keys = SlotKeys.of_table(_from_ipc(data)) if data.startswith(_ARROW_MAGIC) \
-            else SlotKeys({})
+        keys = keys_of(self.store.read(path))
         self._remember(path, keys)
         return keys
 
@@ -378,15 +304,11 @@ class Journal:
                 for slot in scan.data_slots:
                     if slot in acked:
                         continue  # acknowledged and confirmed: never redelivered
-                    keys = pa.Table.from_pylist(
-                        [{"topic": t, "partition": p, "offset": o}
-                         for t, p, o in sorted(self._slot_keys(log.slot_path(slot)).keys())],
-                        schema=KEY_SCHEMA,
-                    )
+                    keys = self._slot_keys(log.slot_path(slot))
                     target = self._p("dedup", f"{name}-{int(part):05d}-{slot:06d}")
-                    self.store.create_exclusive(target, _to_ipc(keys), self.fsync)
+                    self.store.create_exclusive(target, dedup_entry(keys), self.fsync)
         if seq > previous:
-            self.store.write(self._p("committed"), json.dumps({"seq": seq}).encode())
+            raise_fence(self.store, self._p("committed"), seq)
         for name in done:
             # Renamed first where possible: a late attempt's link into the old path then
             # fails (ENOENT). Without rename, the fence does that job (see the docstring).
@@ -422,144 +344,3 @@ class Journal:
             if done:
                 self.store.remove(path)
 
-
-@dataclass
-class ScanResult:
-    data_slots: list[int]
-    end: EndMarker | None
-    next_slot: int
-
-
-class PartLog:
-    """The slot log of one input partition of one batch."""
-
-    def __init__(self, journal: Journal, seq: int, part: int) -> None:
-        self.journal = journal
-        self.seq = seq
-        self.part = part
-        self.dir = journal._p("batches", journal._seq(seq), f"{part:05d}")
-        self._next = 0
-
-    def slot_path(self, slot: int) -> str:
-        return f"{self.dir}/{slot:06d}"
-
-    def open(self) -> ScanResult:
-        """Create the directory, then check the fence (in this order; see docs/design.md)."""
-        self.journal.store.makedirs(self.dir)
-        if self.journal.committed_seq() >= self.seq:
-            raise JournalClosed(f"batch {self.seq} is already committed")
-        return self.scan()
-
-    def scan(self) -> ScanResult:
-        """The log's data slots, END marker and first free slot.
-
-        Reads one listing and the first bytes of the last slot only: slots are contiguous
-        from 0 (each is created only by an attempt that found the one before taken) and END,
-        if any, is the last (an attempt that finds a slot taken by END stops). Raises
-        :class:`JournalClosed` if that slot vanished (its batch was committed and deleted).
-        """
-        store = self.journal.store
-        numbers = sorted(int(n) for n in store.listdir(self.dir) if n.isdigit())
-        count = 0
-        for number in numbers:
-            if number != count:
-                break  # a gap: only in a committed batch (a withdrawn slot); stop there
-            count += 1
-        if count == 0:
-            self._next = 0
-            return ScanResult([], None, 0)
-        last = count - 1
-        try:
-            head = store.read_head(self.slot_path(last), len(_ARROW_MAGIC))
-            end = None if head == _ARROW_MAGIC else \
-                EndMarker.from_bytes(store.read(self.slot_path(last)))
-        except FileNotFoundError as exc:
-            raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
-        if end is None:
-            self._next = count
-            return ScanResult(list(range(count)), None, count)
-        self._next = last
-        return ScanResult(list(range(last)), end, last)
-
-    def _create(self, slot: int, payload: bytes) -> bool:
-        try:
-            return self.journal.store.create_exclusive(self.slot_path(slot), payload,
-                                                       self.journal.fsync)
-        except FileNotFoundError as exc:  # the batch directory was cleaned up: committed
-            raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
-        except JournalError:
-            raise
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
-            raise JournalError(f"cannot write journal slot {self.slot_path(slot)}: "
-                               f"{exc}") from exc
-
-    def append(self, batch: pa.RecordBatch, attempt: int, keys: SlotKeys | None = None) -> int:
-        """Publish ``batch`` in the first free slot; return the slot number.
-
-        The slot records ``attempt`` (the writing task attempt); ``keys`` are the batch's, if
-        the caller has them already. Raises :class:`JournalClosed` if the log was ENDed first
-        (nothing was published).
-        """
-        payload = _to_ipc(batch, {"attempt": str(attempt)})
-        conflicts = 0
-        while True:
-            slot = self._next
-            if self._create(slot, payload):
-                self._next = slot + 1
-                self.journal._remember(self.slot_path(slot),
-                                      keys if keys is not None else SlotKeys.of_table(batch))
-                return slot
-            try:
-                taken = self.journal.store.read(self.slot_path(slot))
-            except FileNotFoundError:
-                # Reported as existing, yet absent: S3's 409 for a conditional write still in
-                # flight elsewhere, or a slot deleted meanwhile. Try the same slot again.
-                conflicts += 1
-                if conflicts >= _MAX_CONFLICTS:
-                    raise JournalError(f"cannot create journal slot {self.slot_path(slot)}: "
-                                       "the store keeps reporting a conflict") from None
-                time.sleep(min(0.01 * conflicts, 0.2))
-                continue
-            self._next = slot + 1
-            if taken == payload:
-                # Our own create, retried by the filesystem client (NFS, HDFS failover, an
-                # object store's retry) and reported as "exists": the payload names this
-                # attempt, so it is ours.
-                return slot
-            if not taken.startswith(_ARROW_MAGIC):
-                raise JournalClosed(f"partition {self.part} of batch {self.seq} is closed")
-
-    def withdraw(self, slot: int) -> None:
-        """Delete our own slot of a batch that Spark already committed (nobody reads it)."""
-        self.journal.store.remove(self.slot_path(slot))
-
-    def end(self, marker_for: Any) -> ScanResult:
-        """Close the log with an END marker (``marker_for(scan) -> EndMarker``); return the
-        final scan. If another attempt ENDed first, its marker stands."""
-        for attempt in range(_MAX_CONFLICTS):
-            scan = self.scan()
-            if scan.end is not None:
-                return scan
-            marker: EndMarker = marker_for(scan)
-            if self._create(scan.next_slot, marker.to_bytes()):
-                return ScanResult(scan.data_slots, marker, scan.next_slot)
-            time.sleep(min(0.01 * attempt, 0.2))  # lost the slot: look again
-        raise JournalError(f"cannot END journal log {self.dir}: the store keeps reporting a "
-                           "conflict")
-
-    def writer(self, slot: int) -> int:
-        """The task attempt that published data slot ``slot``."""
-        data = self.journal.store.read(self.slot_path(slot))
-        meta = ipc.open_file(pa.BufferReader(data)).schema.metadata or {}
-        return int(meta.get(b"attempt", b"-1"))
-
-    def table(self, slot: int) -> pa.Table:
-        """The records of data slot ``slot``."""
-        return _from_ipc(self.journal.store.read(self.slot_path(slot)))
-
-    def read(self, scan: ScanResult) -> Iterator[pa.RecordBatch]:
-        """The records of the data slots before END, in slot order."""
-        for slot in scan.data_slots:
-            yield from self.table(slot).to_batches()

@@ -1,0 +1,203 @@
+"""Who may write: exclusive slots, END, and the ``committed`` fence.
+
+Every slot is created *exclusively*: of all attempts that try to create slot ``n`` exactly one
+succeeds. An attempt appends its records at the first free slot; if the slot it finds taken is
+an END marker, the partition is closed and it releases its records instead. A partition's
+output is the data slots before its first END, so every attempt that returns yields the same
+rows, and nothing is ever published after END. Slots are contiguous and END is the last one,
+so a log's state is known from one listing plus the first bytes of its last slot.
+
+Exclusive create is ``link(2)`` on a local or mounted filesystem, ``rename`` on HDFS, and a
+conditional put on S3, GCS and Azure (see :mod:`.stores`). Object stores have no rename: a late
+attempt of a committed batch can still create a slot there, and it withdraws it after seeing
+the ``committed`` fence, which it reads after every append; ``Journal.commit`` writes
+de-duplication keys only for batches above the previous fence, so such a slot is never taken
+for published data, and later commits delete it. See ``docs/design.md`` ("The journal on object
+stores").
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from pyspark_kafka_share.errors import JournalClosed, JournalError
+from pyspark_kafka_share.source.journal.keys import SlotKeys
+from pyspark_kafka_share.source.journal.slots import (
+    ARROW_MAGIC,
+    EndMarker,
+    attempt_of,
+    data_slot,
+    is_data,
+    records_of,
+)
+from pyspark_kafka_share.source.journal.stores import Store
+
+if TYPE_CHECKING:
+    from pyspark_kafka_share.source.journal.journal import Journal
+
+__all__ = ["MAX_CONFLICTS", "PartLog", "ScanResult", "raise_fence", "read_fence"]
+
+# Give up on a slot after this many "exists" answers for an object that cannot be read.
+MAX_CONFLICTS = 50
+
+
+def read_fence(store: Store, path: str) -> int:
+    """The newest batch Spark committed, from the fence file at ``path`` (-1: none yet)."""
+    try:
+        return int(json.loads(store.read(path))["seq"])
+    except FileNotFoundError:
+        return -1
+    except (OSError, ValueError, KeyError) as exc:
+        raise JournalError(f"cannot read {path}: {exc}") from exc
+
+
+def raise_fence(store: Store, path: str, seq: int) -> None:
+    """Move the fence at ``path`` up to batch ``seq`` (an atomic overwrite)."""
+    store.write(path, json.dumps({"seq": seq}).encode())
+
+
+@dataclass
+class ScanResult:
+    data_slots: list[int]
+    end: EndMarker | None
+    next_slot: int
+
+
+class PartLog:
+    """The slot log of one input partition of one batch."""
+
+    def __init__(self, journal: Journal, seq: int, part: int) -> None:
+        self.journal = journal
+        self.seq = seq
+        self.part = part
+        self.dir = journal._p("batches", journal._seq(seq), f"{part:05d}")
+        self._next = 0
+
+    def slot_path(self, slot: int) -> str:
+        return f"{self.dir}/{slot:06d}"
+
+    def open(self) -> ScanResult:
+        """Create the directory, then check the fence (in this order; see docs/design.md)."""
+        self.journal.store.makedirs(self.dir)
+        if self.journal.committed_seq() >= self.seq:
+            raise JournalClosed(f"batch {self.seq} is already committed")
+        return self.scan()
+
+    def scan(self) -> ScanResult:
+        """The log's data slots, END marker and first free slot.
+
+        Reads one listing and the first bytes of the last slot only: slots are contiguous
+        from 0 (each is created only by an attempt that found the one before taken) and END,
+        if any, is the last (an attempt that finds a slot taken by END stops). Raises
+        :class:`JournalClosed` if that slot vanished (its batch was committed and deleted).
+        """
+        store = self.journal.store
+        numbers = sorted(int(n) for n in store.listdir(self.dir) if n.isdigit())
+        count = 0
+        for number in numbers:
+            if number != count:
+                break  # a gap: only in a committed batch (a withdrawn slot); stop there
+            count += 1
+        if count == 0:
+            self._next = 0
+            return ScanResult([], None, 0)
+        last = count - 1
+        try:
+            head = store.read_head(self.slot_path(last), len(ARROW_MAGIC))
+            end = None if is_data(head) else \
+                EndMarker.from_bytes(store.read(self.slot_path(last)))
+        except FileNotFoundError as exc:
+            raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
+        if end is None:
+            self._next = count
+            return ScanResult(list(range(count)), None, count)
+        self._next = last
+        return ScanResult(list(range(last)), end, last)
+
+    def _create(self, slot: int, payload: bytes) -> bool:
+        try:
+            return self.journal.store.create_exclusive(self.slot_path(slot), payload,
+                                                       self.journal.fsync)
+        except FileNotFoundError as exc:  # the batch directory was cleaned up: committed
+            raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
+        except JournalError:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
+            raise JournalError(f"cannot write journal slot {self.slot_path(slot)}: "
+                               f"{exc}") from exc
+
+    def append(self, batch: pa.RecordBatch, attempt: int, keys: SlotKeys | None = None) -> int:
+        """Publish ``batch`` in the first free slot; return the slot number.
+
+        The slot records ``attempt`` (the writing task attempt); ``keys`` are the batch's, if
+        the caller has them already. Raises :class:`JournalClosed` if the log was ENDed first
+        (nothing was published).
+        """
+        payload = data_slot(batch, attempt)
+        conflicts = 0
+        while True:
+            slot = self._next
+            if self._create(slot, payload):
+                self._next = slot + 1
+                self.journal._remember(self.slot_path(slot),
+                                      keys if keys is not None else SlotKeys.of_table(batch))
+                return slot
+            try:
+                taken = self.journal.store.read(self.slot_path(slot))
+            except FileNotFoundError:
+                # Reported as existing, yet absent: S3's 409 for a conditional write still in
+                # flight elsewhere, or a slot deleted meanwhile. Try the same slot again.
+                conflicts += 1
+                if conflicts >= MAX_CONFLICTS:
+                    raise JournalError(f"cannot create journal slot {self.slot_path(slot)}: "
+                                       "the store keeps reporting a conflict") from None
+                time.sleep(min(0.01 * conflicts, 0.2))
+                continue
+            self._next = slot + 1
+            if taken == payload:
+                # Our own create, retried by the filesystem client (NFS, HDFS failover, an
+                # object store's retry) and reported as "exists": the payload names this
+                # attempt, so it is ours.
+                return slot
+            if not is_data(taken):
+                raise JournalClosed(f"partition {self.part} of batch {self.seq} is closed")
+
+    def withdraw(self, slot: int) -> None:
+        """Delete our own slot of a batch that Spark already committed (nobody reads it)."""
+        self.journal.store.remove(self.slot_path(slot))
+
+    def end(self, marker_for: Callable[[ScanResult], EndMarker]) -> ScanResult:
+        """Close the log with an END marker (``marker_for(scan) -> EndMarker``); return the
+        final scan. If another attempt ENDed first, its marker stands."""
+        for attempt in range(MAX_CONFLICTS):
+            scan = self.scan()
+            if scan.end is not None:
+                return scan
+            marker = marker_for(scan)
+            if self._create(scan.next_slot, marker.to_bytes()):
+                return ScanResult(scan.data_slots, marker, scan.next_slot)
+            time.sleep(min(0.01 * attempt, 0.2))  # lost the slot: look again
+        raise JournalError(f"cannot END journal log {self.dir}: the store keeps reporting a "
+                           "conflict")
+
+    def writer(self, slot: int) -> int:
+        """The task attempt that published data slot ``slot``."""
+        return attempt_of(self.journal.store.read(self.slot_path(slot)))
+
+    def table(self, slot: int) -> pa.Table:
+        """The records of data slot ``slot``."""
+        return records_of(self.journal.store.read(self.slot_path(slot)))
+
+    def read(self, scan: ScanResult) -> Iterator[pa.RecordBatch]:
+        """The records of the data slots before END, in slot order."""
+        for slot in scan.data_slots:
+            yield from self.table(slot).to_batches()
