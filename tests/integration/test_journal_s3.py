@@ -128,7 +128,7 @@ def test_load_probes_the_store_and_carries_the_options_unshown(s3_journal: Journ
     assert dict(opts.journal_options) == s3_journal.store_options
     assert "testing" not in repr(opts)
     assert _keys_under(s3_journal, "") == [], "the probe object was left behind"
-    j = Journal.of(opts)
+    j = Journal.of(opts.journal_settings())
     j.part_log(1, 0).open()
     assert j.part_log(1, 0).append(_batch("t", [0]), attempt=1) == 0
 

@@ -184,7 +184,7 @@ def test_the_source_shows_no_secret_while_it_runs_and_when_a_task_fails(
     options = {**KAFKA_SECRETS, **where.source_options}
     parsed = parse_options({"kafka.bootstrap.servers": kafka.bootstrap_servers,
                             "kafka.group.id": group, "subscribe": topic, **options})
-    journal = Journal.of(parsed)
+    journal = Journal.of(parsed.journal_settings())
     for name, obj in [("SourceOptions", parsed), ("ClientSettings", parsed.client),
                       ("Journal", journal), ("journal store", journal.store)]:
         seen.add(f"repr({name})", repr(obj))

@@ -432,7 +432,7 @@ def test_store_options_never_appear_in_repr_or_errors() -> None:
                          journal_options=(("aws_access_key_id", "AKIDEXAMPLE"),
                                           ("aws_secret_access_key", secret)))
     assert secret not in repr(opts)
-    journal = Journal.of(opts)
+    journal = Journal.of(opts.journal_settings())
     assert secret not in repr(journal) and secret not in repr(journal.store)
 
 

@@ -97,8 +97,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         self.available_now_first_seq: int | None = None  # first batch this run plans
         self.backlog: Backlog | None = None  # read at the last latestOffset
         self.last_batch: dict[str, int] = {}  # metrics of the last finished batch
-        self.journal = Journal.of(options) \
-            if options.journal_path is not None else None
+        settings = options.journal_settings()
+        self.journal = Journal.of(settings) if settings is not None else None
         # Every task must find it before it acknowledges anything: one journal for all.
         self.marker = self.journal.place_marker() if self.journal is not None else None
 

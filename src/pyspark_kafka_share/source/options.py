@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pyspark_kafka_share._kafka.clientconf import shown
 from pyspark_kafka_share._kafka.settings import (
@@ -23,6 +23,9 @@ from pyspark_kafka_share._kafka.settings import (
     offset_reset,
 )
 from pyspark_kafka_share.errors import OptionError
+
+if TYPE_CHECKING:
+    from pyspark_kafka_share.source.journal import JournalSettings
 
 __all__ = ["SOURCE_OPTIONS", "SourceOptions", "parse_options"]
 
@@ -78,6 +81,16 @@ class SourceOptions:
         if self.max_batch_duration_ms is not None:
             return self.max_batch_duration_ms
         return AVAILABLE_NOW_BATCH_DURATION_MS if available_now else DEFAULT_BATCH_DURATION_MS
+
+    def journal_settings(self) -> JournalSettings | None:
+        """The journal's settings; None without ``journalPath``. (The journal package, which
+        loads Arrow, is imported here, not when the options are parsed.)"""
+        if self.journal_path is None:
+            return None
+        from pyspark_kafka_share.source.journal import JournalSettings
+
+        return JournalSettings(self.journal_path, fsync=self.journal_fsync,
+                               store_options=self.journal_options)
 
     @property
     def exactly_once(self) -> bool:

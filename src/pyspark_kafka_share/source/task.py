@@ -92,7 +92,9 @@ class TaskSpec:
 
     def journal(self) -> Journal:
         """The journal, checked to be the driver's (see ``Journal.check_marker``)."""
-        journal = Journal.of(self.options)
+        settings = self.options.journal_settings()
+        assert settings is not None, "a task opens the journal only when journalPath is set"
+        journal = Journal.of(settings)
         if self.journal_marker is not None:
             journal.check_marker(self.journal_marker)
         return journal

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pyspark_kafka_share.source.journal.journal import (
     EndMarker,
     Journal,
+    JournalSettings,
     PartLog,
     ScanResult,
     check_journal,
     check_journal_uri,
 )
 
-__all__ = ["EndMarker", "Journal", "PartLog", "ScanResult", "check_journal", "check_journal_uri"]
+__all__ = ["EndMarker", "Journal", "JournalSettings", "PartLog", "ScanResult", "check_journal",
+           "check_journal_uri"]

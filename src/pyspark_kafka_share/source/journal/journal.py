@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from pyspark_kafka_share.errors import JournalClosed, JournalError
 from pyspark_kafka_share.source.journal.fencing import (
@@ -39,10 +39,8 @@ from pyspark_kafka_share.source.journal.probe import check_journal, check_journa
 from pyspark_kafka_share.source.journal.slots import EndMarker, dedup_entry, keys_of
 from pyspark_kafka_share.source.journal.stores import store_for
 
-if TYPE_CHECKING:
-    from pyspark_kafka_share.source.options import SourceOptions
-
-__all__ = ["EndMarker", "Journal", "PartLog", "ScanResult", "check_journal", "check_journal_uri"]
+__all__ = ["EndMarker", "Journal", "JournalSettings", "PartLog", "ScanResult", "check_journal",
+           "check_journal_uri"]
 
 # Parsed keys of immutable slot files, shared by all tasks of this worker process. Entries of a
 # journal are dropped when a new run of a query starts (a new marker: the directory may have
@@ -56,6 +54,19 @@ _KEY_CACHE_FENCE: dict[str, int] = {}  # journal uri -> fence its entries were p
 _INDEX: dict[str, KeyIndex] = {}
 _CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
 _MARKERS_SEEN: set[tuple[str, str]] = set()  # (journal uri, marker) seen by this process
+
+
+@dataclass(frozen=True)
+class JournalSettings:
+    """Where a journal is and how it writes; built by the source from its options.
+
+    ``store_options``: ``journal.<key>`` settings of an object-store journal (endpoint,
+    credentials, ...), without the prefix. Never logged nor shown (``repr=False``).
+    """
+
+    path: str
+    fsync: bool = True
+    store_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 class Journal:
@@ -72,11 +83,9 @@ class Journal:
         self.fsync = fsync
 
     @classmethod
-    def of(cls, options: SourceOptions) -> Journal:
-        """The journal of a source's options (``journalPath`` must be set)."""
-        assert options.journal_path is not None
-        return cls(options.journal_path, fsync=options.journal_fsync,
-                   options=options.journal_options)
+    def of(cls, settings: JournalSettings) -> Journal:
+        """The journal ``settings`` describe."""
+        return cls(settings.path, fsync=settings.fsync, options=settings.store_options)
 
     def __repr__(self) -> str:
         return f"Journal({self.uri!r})"
