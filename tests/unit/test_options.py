@@ -96,16 +96,17 @@ def test_journal_fsync_defaults_on_and_can_be_turned_off() -> None:
 
 
 def test_a_task_polls_10_s_by_default_30_s_under_available_now_and_as_long_as_set() -> None:
-    from pyspark_kafka_share.source.task import TaskSpec, _Poller
+    from pyspark_kafka_share.source.poller import Poller
+    from pyspark_kafka_share.source.task import TaskSpec
 
     default, drain = parse_options(BASE), parse_options({**BASE, "maxBatchDurationMs": "500"})
     assert (default.batch_duration_ms(False), default.batch_duration_ms(True)) == \
         (10_000, 30_000)
     assert (drain.batch_duration_ms(False), drain.batch_duration_ms(True)) == (500, 500)
 
-    class Pooled:  # what _Poller reads of a pooled consumer
+    class Pooled:  # what Poller reads of a pooled consumer
         session, uses = None, 2
 
     spec = TaskSpec(default, seq=1, part=0, parts=1, max_records=None, lock_ms=30_000,
                     available_now=True)
-    assert _Poller(spec, Pooled(), None, Counter()).max_batch_s == 30  # type: ignore[arg-type]
+    assert Poller(spec, Pooled(), None, Counter()).max_batch_s == 30  # type: ignore[arg-type]

@@ -1,7 +1,9 @@
 """Executor side: what one Spark task of one micro-batch does.
 
 ``read_partition`` runs in a Python worker on a freshly unpickled reader; everything it needs
-arrives in the :class:`TaskSpec`. Exactly-once protocol per poll (see ``docs/design.md``):
+arrives in the :class:`TaskSpec` (``spec.py``); it polls through a ``Poller`` (``poller.py``),
+which keeps the task within its record and time budget. Exactly-once protocol per poll
+(see ``docs/design.md``):
 
 1. poll (explicit acknowledgement mode: the whole poll must be acknowledged before the next);
 2. records the journal already holds are duplicates of published records whose
@@ -31,7 +33,6 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,92 +40,16 @@ import pyarrow as pa
 
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.arrow import messages_to_batch, partitions_of
-from pyspark_kafka_share._kafka.group import (
-    UNKNOWN_BACKLOG,
-    TopicWatch,
-    latest_offsets,
-    read_backlog,
-)
-from pyspark_kafka_share._kafka.share import (
-    BrokerWatch,
-    ShareSession,
-    lock_budget_s,
-    split_last_delivery,
-)
+from pyspark_kafka_share._kafka.share import ShareSession, split_last_delivery
 from pyspark_kafka_share._spark import attempt_identity, query_id
 from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, PartLog, ScanResult
 from pyspark_kafka_share.source.journal.keys import SlotKeys
-from pyspark_kafka_share.source.options import SourceOptions
+from pyspark_kafka_share.source.poller import Poller
+from pyspark_kafka_share.source.spec import TaskSpec
 
 __all__ = ["TaskSpec", "read_partition"]
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What one task needs, pickled from the driver into the ``InputPartition``."""
-
-    options: SourceOptions
-    seq: int
-    part: int
-    parts: int
-    max_records: int | None  # maxRecordsPerTrigger's share: also caps max.poll.records
-    lock_ms: int
-    delivery_limit: int = 5
-    # The task's share of the lag when the batch was planned (None: unknown): a batch reads
-    # about what was there, as Spark's kafka source reads up to the offsets it planned.
-    backlog_share: int | None = None
-    # High watermark of each "topic:partition" when the batch was planned (None: unknown): a
-    # poll with a record at or past it reaches records produced since, and ends the task.
-    planned_ends: Mapping[str, int] | None = None
-    # Every "topic:partition" subscribed at planning, for the drained-group and deleted-topic
-    # checks (None: skip both).
-    partitions: tuple[str, ...] | None = None
-    # The marker the driver left in the journal (Journal.place_marker); None: not checked.
-    journal_marker: str | None = None
-    # Records per poll the plan chose from the backlog share (offset.poll_size; None: the
-    # consumer's own max.poll.records).
-    poll_records: int | None = None
-    # Trigger.AvailableNow: batches follow back to back, so the consumer is closed at the end
-    # of the task, never pooled (POOL_AFTER_TASKS_UNDER_S).
-    available_now: bool = False
-
-    def journal(self) -> Journal:
-        """The journal, checked to be the driver's (see ``Journal.check_marker``)."""
-        settings = self.options.journal_settings()
-        assert settings is not None, "a task opens the journal only when journalPath is set"
-        journal = Journal.of(settings)
-        if self.journal_marker is not None:
-            journal.check_marker(self.journal_marker)
-        return journal
-
-    def consumer_config(self) -> dict[str, str]:
-        caps = [n for n in (self.max_records, self.poll_records) if n]
-        return self.options.client.consumer(client_id="pyspark-kafka-share",
-                                            max_poll_records=min(caps) if caps else None)
-
-    @property
-    def record_budget(self) -> int | None:
-        """Records the task reads at most (None: bounded by time only). Overshoot: the rest
-        of the poll that reaches it (whole producer batches)."""
-        shares = [n for n in (self.max_records, self.backlog_share) if n is not None]
-        return min(shares) if shares else None
-
-    @property
-    def lock_budget_s(self) -> float:
-        return lock_budget_s(self.lock_ms, self.options.lock_safety_fraction)
-
-    @property
-    def idle_timeout_s(self) -> float:
-        """Pooled consumers are closed sooner than their records' lock deadline could pass."""
-        return min(self.options.consumer_idle_timeout_ms / 1000, self.lock_budget_s / 2)
-
-    @property
-    def pending_idle_timeout_s(self) -> float:
-        """Idle limit for a consumer whose last poll was empty: librdkafka's fetch is still
-        running and may acquire records nobody polls, so it is closed (releasing them) soon."""
-        return min(self.idle_timeout_s, 2.0, self.lock_budget_s / 4)
 
 
 def read_partition(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
@@ -150,138 +75,6 @@ def _settle(session: ShareSession, stats: Counter[str], accept: Sequence[Any],
     if not settled.ok:
         stats["commit_failures"] += 1
     return settled.ok
-
-
-class _DrainProbe:
-    """Ends a task early, instead of after ``pollTimeoutMs`` without records, once no poll can
-    return a record of its batch: the group's backlog is empty, or no partition has more
-    records waiting than were produced after the batch was planned (its planned ends). Under a
-    steady stream the second is what ends a task whose share other tasks took.
-
-    Lag over-counts records other tasks still hold (they may be released), so those keep
-    this task waiting. Ending early loses nothing: a record left is read by a later batch. A
-    failed read turns the probe off for the task, which then ends by the timeout.
-    """
-
-    _QUIET_S = 0.25  # no record for this long before asking
-    _EVERY_S = 0.25
-
-    def __init__(self, spec: TaskSpec) -> None:
-        self.spec = spec
-        self.enabled = spec.partitions is not None and spec.options.client.plaintext
-        self.last_check = 0.0
-
-    def drained(self, last_record: float) -> bool:
-        now = time.monotonic()
-        if not self.enabled or now - last_record < self._QUIET_S or \
-                now - self.last_check < self._EVERY_S:
-            return False
-        self.last_check = now
-        opts = self.spec.options
-        backlog = read_backlog(opts.client, opts.topics, self.spec.partitions)
-        if backlog is UNKNOWN_BACKLOG:
-            self.enabled = False
-        if backlog.empty:
-            return True
-        ends = self.spec.planned_ends
-        if not ends or backlog.total is None:
-            return False
-        try:
-            return backlog.within(ends, latest_offsets(opts.client, opts.topics, list(ends)))
-        except Exception:  # noqa: BLE001 - a topic gone or brokers down: the polls tell
-            return False
-
-
-class _Poller:
-    """Polls a pooled consumer within the task's record and time budget."""
-
-    def __init__(self, spec: TaskSpec, pc: _pool.PooledConsumer, budget: int | None,
-                 stats: Counter[str]) -> None:
-        opts = spec.options
-        self.spec = spec
-        self.pc = pc
-        self.budget = budget
-        self.stats = stats
-        self.start = time.monotonic()
-        # A consumer that just joined gets its assignment only after a heartbeat round or two.
-        join = opts.join_timeout_ms / 1000 if pc.uses == 1 else 0.0
-        self.last_record = self.start + join
-        # The drain probe does not wait for the join: a group with nothing left for this
-        # batch ends a joining consumer's task as well (it would wait joinTimeoutMs).
-        self.last_seen = self.start
-        self.poll_timeout_s = opts.poll_timeout_ms / 1000
-        self.max_batch_s = opts.batch_duration_ms(spec.available_now) / 1000
-        self.time_cap_s = max(self.max_batch_s, join + self.poll_timeout_s)
-        self.deadline_s = spec.lock_budget_s
-        # Lowest offset per "topic:partition" of records acquired but not emitted (emitted
-        # ones are in the END marker's tables), for AvailableNow.
-        self.acquired_low: dict[str, int] = {}
-        self.probe = _DrainProbe(spec)
-        self.watch = TopicWatch(opts.client, opts.topics) \
-            if spec.partitions is not None else None
-        self.brokers = BrokerWatch(opts.client, opts.topics, opts.broker_timeout_ms / 1000)
-        self.past_plan = False  # polled a record produced after the batch was planned
-
-    def resume(self) -> None:
-        """Spark took the rows of the last poll: waiting for records starts again now (time
-        spent downstream is not time without records)."""
-        now = time.monotonic()
-        self.last_record = max(self.last_record, now)
-        self.last_seen = max(self.last_seen, now)
-
-    def note_unemitted(self, msgs: Sequence[Any]) -> None:
-        """Remember the offsets of acquired records that this task does not emit."""
-        for m in msgs:
-            tp = f"{m.topic()}:{m.partition()}"
-            low = self.acquired_low.get(tp)
-            if low is None or m.offset() < low:
-                self.acquired_low[tp] = m.offset()
-
-    def _spent(self, now: float) -> bool:
-        if self.budget is not None and self.budget <= 0:
-            return True
-        if self.past_plan:
-            return True
-        if self.brokers.down:  # its empty polls are no "no data": ride it out, or fail
-            return False
-        elapsed = now - self.start
-        # maxBatchDurationMs bounds a task once records flow; a consumer still joining may
-        # wait up to joinTimeoutMs + pollTimeoutMs for its first records.
-        return elapsed >= self.time_cap_s or now - self.last_record >= self.poll_timeout_s \
-            or (elapsed >= self.max_batch_s and self.stats["records_acquired"] > 0)
-
-    def _note_plan_end(self, msgs: Sequence[Any]) -> None:
-        ends = self.spec.planned_ends
-        if ends and not self.past_plan and any(
-                m.offset() >= ends.get(f"{m.topic()}:{m.partition()}", m.offset() + 1)
-                for m in msgs):
-            self.past_plan = True
-            self.stats["ended_past_plan"] = 1
-
-    def next_poll(self) -> tuple[list[Any], float] | None:
-        """The next non-empty poll and its lock deadline, or None when the budget is spent."""
-        session = self.pc.session
-        while not self._spent(time.monotonic()):
-            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s))
-            self.brokers.observe(session.take_errors(), bool(msgs))
-            self.stats["polls"] += 1
-            if not msgs:
-                if self.brokers.down:
-                    self.stats["polls_brokers_down"] += 1
-                    continue
-                if self.probe.drained(self.last_seen):
-                    self.stats["ended_drained"] = 1
-                    return None
-                if self.watch is not None:
-                    self.watch.check(time.monotonic() - self.last_record)
-                continue
-            if self.stats["records_acquired"] == 0 and self.pc.uses == 1:
-                self.stats["join_ms"] = int((session.last_poll - session.created) * 1000)
-            self.stats["records_acquired"] += len(msgs)
-            self.last_record = self.last_seen = session.last_poll
-            self._note_plan_end(msgs)
-            return msgs, acquired + self.deadline_s
-        return None
 
 
 def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
@@ -318,7 +111,7 @@ drain): pooled, 60-74 s in 7-8 batches; closed at each task's end, 24-26 s in 3
 """
 
 
-def _keep_consumer(spec: TaskSpec, poller: _Poller) -> bool:
+def _keep_consumer(spec: TaskSpec, poller: Poller) -> bool:
     """Whether the task's consumer goes back to the pool (counted as ``consumers_pooled``)."""
     keep = not spec.available_now and \
         time.monotonic() - poller.start < POOL_AFTER_TASKS_UNDER_S
@@ -408,7 +201,7 @@ class _Fill:
         """Poll until the budget is spent or a step says stop, yielding what is published;
         END the log; return the final scan."""
         self.session = pc.session
-        poller = self.poller = _Poller(self.spec, pc, self.budget, self.stats)
+        poller = self.poller = Poller(self.spec, pc, self.budget, self.stats)
         healthy = keep = True
         try:
             while (polled := poller.next_poll()) is not None:
@@ -584,7 +377,7 @@ def _read_at_most_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         except JournalClosed:
             return
     pc = _acquire_consumer(spec)
-    poller = _Poller(spec, pc, spec.record_budget, stats)
+    poller = Poller(spec, pc, spec.record_budget, stats)
     healthy = keep = True
     emitted: list[pa.RecordBatch] = []
     try:
