@@ -223,7 +223,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         ends = self.journal.batch_ends(offset.seq)
         if len(ends) < offset.parts:
             return False  # a partition without END was not read to its end: go on
-        return all(low >= target.get(tp, 0)
+        # target: latest_offsets (the kernel) keys it "topic:partition" today
+        return all(low >= target.get(tp.key(), 0)
                    for end in ends.values() for tp, low in end.min_offsets.items())
 
     def _see(self, offset: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from pyspark_kafka_share._kafka.group import (
     latest_offsets,
     read_backlog,
 )
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.share import BrokerWatch
 from pyspark_kafka_share.source.spec import TaskSpec
 
@@ -85,9 +86,9 @@ class Poller:
         self.max_batch_s = opts.batch_duration_ms(spec.available_now) / 1000
         self.time_cap_s = max(self.max_batch_s, join + self.poll_timeout_s)
         self.deadline_s = spec.lock_budget_s
-        # Lowest offset per "topic:partition" of records acquired but not emitted (emitted
+        # Lowest offset per topic-partition of records acquired but not emitted (emitted
         # ones are in the END marker's tables), for AvailableNow.
-        self.acquired_low: dict[str, int] = {}
+        self.acquired_low: dict[TopicPartition, int] = {}
         self.probe = DrainProbe(spec)
         self.watch = TopicWatch(opts.client, opts.topics) \
             if spec.partitions is not None else None
@@ -104,7 +105,7 @@ class Poller:
     def note_unemitted(self, msgs: Sequence[Any]) -> None:
         """Remember the offsets of acquired records that this task does not emit."""
         for m in msgs:
-            tp = f"{m.topic()}:{m.partition()}"
+            tp = TopicPartition(m.topic(), m.partition())
             low = self.acquired_low.get(tp)
             if low is None or m.offset() < low:
                 self.acquired_low[tp] = m.offset()
@@ -123,7 +124,7 @@ class Poller:
             or (elapsed >= self.max_batch_s and self.stats["records_acquired"] > 0)
 
     def _note_plan_end(self, msgs: Sequence[Any]) -> None:
-        ends = self.spec.planned_ends
+        ends = self.spec.planned_ends  # "topic:partition" keys, as the kernel reads them
         if ends and not self.past_plan and any(
                 m.offset() >= ends.get(f"{m.topic()}:{m.partition()}", m.offset() + 1)
                 for m in msgs):

@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.arrow import messages_to_batch, partitions_of
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.share import ShareSession, split_last_delivery
 from pyspark_kafka_share._spark import attempt_identity, query_id
 from pyspark_kafka_share.errors import JournalClosed
@@ -78,23 +79,23 @@ def _settle(session: ShareSession, stats: Counter[str], accept: Sequence[Any],
 
 
 def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
-                 acquired: dict[str, int]) -> dict[str, int]:
-    """Lowest offset per "topic:partition" among ``tables`` and ``acquired``."""
+                 acquired: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Lowest offset per topic-partition among ``tables`` and ``acquired``."""
     low = dict(acquired)
     for t in tables:
         _lower(low, _summary(t)[1])
     return low
 
 
-def _summary(t: pa.Table | pa.RecordBatch) -> tuple[int, dict[str, int]]:
-    """Rows of ``t`` and their lowest offset per "topic:partition"."""
+def _summary(t: pa.Table | pa.RecordBatch) -> tuple[int, dict[TopicPartition, int]]:
+    """Rows of ``t`` and their lowest offset per topic-partition."""
     return t.num_rows, SlotKeys.of_table(t).lowest()
 
 
-def _lower(low: dict[str, int], more: Mapping[str, int]) -> None:
-    for k, off in more.items():
-        if k not in low or off < low[k]:
-            low[k] = off
+def _lower(low: dict[TopicPartition, int], more: Mapping[TopicPartition, int]) -> None:
+    for tp, off in more.items():
+        if tp not in low or off < low[tp]:
+            low[tp] = off
 
 
 POOL_AFTER_TASKS_UNDER_S = 2.0
@@ -191,7 +192,7 @@ class _Fill:
         self.stats: Counter[str] = Counter()
         self.own: dict[int, pa.RecordBatch] = {}  # published, not yet yielded
         self.emitted = 0
-        self.summaries: dict[int, tuple[int, dict[str, int]]] = {}  # rows, lowest offset per tp
+        self.summaries: dict[int, tuple[int, dict[TopicPartition, int]]] = {}  # rows, lowest
         self.acked_slots: list[int] = []
         existing = sum(log.table(s).num_rows for s in scan.data_slots)
         self.budget = None if spec.record_budget is None else spec.record_budget - existing
@@ -258,7 +259,8 @@ class _Fill:
             slot = self._publish(fresh, dups, batch, keys)
             if slot is None:
                 return False
-        known = set(keys.by_partition) if slot is not None and not dups else None
+        known: set[tuple[str, int]] | None = \
+            set(keys.by_partition) if slot is not None and not dups else None
         confirmed = _settle(self.session, self.stats, self.pending, [], known)
         self.pending = []
         if slot is not None and confirmed:

@@ -343,8 +343,9 @@ class Journal:
             try:
                 if start_offsets is not None:
                     keys = self._slot_keys(path)
-                    done = all(keys.highest((t, p)) < start_offsets.get(f"{t}:{p}", -1)
-                               for t, p in keys.by_partition)
+                    # read_start_offsets (the kernel) keys them "topic:partition" today
+                    done = all(keys.highest(tp) < start_offsets.get(tp.key(), -1)
+                               for tp in keys.by_partition)
                 else:
                     done = retention_ms > 0 and \
                         self.store.mtime(path) < time.time() - retention_ms / 1000

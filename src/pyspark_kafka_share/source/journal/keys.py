@@ -21,11 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_kafka_share._kafka.arrow import partitions_of, single_topic
+from pyspark_kafka_share._kafka.partition import TopicPartition
 
 __all__ = ["EMPTY_INDEX", "Key", "KeyIndex", "SlotKeys"]
 
 Key = tuple[str, int, int]  # (topic, partition, offset)
-TP = tuple[str, int]
 Offsets = npt.NDArray[np.int64]  # sorted, unique
 
 
@@ -33,13 +33,13 @@ Offsets = npt.NDArray[np.int64]  # sorted, unique
 class SlotKeys:
     """The record identities of one slot (or dedup entry): sorted offsets per topic-partition."""
 
-    by_partition: dict[TP, Offsets]
+    by_partition: dict[TopicPartition, Offsets]
 
     @classmethod
     def of(cls, keys: Iterable[Key]) -> SlotKeys:
-        grouped: dict[TP, list[int]] = {}
+        grouped: dict[TopicPartition, list[int]] = {}
         for topic, partition, offset in keys:
-            grouped.setdefault((topic, partition), []).append(offset)
+            grouped.setdefault(TopicPartition(topic, partition), []).append(offset)
         return cls({tp: np.unique(np.asarray(offs, dtype=np.int64))
                     for tp, offs in grouped.items()})
 
@@ -52,13 +52,13 @@ class SlotKeys:
         topic = single_topic(table)
         if topic is not None:
             parts = np.asarray(table.column("partition"))
-            return cls({(topic, int(p)): np.unique(offsets[parts == p])
+            return cls({TopicPartition(topic, int(p)): np.unique(offsets[parts == p])
                         for p in np.unique(parts)})
-        out: dict[TP, Offsets] = {}
+        out: dict[TopicPartition, Offsets] = {}
         for topic, part in partitions_of(table):
             mask = pc.and_(pc.equal(table.column("topic"), topic),
                            pc.equal(table.column("partition"), part))
-            out[(topic, part)] = np.unique(offsets[np.asarray(mask, dtype=bool)])
+            out[TopicPartition(topic, part)] = np.unique(offsets[np.asarray(mask, dtype=bool)])
         return cls(out)
 
     def keys(self) -> Iterator[Key]:
@@ -66,12 +66,12 @@ class SlotKeys:
             for offset in offsets.tolist():
                 yield topic, partition, offset
 
-    def highest(self, tp: TP) -> int:
+    def highest(self, tp: TopicPartition) -> int:
         return int(self.by_partition[tp][-1])
 
-    def lowest(self) -> dict[str, int]:
-        """The lowest offset per "topic:partition"."""
-        return {f"{t}:{p}": int(o[0]) for (t, p), o in self.by_partition.items() if len(o)}
+    def lowest(self) -> dict[TopicPartition, int]:
+        """The lowest offset per topic-partition."""
+        return {tp: int(o[0]) for tp, o in self.by_partition.items() if len(o)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,7 +85,7 @@ class KeyIndex:
     """
 
     paths: frozenset[str]
-    runs: dict[TP, tuple[Offsets, ...]]
+    runs: dict[TopicPartition, tuple[Offsets, ...]]
 
     def plus(self, path: str, keys: SlotKeys) -> KeyIndex:
         runs = dict(self.runs)
@@ -102,12 +102,12 @@ class KeyIndex:
     def find(self, wanted: SlotKeys) -> set[Key]:
         """Those of ``wanted`` that some slot of the index holds."""
         found: set[Key] = set()
-        for (topic, partition), offsets in wanted.by_partition.items():
+        for tp, offsets in wanted.by_partition.items():
             hit = np.zeros(len(offsets), dtype=bool)
-            for run in self.runs.get((topic, partition), ()):
+            for run in self.runs.get(tp, ()):
                 at = np.minimum(np.searchsorted(run, offsets), len(run) - 1)
                 hit |= run[at] == offsets
-            found.update((topic, partition, o) for o in offsets[hit].tolist())
+            found.update((tp.topic, tp.partition, o) for o in offsets[hit].tolist())
         return found
 
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyarrow import ipc
 
 from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 
 __all__ = ["ARROW_MAGIC", "EndMarker", "attempt_of", "data_slot", "dedup_entry", "is_data",
@@ -75,8 +76,9 @@ def attempt_of(data: bytes) -> int:
 class EndMarker:
     """Closes a partition log; written by the attempt that finished it.
 
-    ``min_offsets``: lowest offset per ``"topic:partition"`` among the records the log emits
-    and those the ending attempt acquired (also released ones): AvailableNow's progress.
+    ``min_offsets``: lowest offset per topic-partition among the records the log emits and
+    those the ending attempt acquired (also released ones): AvailableNow's progress. Keyed
+    ``"topic:partition"`` in the file.
     """
 
     attempt: int
@@ -84,13 +86,14 @@ class EndMarker:
     records: int
     acked_slots: tuple[int, ...] = ()
     stats: dict[str, int] = field(default_factory=dict)
-    min_offsets: dict[str, int] = field(default_factory=dict)
+    min_offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         return json.dumps({
             "end": True, "attempt": self.attempt, "data_slots": self.data_slots,
             "records": self.records, "acked_slots": list(self.acked_slots),
-            "stats": self.stats, "min_offsets": self.min_offsets,
+            "stats": self.stats,
+            "min_offsets": {tp.key(): low for tp, low in self.min_offsets.items()},
         }).encode()
 
     @staticmethod
@@ -100,5 +103,6 @@ class EndMarker:
                          records=int(doc["records"]),
                          acked_slots=tuple(int(i) for i in doc.get("acked_slots", ())),
                          stats={k: int(v) for k, v in doc.get("stats", {}).items()},
-                         min_offsets={k: int(v) for k, v in doc.get("min_offsets", {}).items()})
+                         min_offsets={TopicPartition.parse(k): int(v)
+                                      for k, v in doc.get("min_offsets", {}).items()})
 
