@@ -2,7 +2,8 @@
 
 Driver: ``datasource`` (the data source and stream reader: options, offsets, planning, commit),
 ``options`` (the one typed config, parsed once) and ``offset`` (the batch plan Spark logs).
-Executor: ``task`` (what one task of one micro-batch does). Both: ``journal/``.
+Executor: ``task`` (what one task of one micro-batch does with its polls) and ``poller`` (polling
+within the task's budget). Both: ``spec`` (the ``TaskSpec`` a task receives) and ``journal/``.
 
 PySpark is imported only when :class:`KafkaShareDataSource` is used.
 """
