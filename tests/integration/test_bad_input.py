@@ -246,7 +246,7 @@ def test_a_task_reading_a_deleted_topic_fails_at_once_not_after_its_poll_timeout
         "kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group,
         "subscribe": topic, "journalPath": str(tmp_path / "j"), "pollTimeoutMs": "60000",
         "maxBatchDurationMs": "120000", "consumerIdleTimeoutMs": "0"})
-    spec = TaskSpec(options=options, seq=1, part=0, parts=1, max_records=None,
+    spec = TaskSpec(options=options, seq=1, part=0, parts=1, task_max_records=None,
                     lock_ms=30_000, partitions=(f"{topic}:0", f"{other}:0"))
     timer = threading.Timer(12, _delete_topic, args=(kafka, topic))
     timer.start()

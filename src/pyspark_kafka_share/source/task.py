@@ -45,6 +45,7 @@ from pyspark_kafka_share._kafka.group import (
     latest_offsets,
     read_backlog,
 )
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.share import (
     BrokerWatch,
     ShareSession,
@@ -69,18 +70,18 @@ class TaskSpec:
     seq: int
     part: int
     parts: int
-    max_records: int | None  # maxRecordsPerTrigger's share: also caps max.poll.records
+    task_max_records: int | None  # maxRecordsPerTrigger's share: also caps max.poll.records
     lock_ms: int
     delivery_limit: int = 5
     # The task's share of the lag when the batch was planned (None: unknown): a batch reads
     # about what was there, as Spark's kafka source reads up to the offsets it planned.
     backlog_share: int | None = None
-    # High watermark of each "topic:partition" when the batch was planned (None: unknown): a
+    # High watermark of each partition when the batch was planned (None: unknown): a
     # poll with a record at or past it reaches records produced since, and ends the task.
-    planned_ends: Mapping[str, int] | None = None
-    # Every "topic:partition" subscribed at planning, for the drained-group and deleted-topic
+    planned_ends: Mapping[TopicPartition, int] | None = None
+    # Every partition subscribed at planning, for the drained-group and deleted-topic
     # checks (None: skip both).
-    partitions: tuple[str, ...] | None = None
+    partitions: tuple[TopicPartition, ...] | None = None
     # The marker the driver left in the journal (Journal.place_marker); None: not checked.
     journal_marker: str | None = None
     # Records per poll the plan chose from the backlog share (offset.poll_size; None: the
@@ -98,7 +99,7 @@ class TaskSpec:
         return journal
 
     def consumer_config(self) -> dict[str, str]:
-        caps = [n for n in (self.max_records, self.poll_records) if n]
+        caps = [n for n in (self.task_max_records, self.poll_records) if n]
         return self.options.client.consumer(client_id="pyspark-kafka-share",
                                             max_poll_records=min(caps) if caps else None)
 
@@ -106,7 +107,7 @@ class TaskSpec:
     def record_budget(self) -> int | None:
         """Records the task reads at most (None: bounded by time only). Overshoot: the rest
         of the poll that reaches it (whole producer batches)."""
-        shares = [n for n in (self.max_records, self.backlog_share) if n is not None]
+        shares = [n for n in (self.task_max_records, self.backlog_share) if n is not None]
         return min(shares) if shares else None
 
     @property
@@ -138,7 +139,7 @@ def _key(m: Any) -> tuple[str, int, int]:
 
 
 def _settle(session: ShareSession, stats: Counter[str], accept: Sequence[Any],
-            release: Sequence[Any], partitions: set[tuple[str, int]] | None = None) -> bool:
+            release: Sequence[Any], partitions: set[TopicPartition] | None = None) -> bool:
     """Acknowledge and commit; True if the broker confirmed every partition."""
     if not accept and not release:
         return True
@@ -251,7 +252,7 @@ class _Poller:
     def _note_plan_end(self, msgs: Sequence[Any]) -> None:
         ends = self.spec.planned_ends
         if ends and not self.past_plan and any(
-                m.offset() >= ends.get(f"{m.topic()}:{m.partition()}", m.offset() + 1)
+                m.offset() >= ends.get(TopicPartition(m.topic(), m.partition()), m.offset() + 1)
                 for m in msgs):
             self.past_plan = True
             self.stats["ended_past_plan"] = 1
@@ -463,7 +464,8 @@ class _Fill:
             slot = self._publish(fresh, dups, batch, keys)
             if slot is None:
                 return False
-        known = set(keys.by_partition) if slot is not None and not dups else None
+        known = {TopicPartition(*tp) for tp in keys.by_partition} \
+            if slot is not None and not dups else None
         confirmed = _settle(self.session, self.stats, self.pending, [], known)
         self.pending = []
         if slot is not None and confirmed:
