@@ -37,7 +37,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyarrow import ipc
@@ -534,7 +534,7 @@ class PartLog:
         """Delete our own slot of a batch that Spark already committed (nobody reads it)."""
         self.journal.store.remove(self.slot_path(slot))
 
-    def end(self, marker_for: Any) -> ScanResult:
+    def end(self, marker_for: Callable[[ScanResult], EndMarker]) -> ScanResult:
         """Close the log with an END marker (``marker_for(scan) -> EndMarker``); return the
         final scan. If another attempt ENDed first, its marker stands."""
         for attempt in range(_MAX_CONFLICTS):
