@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _contenders import produce_dataset
 
 from pyspark_kafka_share._kafka import pool as _pool
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
@@ -57,7 +58,7 @@ def main() -> int:
             "journalPath": tempfile.mkdtemp(prefix="prof-journal-"),
             "maxBatchDurationMs": "600000"})
         spec = TaskSpec(opts, seq=0, part=0, parts=1, task_max_records=args.records,
-                        lock_ms=30_000, partitions=(f"{topic}:0",))
+                        lock_ms=30_000, partitions=(TopicPartition(topic, 0),))
         profiler = cProfile.Profile()
         start = time.perf_counter()
         profiler.enable()

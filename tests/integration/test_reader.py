@@ -179,7 +179,8 @@ def test_a_task_ends_once_the_group_is_drained(
     spec = _spec(kafka, topic, group, tmp_path / "journal", pollTimeoutMs="6000",
                  joinTimeoutMs="0")
     if probe:
-        spec = dataclasses.replace(spec, partitions=(f"{topic}:0", f"{topic}:1"))
+        spec = dataclasses.replace(
+            spec, partitions=(TopicPartition(topic, 0), TopicPartition(topic, 1)))
     start = time.monotonic()
     rows = sum(b.num_rows for b in read_partition(spec))
     took = time.monotonic() - start
