@@ -188,8 +188,8 @@ class Settled:
     """What the broker confirmed of one :meth:`ShareSession.settle`."""
 
     confirmed: frozenset[TopicPartition]
-    failed: dict[str, str]
-    """``"topic-partition"``: the error, for partitions whose acknowledgement is unconfirmed."""
+    failed: dict[TopicPartition, str]
+    """The error per partition whose acknowledgement is unconfirmed."""
 
     @property
     def ok(self) -> bool:
@@ -269,14 +269,13 @@ class ShareSession:
         if not (accept or release or reject):
             return Settled(frozenset(), {})
         results = self.consumer.commit_sync(self.timeout_s)
-        failed = {f"{tp.topic}-{tp.partition}": str(err) for tp, err in results.items()
-                  if err is not None}
-        confirmed = frozenset(TopicPartition(tp.topic, tp.partition)
-                              for tp, err in results.items() if err is None)
+        outcomes = {TopicPartition(k.topic, k.partition): err for k, err in results.items()}
+        failed = {tp: str(err) for tp, err in outcomes.items() if err is not None}
+        confirmed = frozenset(tp for tp, err in outcomes.items() if err is None)
         if partitions is None:
             partitions = {_partition(m) for m in (*accept, *release, *reject)}
-        for topic, part in partitions - confirmed:
-            failed.setdefault(f"{topic}-{part}", "no result")
+        for tp in partitions - confirmed:
+            failed.setdefault(tp, "no result")
         return Settled(confirmed, failed)
 
     def close(self) -> None:
