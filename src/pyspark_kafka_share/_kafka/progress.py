@@ -41,16 +41,16 @@ class PartitionOffset:
 
 def group_offsets(client: KafkaProtocolClient, group: str) -> list[PartitionOffset]:
     """Start offset and lag of every partition ``group`` has share state for, sorted by topic
-    and partition; the broker's "unknown" (-1) as ``None``. An unknown group has none."""
+    and partition; ``None`` where unknown (a lag without a start offset is unknown too). An
+    unknown group has none."""
     result = client.describe_share_group_offsets(group)
     out = []
     for topic, p in iter_partitions(result):
         if p.error_code:
             raise error_for(p.error_code, f"offsets of share group {group!r} on "
                             f"{topic}-{p.partition}", p.error_message)
-        start = p.start_offset if p.start_offset >= 0 else None
-        lag = p.lag if p.lag is not None and p.lag >= 0 and start is not None else None
-        out.append(PartitionOffset(topic, p.partition, start, lag))
+        lag = p.lag if p.start_offset is not None else None
+        out.append(PartitionOffset(topic, p.partition, p.start_offset, lag))
     out.sort(key=lambda o: (o.topic, o.partition))
     return out
 

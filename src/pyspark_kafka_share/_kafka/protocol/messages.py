@@ -79,9 +79,9 @@ class DescribedShareGroup:
 @dataclass(frozen=True)
 class SharePartitionOffset:
     partition: int
-    start_offset: int
+    start_offset: int | None  # None: unknown (the broker's -1: no share state)
     leader_epoch: int
-    lag: int | None  # None before v1 of DescribeShareGroupOffsets; -1 = unknown on v1+
+    lag: int | None  # None: unknown (the broker's -1), or not reported (before v1)
     error_code: int
     error_message: str | None
 
@@ -315,7 +315,8 @@ def decode_describe_share_group_offsets_response(version: int,
                 lag = r.int64() if version >= 1 else None
                 code, message = r.int16(), r.nullable_string()
                 r.skip_tags()
-                partitions.append(SharePartitionOffset(index, start, epoch, lag, code, message))
+                partitions.append(SharePartitionOffset(index, _known(start), epoch, _known(lag),
+                                                       code, message))
             r.skip_tags()
             topics.append(ShareTopicOffsets(topic, topic_id, tuple(partitions)))
         code, message = r.int16(), r.nullable_string()
@@ -323,6 +324,11 @@ def decode_describe_share_group_offsets_response(version: int,
         groups.append(ShareGroupOffsets(group_id, tuple(topics), code, message))
     r.skip_tags()
     return tuple(groups)
+
+
+def _known(value: int | None) -> int | None:
+    """A count or offset the broker sends as -1 when it does not know it, as None then."""
+    return None if value is None or value < 0 else value
 
 
 def encode_alter_share_group_offsets_request(
