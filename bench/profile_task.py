@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _contenders import produce_dataset
 
 from pyspark_kafka_share._kafka import pool as _pool
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
@@ -48,7 +49,7 @@ def main() -> int:
         warm = parse_options({"kafka.bootstrap.servers": kafka.bootstrap_servers,
                               "kafka.group.id": _group(kafka), "subscribe": topic,
                               "delivery": "at-most-once", "maxRecordsPerTrigger": "1"})
-        list(read_partition(TaskSpec(warm, 0, 0, 1, max_records=1, lock_ms=30_000)))
+        list(read_partition(TaskSpec(warm, 0, 0, 1, task_max_records=1, lock_ms=30_000)))
         _pool.close_all()
 
         opts = parse_options({
@@ -56,8 +57,8 @@ def main() -> int:
             "subscribe": topic, "delivery": args.delivery,
             "journalPath": tempfile.mkdtemp(prefix="prof-journal-"),
             "maxBatchDurationMs": "600000"})
-        spec = TaskSpec(opts, seq=0, part=0, parts=1, max_records=args.records,
-                        lock_ms=30_000, partitions=(f"{topic}:0",))
+        spec = TaskSpec(opts, seq=0, part=0, parts=1, task_max_records=args.records,
+                        lock_ms=30_000, partitions=(TopicPartition(topic, 0),))
         profiler = cProfile.Profile()
         start = time.perf_counter()
         profiler.enable()

@@ -12,8 +12,13 @@ and the offset look-ups of :meth:`ShareGroupAdmin.reset` use confluent-kafka::
         print(admin.total_lag("workers"))
         admin.reset("workers", "earliest")          # the group must have no members
 
-Errors are :class:`~pyspark_kafka_share.errors.BrokerError` subclasses (below);
-:class:`GroupNotEmptyError` is raised when an operation needs an empty group.
+Errors are :class:`~pyspark_kafka_share.errors.BrokerError` subclasses, from
+:mod:`pyspark_kafka_share.errors`; :class:`~pyspark_kafka_share.errors.GroupNotEmptyError` is
+raised when an operation needs an empty group.
+
+A façade: what it does with Kafka is the kernel's (:mod:`pyspark_kafka_share._kafka`): the
+protocol client, the group offsets and lag (``_kafka.progress``), the group configs and offset
+look-ups (``_kafka.group``).
 """
 
 from __future__ import annotations
@@ -24,46 +29,34 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
-from pyspark_kafka_share._kafka.group import admin_client, read_group_configs, write_group_configs
-from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient, iter_partitions
+from pyspark_kafka_share._kafka.group import (
+    admin_client,
+    list_offsets,
+    read_group_configs,
+    write_group_configs,
+)
+from pyspark_kafka_share._kafka.partition import TopicPartition
+from pyspark_kafka_share._kafka.progress import PartitionOffset, group_offsets, total_lag
+from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient
 from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share.errors import (
-    AuthorizationError,
     BrokerError,
-    CoordinatorNotAvailableError,
+    ErrorCode,
     GroupNotEmptyError,
     GroupNotFoundError,
-    KafkaApiError,
-    KafkaConnectionError,
-    LagUnavailableError,
     NotAShareGroupError,
     OptionError,
-    ProtocolDecodeError,
     UnknownTopicError,
-    UnsupportedSecurityProtocolError,
-    UnsupportedVersionError,
     error_for,
     from_client_error,
 )
 
 __all__ = [
     "SHARE_GROUP_CONFIGS",
-    "AuthorizationError",
-    "CoordinatorNotAvailableError",
     "GroupDescription",
-    "GroupNotEmptyError",
-    "GroupNotFoundError",
-    "KafkaApiError",
-    "KafkaConnectionError",
-    "LagUnavailableError",
     "Member",
-    "NotAShareGroupError",
     "PartitionOffset",
-    "ProtocolDecodeError",
     "ShareGroupAdmin",
-    "UnknownTopicError",
-    "UnsupportedSecurityProtocolError",
-    "UnsupportedVersionError",
 ]
 
 SHARE_GROUP_CONFIGS = (
@@ -95,24 +88,6 @@ class GroupDescription:
     group: str
     state: str
     members: list[Member]
-
-
-@dataclass(frozen=True)
-class PartitionOffset:
-    """Where a share group stands on one topic-partition.
-
-    ``start_offset``: the share-partition start offset: every record before it is done, some
-    after it may be done too (the broker persists it lazily, so it trails behind);
-    ``None`` while the partition has no share state yet (no member has fetched from it).
-    ``lag``: records from the start offset to the end of the partition whose delivery is not
-    complete, i.e. not yet ACCEPTed/REJECTed or archived (KIP-1226); ``None`` while the
-    partition has no share state, or if the broker predates lag reporting (Kafka < 4.2).
-    """
-
-    topic: str
-    partition: int
-    start_offset: int | None
-    lag: int | None
 
 
 class ShareGroupAdmin:
@@ -183,17 +158,7 @@ class ShareGroupAdmin:
 
         Sorted by topic and partition. An unknown group has none (an empty list).
         """
-        result = self._client.describe_share_group_offsets(group)
-        out = []
-        for topic, p in iter_partitions(result):
-            if p.error_code:
-                raise error_for(p.error_code, f"offsets of share group {group!r} on "
-                                f"{topic}-{p.partition}", p.error_message)
-            start = p.start_offset if p.start_offset >= 0 else None
-            lag = p.lag if p.lag is not None and p.lag >= 0 and start is not None else None
-            out.append(PartitionOffset(topic, p.partition, start, lag))
-        out.sort(key=lambda o: (o.topic, o.partition))
-        return out
+        return group_offsets(self._client, group)
 
     def total_lag(self, group: str, offsets: list[PartitionOffset] | None = None) -> int:
         """The sum of :meth:`offsets` lags: records of the group not yet acknowledged for good.
@@ -202,17 +167,7 @@ class ShareGroupAdmin:
         yet (lag ``None``) are not counted. Raises :class:`LagUnavailableError` if the broker
         does not report lag at all.
         """
-        if offsets is None:
-            offsets = self.offsets(group)
-        if offsets and all(o.lag is None for o in offsets) and not self._lag_supported():
-            raise LagUnavailableError(
-                f"the broker at {self.bootstrap_servers} does not report share-group lag "
-                "(DescribeShareGroupOffsets v1 is needed: Apache Kafka 4.2 or newer)")
-        return sum(o.lag for o in offsets if o.lag is not None)
-
-    def _lag_supported(self) -> bool:
-        versions = self._client.api_versions()
-        return versions.get(90, (0, 0))[1] >= 1
+        return total_lag(self._client, self.offsets(group) if offsets is None else offsets)
 
     # -- changing ----------------------------------------------------------------------------
 
@@ -226,7 +181,7 @@ class ShareGroupAdmin:
         """
         target = _check_target(to)
         if topics is None:
-            partitions = [(o.topic, o.partition) for o in self.offsets(group)]
+            partitions = [o.tp for o in self.offsets(group)]
             if not partitions:
                 raise OptionError("topics", None, f"share group {group!r} has no offsets yet; "
                                   "name the topics to reset")
@@ -349,30 +304,32 @@ class ShareGroupAdmin:
         return admin_client(ClientSettings(self.bootstrap_servers, group_id="",
                                            timeout_s=self.timeout_s))
 
-    def _topic_partitions(self, topics: dict[str, list[int] | None]) -> list[tuple[str, int]]:
-        """``(topic, partition)`` pairs of the selection; unknown topics and partitions raise
+    def _topic_partitions(self, topics: dict[str, list[int] | None]) -> list[TopicPartition]:
+        """The partitions of the selection; unknown topics and partitions raise
         :class:`UnknownTopicError`."""
         try:
             md = self._admin_client().list_topics(timeout=self.timeout_s)
         except Exception as exc:
             raise from_client_error(
                 exc, f"cannot read topic metadata from {self.bootstrap_servers}") from exc
-        out: list[tuple[str, int]] = []
+        out: list[TopicPartition] = []
         for topic, wanted in topics.items():
             meta = md.topics.get(topic)
             if meta is None or meta.error is not None:
-                raise error_for(3, f"topic {topic!r}",
+                raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r}",
                                 None if meta is None else str(meta.error))
             have = sorted(meta.partitions)
             missing = sorted(set(wanted or ()) - set(have))
             if missing:
                 raise UnknownTopicError(
-                    3, f"topic {topic!r} has no partition {', '.join(map(str, missing))} (its "
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic!r} has no partition {', '.join(map(str, missing))} (its "
                     f"partitions are {have[0]}..{have[-1]})", from_broker=False)
-            out.extend((topic, p) for p in (have if wanted is None else sorted(set(wanted))))
+            out.extend(TopicPartition(topic, p)
+                       for p in (have if wanted is None else sorted(set(wanted))))
         return out
 
-    def _resolve(self, partitions: list[tuple[str, int]],
+    def _resolve(self, partitions: list[TopicPartition],
                  target: Literal["earliest", "latest"] | int) -> dict[str, dict[int, int]]:
         """Offsets for ``target`` (a spec name or a timestamp in ms) via ListOffsets."""
         from confluent_kafka.admin import OffsetSpec
@@ -393,16 +350,10 @@ class ShareGroupAdmin:
             out.setdefault(topic, {})[partition] = offset
         return out
 
-    def _list_offsets(self, partitions: list[tuple[str, int]],
-                      spec: Any) -> dict[tuple[str, int], int]:
-        from confluent_kafka import TopicPartition
-
+    def _list_offsets(self, partitions: list[TopicPartition],
+                      spec: Any) -> dict[TopicPartition, int]:
         try:
-            futures = self._admin_client().list_offsets(
-                {TopicPartition(t, p): spec for t, p in partitions},
-                request_timeout=self.timeout_s)
-            return {(tp.topic, tp.partition): int(fut.result(timeout=self.timeout_s).offset)
-                    for tp, fut in futures.items()}
+            return list_offsets(self._admin_client(), partitions, spec, self.timeout_s)
         except Exception as exc:
             raise from_client_error(
                 exc, f"cannot look up offsets on {self.bootstrap_servers}") from exc

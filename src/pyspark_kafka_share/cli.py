@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pyspark_kafka_share.admin import GroupDescription, PartitionOffset, ShareGroupAdmin
 
 __all__ = [
+    "ENV_BOOTSTRAP_SERVERS",
     "EXIT_ERROR",
     "EXIT_GROUP_NOT_FOUND",
     "EXIT_LAG_UNKNOWN",
@@ -35,6 +36,12 @@ __all__ = [
     "build_parser",
     "main",
 ]
+
+ENV_BOOTSTRAP_SERVERS = "KAFKA_SHARE_BOOTSTRAP_SERVERS"
+"""Environment variable: the default of ``--bootstrap-server`` (``host:port[,...]``)."""
+_ENV_BOOTSTRAP_FALLBACK = "PYSPARK_KAFKA_SHARE_BOOTSTRAP"
+"""Also read, after :data:`ENV_BOOTSTRAP_SERVERS`: the local harness's external broker
+(``harness.ENV_BOOTSTRAP``), which the CLI's default came from before it had its own."""
 
 EXIT_OK = 0
 """Success: what was printed is the whole answer (for ``lag``: every partition's lag is known)."""
@@ -414,14 +421,20 @@ def _cmd_groups_list(args: argparse.Namespace) -> int:
 # -- the parser --------------------------------------------------------------------------------
 
 
-def _common_options() -> argparse.ArgumentParser:
-    from pyspark_kafka_share.harness import ENV_BOOTSTRAP
+def _default_bootstrap() -> str | None:
+    """The first of the environment variables :data:`ENV_BOOTSTRAP_SERVERS` and
+    ``PYSPARK_KAFKA_SHARE_BOOTSTRAP`` that is set and not empty."""
+    return os.environ.get(ENV_BOOTSTRAP_SERVERS) or os.environ.get(_ENV_BOOTSTRAP_FALLBACK) \
+        or None
 
+
+def _common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    default_bootstrap = os.environ.get(ENV_BOOTSTRAP)
+    default_bootstrap = _default_bootstrap()
     common.add_argument("--bootstrap-server", default=default_bootstrap,
                         required=default_bootstrap is None, metavar="HOST:PORT",
-                        help=f"broker(s), plaintext only (default: ${ENV_BOOTSTRAP})")
+                        help=f"broker(s), plaintext only (default: ${ENV_BOOTSTRAP_SERVERS}, "
+                        f"else ${_ENV_BOOTSTRAP_FALLBACK})")
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="bound on each broker operation (default: 30)")

@@ -6,6 +6,7 @@
     ├── OptionError (ValueError)        an option or argument is missing or bad; raised before
     │                                   a query or a worker job starts
     │   └── UnsupportedSecurityProtocolError   the protocol client speaks PLAINTEXT only
+    │                                          (.option ``security_protocol``)
     ├── SetupError                      this Python, or the Python Spark runs, lacks the
     │                                   package or a dependency (names the fix)
     ├── BrokerError                     the broker or a client reported an error; never
@@ -30,11 +31,14 @@
         └── NotReady                    a harness is not ready yet (retried until a deadline)
 
 Errors from confluent-kafka are mapped into this tree by :func:`from_client_error`, and Kafka
-protocol error codes by :func:`error_for`.
+protocol error codes by :func:`error_for`, which reads the one table of the codes' facts
+(:class:`ErrorCode`: Kafka's name; per code: retriable or not, the exception class, a hint).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "AuthorizationError",
     "BrokerError",
     "CoordinatorNotAvailableError",
+    "ErrorCode",
     "GroupNotEmptyError",
     "GroupNotFoundError",
     "JournalClosed",
@@ -88,8 +93,9 @@ class SetupError(KafkaShareError):
     Python (this one, or the one Spark starts) and the command that fixes it."""
 
 
-class UnsupportedSecurityProtocolError(KafkaShareError, ValueError):
-    """A security protocol other than PLAINTEXT was asked of the plaintext-only protocol client."""
+class UnsupportedSecurityProtocolError(OptionError):
+    """A security protocol other than PLAINTEXT was asked of the plaintext-only protocol client
+    (``option``: ``security_protocol``, or the bootstrap servers for a ``SSL://`` listener)."""
 
 
 class BrokerError(KafkaShareError):
@@ -108,38 +114,66 @@ class LagUnavailableError(BrokerError):
     """The broker does not report share-group lag (DescribeShareGroupOffsets v1, Kafka 4.2+)."""
 
 
-_ERROR_NAMES: dict[int, str] = {
-    -1: "UNKNOWN_SERVER_ERROR", 0: "NONE", 3: "UNKNOWN_TOPIC_OR_PARTITION",
-    5: "LEADER_NOT_AVAILABLE", 6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT",
-    8: "BROKER_NOT_AVAILABLE", 13: "NETWORK_EXCEPTION", 14: "COORDINATOR_LOAD_IN_PROGRESS",
-    15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 17: "INVALID_TOPIC_EXCEPTION",
-    24: "INVALID_GROUP_ID", 25: "UNKNOWN_MEMBER_ID", 27: "REBALANCE_IN_PROGRESS",
-    29: "TOPIC_AUTHORIZATION_FAILED", 30: "GROUP_AUTHORIZATION_FAILED",
-    31: "CLUSTER_AUTHORIZATION_FAILED", 35: "UNSUPPORTED_VERSION", 40: "INVALID_CONFIG",
-    42: "INVALID_REQUEST", 56: "KAFKA_STORAGE_ERROR", 68: "NON_EMPTY_GROUP",
-    69: "GROUP_ID_NOT_FOUND", 78: "OFFSET_NOT_AVAILABLE", 86: "GROUP_SUBSCRIBED_TO_TOPIC",
-    100: "UNKNOWN_TOPIC_ID", 124: "FENCED_STATE_EPOCH",
-}
+class ErrorCode(IntEnum):
+    """The Kafka protocol error codes this package names (Kafka's own names); the facts of
+    each are in :data:`_FACTS`."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    REBALANCE_IN_PROGRESS = 27
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_VERSION = 35
+    INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
+    KAFKA_STORAGE_ERROR = 56
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    OFFSET_NOT_AVAILABLE = 78
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNKNOWN_TOPIC_ID = 100
+    FENCED_STATE_EPOCH = 124
 
 
 def error_name(code: int) -> str:
     """Kafka's name for an error code (``NON_EMPTY_GROUP`` for 68), or ``ERROR_<code>``."""
-    return _ERROR_NAMES.get(code, f"ERROR_{code}")
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"ERROR_{code}"
 
 
 class KafkaApiError(BrokerError):
     """A broker answered a request with a non-zero error code.
 
     Attributes: ``code`` (Kafka's numeric code), ``error`` (its name, e.g. ``NON_EMPTY_GROUP``),
-    ``broker_message`` (the broker's own error message, if it sent one).
+    ``retriable`` (Kafka's judgement of the code), ``broker_message`` (the broker's own error
+    message, if it sent one). The message ends with the code's hint (:data:`_FACTS`) unless
+    ``hint`` is given.
     """
 
     default_hint = ""
+    """A subclass's own hint, before the code's (a fact about the subclass, not the code)."""
 
     def __init__(self, code: int, context: str, broker_message: str | None = None,
                  hint: str | None = None, *, from_broker: bool = True) -> None:
-        self.code = code
+        facts = _facts(code)
+        self.code = int(code)
         self.error = error_name(code)
+        self.retriable = facts.retriable
         # Brokers end their messages with '.'; this text adds its own punctuation.
         self.broker_message = broker_message.rstrip(". ") or None if broker_message else None
         broker_message = self.broker_message
@@ -147,7 +181,8 @@ class KafkaApiError(BrokerError):
             if from_broker else context
         if broker_message:
             text += f": {broker_message}"
-        hint = self.default_hint if hint is None else hint
+        if hint is None:
+            hint = self.default_hint or facts.hint
         if hint:
             text += f". {hint}"
         super().__init__(text)
@@ -156,23 +191,13 @@ class KafkaApiError(BrokerError):
 class CoordinatorNotAvailableError(KafkaApiError):
     """The group coordinator is moving or loading (retriable; retried until the timeout)."""
 
-    default_hint = "The group coordinator is unavailable or moving; retry later"
-
 
 class GroupNotEmptyError(KafkaApiError):
     """The share group still has members (``NON_EMPTY_GROUP``, a.k.a. GROUP_NOT_EMPTY)."""
 
-    default_hint = (
-        "A share group's offsets can only be reset or deleted, and the group itself deleted, "
-        "while the group is empty: stop all of its consumers (a crashed member leaves after "
-        "the group's session timeout) and retry"
-    )
-
 
 class GroupNotFoundError(KafkaApiError):
     """The group does not exist, or is not a share group (``GROUP_ID_NOT_FOUND``)."""
-
-    default_hint = "No share group of that name exists (check the name and the group type)"
 
 
 class NotAShareGroupError(GroupNotFoundError):
@@ -193,18 +218,67 @@ class AuthorizationError(KafkaApiError):
 class UnsupportedVersionError(KafkaApiError):
     """The broker does not support a version of an API this module can speak."""
 
-    default_hint = "Share-group administration needs Apache Kafka 4.1 or newer (4.2+ for GA)"
+
+@dataclass(frozen=True)
+class _Facts:
+    retriable: bool = False
+    exception: type[KafkaApiError] = KafkaApiError
+    hint: str = ""
 
 
-_ERROR_CLASSES: dict[int, type[KafkaApiError]] = {
-    3: UnknownTopicError, 100: UnknownTopicError,
-    14: CoordinatorNotAvailableError, 15: CoordinatorNotAvailableError,
-    16: CoordinatorNotAvailableError,
-    29: AuthorizationError, 30: AuthorizationError, 31: AuthorizationError,
-    35: UnsupportedVersionError,
-    68: GroupNotEmptyError,
-    69: GroupNotFoundError,
+_COORDINATOR_MOVING = _Facts(True, CoordinatorNotAvailableError,
+                             "The group coordinator is unavailable or moving; retry later")
+_AUTHORIZATION = _Facts(False, AuthorizationError)
+
+_FACTS: dict[ErrorCode, _Facts] = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: _Facts(),
+    ErrorCode.NONE: _Facts(),
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: _Facts(True, UnknownTopicError),
+    ErrorCode.LEADER_NOT_AVAILABLE: _Facts(True),
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: _Facts(True),
+    ErrorCode.REQUEST_TIMED_OUT: _Facts(True),
+    ErrorCode.BROKER_NOT_AVAILABLE: _Facts(),
+    ErrorCode.NETWORK_EXCEPTION: _Facts(True),
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: _COORDINATOR_MOVING,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: _COORDINATOR_MOVING,
+    ErrorCode.NOT_COORDINATOR: _COORDINATOR_MOVING,
+    ErrorCode.INVALID_TOPIC_EXCEPTION: _Facts(),
+    ErrorCode.INVALID_GROUP_ID: _Facts(),
+    ErrorCode.UNKNOWN_MEMBER_ID: _Facts(),
+    ErrorCode.REBALANCE_IN_PROGRESS: _Facts(),
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: _AUTHORIZATION,
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: _AUTHORIZATION,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: _AUTHORIZATION,
+    ErrorCode.UNSUPPORTED_VERSION: _Facts(
+        False, UnsupportedVersionError,
+        "Share-group administration needs Apache Kafka 4.1 or newer (4.2+ for GA)"),
+    ErrorCode.INVALID_CONFIG: _Facts(),
+    ErrorCode.INVALID_REQUEST: _Facts(),
+    ErrorCode.KAFKA_STORAGE_ERROR: _Facts(True),
+    ErrorCode.NON_EMPTY_GROUP: _Facts(
+        False, GroupNotEmptyError,
+        "A share group's offsets can only be reset or deleted, and the group itself deleted, "
+        "while the group is empty: stop all of its consumers (a crashed member leaves after "
+        "the group's session timeout) and retry"),
+    ErrorCode.GROUP_ID_NOT_FOUND: _Facts(
+        False, GroupNotFoundError,
+        "No share group of that name exists (check the name and the group type)"),
+    ErrorCode.OFFSET_NOT_AVAILABLE: _Facts(True),
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: _Facts(),
+    ErrorCode.UNKNOWN_TOPIC_ID: _Facts(True, UnknownTopicError),
+    ErrorCode.FENCED_STATE_EPOCH: _Facts(),
 }
+"""Each Kafka error code's facts, the one place: retriable (as Kafka's ``Errors`` enum says),
+the exception :func:`error_for` raises, the hint its message ends with. Kafka's name for the
+code is the :class:`ErrorCode` member's; codes not listed are not retriable, raise
+:class:`KafkaApiError` and have no hint."""
+
+
+def _facts(code: int) -> _Facts:
+    try:
+        return _FACTS[ErrorCode(code)]
+    except ValueError:
+        return _Facts()
 
 
 def error_for(code: int, context: str, broker_message: str | None = None,
@@ -212,8 +286,7 @@ def error_for(code: int, context: str, broker_message: str | None = None,
     """The exception for a non-zero Kafka error code (the most specific subclass known)."""
     if code == 0:
         raise ValueError("error code 0 means success; there is no error to raise")
-    cls = _ERROR_CLASSES.get(code, KafkaApiError)
-    return cls(code, context, broker_message, hint)
+    return _facts(code).exception(code, context, broker_message, hint)
 
 
 class JournalError(KafkaShareError):

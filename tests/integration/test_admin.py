@@ -11,15 +11,15 @@ import pytest
 from confluent_kafka import AcknowledgeType
 
 from helpers import wait_for
-from pyspark_kafka_share.admin import (
+from pyspark_kafka_share.admin import PartitionOffset, ShareGroupAdmin
+from pyspark_kafka_share.errors import (
+    BrokerError,
     GroupNotEmptyError,
     GroupNotFoundError,
     NotAShareGroupError,
-    PartitionOffset,
-    ShareGroupAdmin,
+    OptionError,
     UnknownTopicError,
 )
-from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 
 

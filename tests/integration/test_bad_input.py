@@ -33,6 +33,7 @@ from confluent_kafka import AcknowledgeType
 
 from pyspark_kafka_share._kafka import logs
 from pyspark_kafka_share._kafka import pool as _pool
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share._kafka.share import ShareSession, raise_client_errors
 from pyspark_kafka_share.admin import ShareGroupAdmin
@@ -246,8 +247,8 @@ def test_a_task_reading_a_deleted_topic_fails_at_once_not_after_its_poll_timeout
         "kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group,
         "subscribe": topic, "journalPath": str(tmp_path / "j"), "pollTimeoutMs": "60000",
         "maxBatchDurationMs": "120000", "consumerIdleTimeoutMs": "0"})
-    spec = TaskSpec(options=options, seq=1, part=0, parts=1, max_records=None,
-                    lock_ms=30_000, partitions=(f"{topic}:0", f"{other}:0"))
+    spec = TaskSpec(options=options, seq=1, part=0, parts=1, task_max_records=None,
+                    lock_ms=30_000, partitions=(TopicPartition(topic, 0), TopicPartition(other, 0)))
     timer = threading.Timer(12, _delete_topic, args=(kafka, topic))
     timer.start()
     started = time.monotonic()

@@ -23,6 +23,7 @@ import pytest
 
 from helpers import JournalAt
 from pyspark_kafka_share._kafka import pool as _pool
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
@@ -48,7 +49,7 @@ def _spec(kafka: LocalKafka, topic: str, group: str, journal: Path | JournalAt,
         "kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": group,
         "subscribe": topic, **where, "pollTimeoutMs": "1500",
         "kafka.max.poll.records": "200", **opts})
-    return TaskSpec(options=options, seq=1, part=0, parts=1, max_records=None, lock_ms=30_000)
+    return TaskSpec(options=options, seq=1, part=0, parts=1, task_max_records=None, lock_ms=30_000)
 
 
 def _drain(kafka: LocalKafka, group: str, topic: str, share_consumer: Any) -> list[Key]:
@@ -178,7 +179,8 @@ def test_a_task_ends_once_the_group_is_drained(
     spec = _spec(kafka, topic, group, tmp_path / "journal", pollTimeoutMs="6000",
                  joinTimeoutMs="0")
     if probe:
-        spec = dataclasses.replace(spec, partitions=(f"{topic}:0", f"{topic}:1"))
+        spec = dataclasses.replace(
+            spec, partitions=(TopicPartition(topic, 0), TopicPartition(topic, 1)))
     start = time.monotonic()
     rows = sum(b.num_rows for b in read_partition(spec))
     took = time.monotonic() - start
@@ -228,7 +230,7 @@ def test_a_task_whose_share_others_took_ends_once_the_planned_records_are_acknow
     spec = dataclasses.replace(
         _spec(kafka, topic, group, tmp_path / "journal", pollTimeoutMs="6000",
               joinTimeoutMs=str(join_ms)),
-        partitions=(f"{topic}:0",), planned_ends={f"{topic}:0": 300})
+        partitions=(TopicPartition(topic, 0),), planned_ends={TopicPartition(topic, 0): 300})
     start = time.monotonic()
     rows = sum(b.num_rows for b in read_partition(spec))
     took = time.monotonic() - start

@@ -23,6 +23,7 @@ import pytest
 
 from helpers import JournalAt, journal_at, read_only_dir, shared_s3
 from pyspark_kafka_share._kafka.arrow import arrow_schema
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
 from pyspark_kafka_share.harness import LocalS3
 from pyspark_kafka_share.source.journal import journal as journal_module
@@ -126,7 +127,7 @@ def test_dedup_finds_published_keys_before_and_after_commit_and_one_query_owns_i
     assert j.find_journaled(probe) == {("t", 0, 5)}, "unconfirmed keys must outlive the batch"
     assert j.committed_seq() == 1
     assert "committed batch 1" in (j.in_use() or "")
-    j.prune_dedup({"t:0": 7}, 1)
+    j.prune_dedup({TopicPartition("t", 0): 7}, 1)
     assert j.find_journaled(probe) == set()
 
 
@@ -284,10 +285,10 @@ def test_dedup_entries_go_once_the_share_partition_start_offset_passes_them(
     log.append(_batch("t", [5, 6]), attempt=1)  # acknowledgement never confirmed
     log.end(_end(1))
     old_enough_to_expire = 1  # ms: by time alone the entry would go at once
-    j.commit(1, old_enough_to_expire, start_offsets={"t:0": 6})
+    j.commit(1, old_enough_to_expire, start_offsets={TopicPartition("t", 0): 6})
     assert j.find_journaled({("t", 0, 5), ("t", 0, 6)}) == {("t", 0, 5), ("t", 0, 6)}, \
         "offset 6 is at the start offset: it may still be redelivered"
-    j.prune_dedup({"t:0": 7}, old_enough_to_expire)
+    j.prune_dedup({TopicPartition("t", 0): 7}, old_enough_to_expire)
     assert j.find_journaled({("t", 0, 5), ("t", 0, 6)}) == set()
 
 

@@ -107,6 +107,6 @@ def test_a_task_polls_10_s_by_default_30_s_under_available_now_and_as_long_as_se
     class Pooled:  # what Poller reads of a pooled consumer
         session, uses = None, 2
 
-    spec = TaskSpec(default, seq=1, part=0, parts=1, max_records=None, lock_ms=30_000,
+    spec = TaskSpec(default, seq=1, part=0, parts=1, task_max_records=None, lock_ms=30_000,
                     available_now=True)
     assert Poller(spec, Pooled(), None, Counter()).max_batch_s == 30  # type: ignore[arg-type]

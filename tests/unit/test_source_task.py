@@ -30,6 +30,8 @@ from pyspark_kafka_share.source.task import TaskSpec, _Fill, read_partition
 
 from .fakes import FakeConsumer, Msg
 
+IN0, IN1 = TopicPartition("in", 0), TopicPartition("in", 1)
+
 SEQ = 1
 
 
@@ -69,7 +71,7 @@ def _spec(journal: Path, lock_ms: int = 30_000) -> TaskSpec:
                           "subscribe": "in", "journalPath": str(journal),
                           "pollTimeoutMs": "1000", "joinTimeoutMs": "0",
                           "consumerIdleTimeoutMs": "0", "journalFsync": "false"})
-    return TaskSpec(options=opts, seq=SEQ, part=0, parts=1, max_records=None, lock_ms=lock_ms)
+    return TaskSpec(options=opts, seq=SEQ, part=0, parts=1, task_max_records=None, lock_ms=lock_ms)
 
 
 def _fill(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, Journal]:
@@ -193,17 +195,17 @@ def test_a_task_stops_at_its_share_of_the_planned_backlog(tmp_path: Path) -> Non
     consumer = Consumer([[Msg(0), Msg(1)], [Msg(2), Msg(3)], [Msg(4), Msg(5)]])
     _, offsets, end = _run(spec, consumer)
     assert offsets == [0, 1, 2, 3] and end.records == 4
-    assert dataclasses.replace(spec, max_records=1).record_budget == 1  # the smaller share
+    assert dataclasses.replace(spec, task_max_records=1).record_budget == 1  # the smaller share
 
 
 def test_an_offset_logged_before_backlog_shares_reads_as_unbounded() -> None:
     from pyspark_kafka_share.source.offset import BatchOffset
 
     old = BatchOffset.of({"seq": 4, "parts": 2, "max": 0})
-    assert old == BatchOffset(4, 2, 0, 0) and old.task_share() == (None, None)
+    assert old == BatchOffset(4, 2, 0, None) and old.task_share() == (None, None)
     assert not old.ends
-    assert BatchOffset.of(old.following(2, 7, None).json()) == BatchOffset(5, 2, 7, 0)
-    planned = old.following(2, 0, 12, {"in:0": 40})
+    assert BatchOffset.of(old.following(2, 7, None).json()) == BatchOffset(5, 2, 7, None)
+    planned = old.following(2, 0, 12, {IN0: 40})
     assert BatchOffset.of(json.loads(json.dumps(planned.json()))) == planned
     assert BatchOffset(5, 4, 10, 9).task_share() == (3, 3)
 
@@ -212,12 +214,13 @@ def test_a_task_stops_after_the_poll_that_reaches_records_produced_after_the_pla
         tmp_path: Path) -> None:
     """The partition ended at offset 3 when the batch was planned: the poll holding offset 3
     is the task's last (kept whole); offsets 4.. go to the next batch."""
-    spec = dataclasses.replace(_spec(tmp_path / "j"), planned_ends={"in:0": 3})
+    spec = dataclasses.replace(_spec(tmp_path / "j"), planned_ends={IN0: 3})
     consumer = Consumer([[Msg(0), Msg(1)], [Msg(2), Msg(3)], [Msg(4), Msg(5)]])
     fill, offsets, _ = _run(spec, consumer)
     assert offsets == [0, 1, 2, 3]
     assert fill.stats["ended_past_plan"] == 1
-    other = dataclasses.replace(_spec(tmp_path / "j2"), planned_ends={"other:0": 0})
+    other = dataclasses.replace(_spec(tmp_path / "j2"),
+                                planned_ends={TopicPartition("other", 0): 0})
     _, offsets, _ = _run(other, Consumer([[Msg(0)], [Msg(1)]]))
     assert offsets == [0, 1]
 
@@ -245,7 +248,7 @@ def test_the_poll_size_is_about_a_quarter_of_a_task_share_and_only_grows() -> No
 def test_a_task_polls_at_most_the_planned_poll_size(tmp_path: Path) -> None:
     spec = dataclasses.replace(_spec(tmp_path / "j"), poll_records=512)
     assert spec.consumer_config()["max.poll.records"] == "512"
-    capped = dataclasses.replace(spec, max_records=100)  # maxRecordsPerTrigger's share
+    capped = dataclasses.replace(spec, task_max_records=100)  # maxRecordsPerTrigger's share
     assert capped.consumer_config()["max.poll.records"] == "100"
     assert dataclasses.replace(spec, poll_records=None).consumer_config()[
         "max.poll.records"] == "2000"
@@ -254,29 +257,29 @@ def test_a_task_polls_at_most_the_planned_poll_size(tmp_path: Path) -> None:
 def test_a_backlog_within_what_was_produced_after_the_plan_holds_nothing_of_the_batch() -> None:
     from pyspark_kafka_share._kafka.group import Backlog
 
-    ends = {"in:0": 300, "in:1": 40}
-    assert Backlog(50, {"in:0": 50, "in:1": 0}).within(ends, {"in:0": 350, "in:1": 40})
+    ends = {IN0: 300, IN1: 40}
+    assert Backlog(50, {IN0: 50, IN1: 0}).within(ends, {IN0: 350, IN1: 40})
     # one record of the plan is still waiting (or held by another task)
-    assert not Backlog(51, {"in:0": 51, "in:1": 0}).within(ends, {"in:0": 350, "in:1": 40})
-    assert not Backlog(None, {"in:0": 0, "in:1": None}).within(ends, {"in:0": 300, "in:1": 40})
-    assert not Backlog(0, {"in:0": 0, "in:1": 0}).within({}, {})  # no plan: nothing to say
-    assert not Backlog(0, {"in:0": 0, "in:1": 0}).within(ends, {"in:0": 300})  # no watermark
+    assert not Backlog(51, {IN0: 51, IN1: 0}).within(ends, {IN0: 350, IN1: 40})
+    assert not Backlog(None, {IN0: 0, IN1: None}).within(ends, {IN0: 300, IN1: 40})
+    assert not Backlog(0, {IN0: 0, IN1: 0}).within({}, {})  # no plan: nothing to say
+    assert not Backlog(0, {IN0: 0, IN1: 0}).within(ends, {IN0: 300})  # no watermark
 
 
 def test_records_from_before_a_point_certainly_wait_only_when_the_lag_exceeds_what_came_after(
 ) -> None:
     from pyspark_kafka_share._kafka.group import Backlog
 
-    start = {"in:0": 300, "in:1": 40}
+    start = {IN0: 300, IN1: 40}
     # 50 produced since on in:0: a lag of 51 holds at least one record from before the start
-    assert Backlog(51, {"in:0": 51, "in:1": 0}).waiting_before(start, {"in:0": 350, "in:1": 40})
-    assert not Backlog(50, {"in:0": 50, "in:1": 0}).waiting_before(
-        start, {"in:0": 350, "in:1": 40})
-    assert Backlog(None, {"in:0": None, "in:1": 1}).waiting_before(
-        start, {"in:0": 300, "in:1": 40})
+    assert Backlog(51, {IN0: 51, IN1: 0}).waiting_before(start, {IN0: 350, IN1: 40})
+    assert not Backlog(50, {IN0: 50, IN1: 0}).waiting_before(
+        start, {IN0: 350, IN1: 40})
+    assert Backlog(None, {IN0: None, IN1: 1}).waiting_before(
+        start, {IN0: 300, IN1: 40})
     # unknown lag or watermark: nothing is certain
-    assert not Backlog(None, {"in:0": None, "in:1": None}).waiting_before(start, start)
-    assert not Backlog(9, {"in:0": 9, "in:1": 0}).waiting_before(start, {"in:1": 40})
+    assert not Backlog(None, {IN0: None, IN1: None}).waiting_before(start, start)
+    assert not Backlog(9, {IN0: 9, IN1: 0}).waiting_before(start, {IN1: 40})
 
 
 def test_rows_are_yielded_while_the_task_polls_in_the_logs_order(tmp_path: Path) -> None:

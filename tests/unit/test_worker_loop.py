@@ -17,7 +17,8 @@ import pytest
 from pyspark_kafka_share._kafka.share import ShareSession
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
-from pyspark_kafka_share.workers.loop import Outcome, Record, Result, _Worker
+from pyspark_kafka_share.workers.loop import _Worker
+from pyspark_kafka_share.workers.outcome import Outcome, Record, Result
 
 from .fakes import FakeConsumer, FakeProducer, Msg
 

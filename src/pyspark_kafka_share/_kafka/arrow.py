@@ -12,6 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyspark_kafka_share._kafka.partition import TopicPartition
+
 __all__ = [
     "KEY_SCHEMA",
     "arrow_schema",
@@ -101,16 +103,18 @@ def messages_to_batch(messages: Sequence[Any], include_headers: bool) -> pa.Reco
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
-def partitions_of(table: pa.Table | pa.RecordBatch) -> set[tuple[str, int]]:
-    """The distinct (topic, partition) pairs of ``table``, without a per-row Python loop."""
+def partitions_of(table: pa.Table | pa.RecordBatch) -> set[TopicPartition]:
+    """The distinct partitions of ``table``, without a per-row Python loop."""
     topic = single_topic(table)
     if topic is not None:
-        return {(topic, p) for p in pc.unique(table.column("partition")).to_pylist()}
+        return {TopicPartition(topic, p)
+                for p in pc.unique(table.column("partition")).to_pylist()}
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     pairs = table.group_by(["topic", "partition"]).aggregate([])
-    return set(zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(),
-                   strict=True))
+    return {TopicPartition(t, p) for t, p in zip(pairs.column("topic").to_pylist(),
+                                                  pairs.column("partition").to_pylist(),
+                                                  strict=True)}
 
 
 def single_topic(table: pa.Table | pa.RecordBatch) -> str | None:

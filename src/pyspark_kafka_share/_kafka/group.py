@@ -12,16 +12,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_kafka_share._kafka.clientconf import client_config_error
 from pyspark_kafka_share._kafka.logs import ClientLog, client_config
-from pyspark_kafka_share._kafka.protocol import api_versions
+from pyspark_kafka_share._kafka.partition import TopicPartition
+from pyspark_kafka_share._kafka.progress import PartitionOffset, group_offsets
+from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient, api_versions
+from pyspark_kafka_share._kafka.protocol.codec import ApiKey
 from pyspark_kafka_share._kafka.settings import ClientSettings
-from pyspark_kafka_share.errors import BrokerError, UnknownTopicError, from_client_error
+from pyspark_kafka_share.errors import (
+    BrokerError,
+    ErrorCode,
+    UnknownTopicError,
+    from_client_error,
+)
 
 __all__ = [
     "Backlog",
@@ -31,6 +39,7 @@ __all__ = [
     "ensure_topics",
     "inspect_broker",
     "latest_offsets",
+    "list_offsets",
     "read_backlog",
     "read_group_configs",
     "read_start_offsets",
@@ -38,8 +47,6 @@ __all__ = [
     "write_group_configs",
 ]
 
-_SHARE_GROUP_HEARTBEAT = 76
-_SHARE_FETCH = 78
 _LAG_TIMEOUT_CAP_S = 5.0  # a lag read is an optimisation: never wait long for it
 
 
@@ -146,7 +153,8 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
     missing = _missing(md, topics)
     if missing:
         raise UnknownTopicError(
-            3, f"option {topics_name!r} = {','.join(topics)!r}: topic(s) {missing} do not "
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"option {topics_name!r} = {','.join(topics)!r}: topic(s) {missing} do not "
             f"exist on {settings.bootstrap_servers}. Create them first (share consumers do "
             "not create topics)", from_broker=False)
     _check_share_support(settings, md, timeout)
@@ -177,8 +185,8 @@ def _check_share_support(settings: ClientSettings, md: Any, timeout: float) -> N
         versions = api_versions(broker.host, broker.port, timeout)
     except (OSError, BrokerError):
         return  # reachability was proven above; the group-config check decides
-    if _SHARE_FETCH not in versions or _SHARE_GROUP_HEARTBEAT not in versions \
-            or versions[_SHARE_FETCH][1] < 1:
+    if ApiKey.SHARE_FETCH not in versions or ApiKey.SHARE_GROUP_HEARTBEAT not in versions \
+            or versions[ApiKey.SHARE_FETCH][1] < 1:
         raise BrokerError(
             f"the broker at {broker.host}:{broker.port} does not support share groups "
             "(no ShareFetch v1 / ShareGroupHeartbeat API): Apache Kafka 4.2 or newer is needed"
@@ -199,29 +207,44 @@ def set_group_configs(settings: ClientSettings, configs: Mapping[str, str], *,
 
 
 def latest_offsets(settings: ClientSettings, topics: Sequence[str],
-                   partitions: Sequence[str] | None = None) -> dict[str, int]:
-    """High watermarks, as {"topic:partition": offset}; ``partitions``: every
-    ``"topic:partition"`` of ``topics``, when the caller knows them (else from metadata)."""
+                   partitions: Sequence[TopicPartition] | None = None) \
+        -> dict[TopicPartition, int]:
+    """High watermarks; ``partitions``: every partition of ``topics``, when the caller knows
+    them (else from metadata)."""
     if partitions is None:
         md = admin_client(settings).list_topics(timeout=settings.timeout_s)
         ensure_topics(settings, topics, md)
-        partitions = [f"{t}:{p}" for t in topics for p in md.topics[t].partitions]
+        partitions = _of_metadata(md, topics)
     return _log_offsets(settings, partitions, "latest", settings.timeout_s)
 
 
-def _log_offsets(settings: ClientSettings, keys: Sequence[str], which: str,
-                 timeout_s: float) -> dict[str, int]:
-    """The ``earliest`` (log start) or ``latest`` (high watermark) offset of each
-    ``"topic:partition"`` (ListOffsets)."""
-    from confluent_kafka import TopicPartition
+def list_offsets(admin: Any, partitions: Iterable[TopicPartition], spec: Any,
+                 timeout_s: float) -> dict[TopicPartition, int]:
+    """The offset ``spec`` (a confluent-kafka ``OffsetSpec``) selects on each of
+    ``partitions`` (ListOffsets through ``admin``); raises the client's error."""
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    futures = admin.list_offsets(
+        {KafkaTopicPartition(tp.topic, tp.partition): spec for tp in partitions},
+        request_timeout=timeout_s)
+    return {TopicPartition(k.topic, k.partition): int(fut.result(timeout=timeout_s).offset)
+            for k, fut in futures.items()}
+
+
+def _log_offsets(settings: ClientSettings, partitions: Sequence[TopicPartition], which: str,
+                 timeout_s: float) -> dict[TopicPartition, int]:
+    """The ``earliest`` (log start) or ``latest`` (high watermark) offset of each of
+    ``partitions`` (ListOffsets)."""
     from confluent_kafka.admin import OffsetSpec
 
     spec = (OffsetSpec.earliest if which == "earliest"
             else OffsetSpec.latest)()  # type: ignore[no-untyped-call]
-    request = {TopicPartition(t, int(p)): spec for t, p in (k.rsplit(":", 1) for k in keys)}
-    futures = admin_client(settings).list_offsets(request, request_timeout=timeout_s)
-    return {f"{tp.topic}:{tp.partition}": fut.result(timeout=timeout_s).offset
-            for tp, fut in futures.items()}
+    return list_offsets(admin_client(settings), partitions, spec, timeout_s)
+
+
+def _of_metadata(md: Any, topics: Sequence[str]) -> list[TopicPartition]:
+    """Every partition of ``topics`` in the metadata ``md``."""
+    return [TopicPartition(t, p) for t in topics for p in md.topics[t].partitions]
 
 
 # -- the subscribed topics still exist ---------------------------------------------------------
@@ -248,7 +271,8 @@ def ensure_topics(settings: ClientSettings, topics: Sequence[str], md: Any = Non
     if gone:
         names = settings.names
         raise UnknownTopicError(
-            3, f"option {names.topics!r} = {','.join(topics)!r}: topic {gone[0]!r} no longer "
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"option {names.topics!r} = {','.join(topics)!r}: topic {gone[0]!r} no longer "
             f"exists on {settings.bootstrap_servers} (deleted while reading it; its records "
             "and the share group's state for it are gone)",
             hint=f"Re-create the topic, or remove it from {names.topics!r}, then start again "
@@ -277,25 +301,30 @@ class TopicWatch:
 
 # -- the share group's progress (the protocol client; plaintext listeners only) ---------------
 
-_GROUP_ADMINS: dict[tuple[str, float], Any] = {}
-_GROUP_ADMINS_LOCK = threading.Lock()
+_PROTOCOL_CLIENTS: dict[tuple[str, float], KafkaProtocolClient] = {}
+_PROTOCOL_CLIENTS_LOCK = threading.Lock()
 
 
 @contextmanager
-def _group_admin(settings: ClientSettings) -> Iterator[Any]:
-    """A ``ShareGroupAdmin`` kept open per process (its connections are reused); dropped and
+def _protocol_client(settings: ClientSettings) -> Iterator[KafkaProtocolClient]:
+    """A protocol client kept open per process (its connections are reused); dropped and
     closed after any error, so the next call reconnects."""
-    from pyspark_kafka_share.admin import ShareGroupAdmin
-
     key = (settings.bootstrap_servers, min(settings.timeout_s, _LAG_TIMEOUT_CAP_S))
-    with _GROUP_ADMINS_LOCK:  # the client is not thread-safe: one caller at a time
-        admin = _GROUP_ADMINS.pop(key, None) or ShareGroupAdmin(key[0], timeout_s=key[1])
+    with _PROTOCOL_CLIENTS_LOCK:  # the client is not thread-safe: one caller at a time
+        client = _PROTOCOL_CLIENTS.pop(key, None) or \
+            KafkaProtocolClient(key[0], timeout_s=key[1])
         try:
-            yield admin
+            yield client
         except BaseException:
-            admin.close()
+            client.close()
             raise
-        _GROUP_ADMINS[key] = admin
+        _PROTOCOL_CLIENTS[key] = client
+
+
+def _read_group_offsets(settings: ClientSettings) -> list[PartitionOffset]:
+    """The group's start offsets and lags (:func:`group_offsets`); raises on any failure."""
+    with _protocol_client(settings) as client:
+        return group_offsets(client, settings.group_id)
 
 
 @dataclass(frozen=True)
@@ -303,27 +332,30 @@ class Backlog:
     """The share group's lag on the subscribed topics, as far as the broker reports it."""
 
     total: int | None  # None: unknown (no lag API, an error, or a partition without state)
-    by_partition: dict[str, int | None]
+    by_partition: dict[TopicPartition, int | None]
 
     @property
     def empty(self) -> bool:
         """Known to be empty: every subscribed partition has share state and lag 0."""
         return self.total == 0
 
-    def _excess(self, ends: Mapping[str, int], now: Mapping[str, int]) -> list[int | None]:
+    def _excess(self, ends: Mapping[TopicPartition, int],
+                now: Mapping[TopicPartition, int]) -> list[int | None]:
         """Per partition of ``ends``: records waiting beyond those produced after ``ends``
         (``now``: current high watermarks); None where the lag or the watermark is unknown.
         The lag counts records not acknowledged for good, acquired ones too."""
         return [None if (lag := self.by_partition.get(tp)) is None or tp not in now
                 else lag - max(0, now[tp] - end) for tp, end in ends.items()]
 
-    def within(self, ends: Mapping[str, int], now: Mapping[str, int]) -> bool:
+    def within(self, ends: Mapping[TopicPartition, int],
+               now: Mapping[TopicPartition, int]) -> bool:
         """True when no partition has more records waiting than were produced after ``ends``
         (its high watermarks when a batch was planned): what a poll could still return
         belongs, as far as the lag tells, to a later batch."""
         return bool(ends) and all(e is not None and e <= 0 for e in self._excess(ends, now))
 
-    def waiting_before(self, ends: Mapping[str, int], now: Mapping[str, int]) -> bool:
+    def waiting_before(self, ends: Mapping[TopicPartition, int],
+                       now: Mapping[TopicPartition, int]) -> bool:
         """True when some partition certainly still has records from below ``ends``: its lag
         exceeds what was produced after them. Partitions with an unknown lag or high
         watermark say nothing."""
@@ -333,10 +365,10 @@ UNKNOWN_BACKLOG = Backlog(None, {})
 
 
 def read_backlog(settings: ClientSettings, topics: Sequence[str],
-                 partitions: Sequence[str] | None = None) -> Backlog:
+                 partitions: Sequence[TopicPartition] | None = None) -> Backlog:
     """Lag per subscribed partition (DescribeShareGroupOffsets).
 
-    ``partitions``: every ``"topic:partition"`` of ``topics``, when the caller knows them;
+    ``partitions``: every partition of ``topics``, when the caller knows them;
     read from the broker's metadata otherwise, and then a subscribed topic that no longer
     exists raises :class:`UnknownTopicError`. A partition without a known lag whose log is
     empty has nothing to share, and under ``earliest`` one never fetched has its whole log
@@ -350,15 +382,13 @@ def read_backlog(settings: ClientSettings, topics: Sequence[str],
     if not settings.plaintext:  # no lag, but the partitions (for the tasks' topic checks)
         return Backlog(None, dict.fromkeys(partitions))
     try:
-        with _group_admin(settings) as admin:
-            offsets = admin.offsets(settings.group_id)
+        offsets = _read_group_offsets(settings)
     except Exception:  # noqa: BLE001 - unknown backlog: go on, polls report errors
         return UNKNOWN_BACKLOG
-    lags: dict[str, int | None] = dict.fromkeys(partitions)
+    lags: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
     for o in offsets:
-        key = f"{o.topic}:{o.partition}"
-        if key in lags:
-            lags[key] = o.lag
+        if o.tp in lags:
+            lags[o.tp] = o.lag
     unknown = [k for k, v in lags.items() if v is None]
     if unknown:
         lags.update(_unfetched_logs(settings, unknown))
@@ -367,8 +397,8 @@ def read_backlog(settings: ClientSettings, topics: Sequence[str],
     return Backlog(total, lags)
 
 
-def _partitions(settings: ClientSettings, topics: Sequence[str]) -> list[str] | None:
-    """Every ``"topic:partition"`` of ``topics`` (None: the metadata could not be read);
+def _partitions(settings: ClientSettings, topics: Sequence[str]) -> list[TopicPartition] | None:
+    """Every partition of ``topics`` (None: the metadata could not be read);
     raises :class:`UnknownTopicError` for a topic that no longer exists."""
     try:
         md = admin_client(settings).list_topics(timeout=min(settings.timeout_s,
@@ -376,7 +406,7 @@ def _partitions(settings: ClientSettings, topics: Sequence[str]) -> list[str] | 
     except Exception:  # noqa: BLE001 - unknown backlog: go on, polls report errors
         return None
     ensure_topics(settings, topics, md)
-    return [f"{t}:{p}" for t in topics for p in md.topics[t].partitions]
+    return _of_metadata(md, topics)
 
 
 _RESET_TTL_S = 30.0
@@ -396,8 +426,9 @@ def _offset_reset(settings: ClientSettings, timeout_s: float) -> str:
     return value
 
 
-def _unfetched_logs(settings: ClientSettings, keys: Sequence[str]) -> dict[str, int]:
-    """The lag of those of ``keys`` (partitions without a known lag) when the group starts new
+def _unfetched_logs(settings: ClientSettings,
+                    partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    """The lag of ``partitions`` (those without a known lag) when the group starts new
     partitions at ``earliest``: the whole log (high watermark - log start offset).
 
     The broker reports no lag for a partition until it has records and a member fetched
@@ -412,11 +443,11 @@ def _unfetched_logs(settings: ClientSettings, keys: Sequence[str]) -> dict[str, 
     try:
         if _offset_reset(settings, timeout_s) != "earliest":
             return {}
-        start = _log_offsets(settings, keys, "earliest", timeout_s)
-        end = _log_offsets(settings, keys, "latest", timeout_s)
+        start = _log_offsets(settings, partitions, "earliest", timeout_s)
+        end = _log_offsets(settings, partitions, "latest", timeout_s)
     except Exception:  # noqa: BLE001 - stays unknown
         return {}
-    return {k: max(0, end[k] - start[k]) for k in keys if k in start and k in end}
+    return {tp: max(0, end[tp] - start[tp]) for tp in partitions if tp in start and tp in end}
 
 
 def waiting_partitions(settings: ClientSettings, topics: Sequence[str]) -> str:
@@ -425,8 +456,7 @@ def waiting_partitions(settings: ClientSettings, topics: Sequence[str]) -> str:
     if not settings.plaintext:
         return ""
     try:
-        with _group_admin(settings) as admin:
-            offsets = admin.offsets(settings.group_id)
+        offsets = _read_group_offsets(settings)
     except Exception:  # noqa: BLE001 - only decorates an error message
         return ""
     return ", ".join(f"{o.topic}-{o.partition}" + (
@@ -434,15 +464,13 @@ def waiting_partitions(settings: ClientSettings, topics: Sequence[str]) -> str:
         for o in offsets if o.topic in topics and o.lag)
 
 
-def read_start_offsets(settings: ClientSettings) -> dict[str, int] | None:
-    """The group's share-partition start offsets {"topic:partition": offset}, or None when
-    they cannot be read (non-plaintext listener, no share state yet, any error)."""
+def read_start_offsets(settings: ClientSettings) -> dict[TopicPartition, int] | None:
+    """The group's share-partition start offsets, or None when they cannot be read
+    (non-plaintext listener, no share state yet, any error)."""
     if not settings.plaintext:
         return None
     try:
-        with _group_admin(settings) as admin:
-            offsets = admin.offsets(settings.group_id)
+        offsets = _read_group_offsets(settings)
     except Exception:  # noqa: BLE001 - unknown: keep entries until the time limit instead
         return None
-    return {f"{o.topic}:{o.partition}": o.start_offset for o in offsets
-            if o.start_offset is not None}
+    return {o.tp: o.start_offset for o in offsets if o.start_offset is not None}

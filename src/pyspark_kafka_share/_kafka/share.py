@@ -32,6 +32,7 @@ from typing import Any
 
 from pyspark_kafka_share._kafka.group import admin_client, waiting_partitions
 from pyspark_kafka_share._kafka.logs import client_config
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import SOURCE_NAMES, ClientSettings
 from pyspark_kafka_share.errors import BrokerError
 
@@ -178,17 +179,17 @@ def split_last_delivery(msgs: Iterable[Any], delivery_limit: int) -> tuple[list[
     return last, others
 
 
-def _partition(m: Any) -> tuple[str, int]:
-    return m.topic(), m.partition()
+def _partition(m: Any) -> TopicPartition:
+    return TopicPartition(m.topic(), m.partition())
 
 
 @dataclass(frozen=True)
 class Settled:
     """What the broker confirmed of one :meth:`ShareSession.settle`."""
 
-    confirmed: frozenset[tuple[str, int]]
-    failed: dict[str, str]
-    """``"topic-partition"``: the error, for partitions whose acknowledgement is unconfirmed."""
+    confirmed: frozenset[TopicPartition]
+    failed: dict[TopicPartition, str]
+    """The error per partition whose acknowledgement is unconfirmed."""
 
     @property
     def ok(self) -> bool:
@@ -252,10 +253,10 @@ class ShareSession:
 
     def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
                reject: Sequence[Any] = (), *,
-               partitions: set[tuple[str, int]] | None = None) -> Settled:
+               partitions: set[TopicPartition] | None = None) -> Settled:
         """Acknowledge ``accept``/``release``/``reject`` and ``commit_sync``.
 
-        ``partitions``: the (topic, partition)s of the records when the caller knows them
+        ``partitions``: the partitions of the records when the caller knows them
         already (from an Arrow batch); worked out per record otherwise.
         """
         from confluent_kafka import AcknowledgeType
@@ -268,14 +269,13 @@ class ShareSession:
         if not (accept or release or reject):
             return Settled(frozenset(), {})
         results = self.consumer.commit_sync(self.timeout_s)
-        failed = {f"{tp.topic}-{tp.partition}": str(err) for tp, err in results.items()
-                  if err is not None}
-        confirmed = frozenset((tp.topic, tp.partition) for tp, err in results.items()
-                              if err is None)
+        outcomes = {TopicPartition(k.topic, k.partition): err for k, err in results.items()}
+        failed = {tp: str(err) for tp, err in outcomes.items() if err is not None}
+        confirmed = frozenset(tp for tp, err in outcomes.items() if err is None)
         if partitions is None:
             partitions = {_partition(m) for m in (*accept, *release, *reject)}
-        for topic, part in partitions - confirmed:
-            failed.setdefault(f"{topic}-{part}", "no result")
+        for tp in partitions - confirmed:
+            failed.setdefault(tp, "no result")
         return Settled(confirmed, failed)
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from pyspark_kafka_share._kafka.group import (
     read_start_offsets,
     set_group_configs,
 )
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._spark import ADMISSION_CONTROL
 from pyspark_kafka_share.errors import OptionError, UnknownTopicError
 from pyspark_kafka_share.source.journal.journal import Journal
@@ -93,7 +94,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         self.lock_ms = facts.lock_ms
         self.delivery_limit = facts.delivery_limit
         self.num_partitions = options.num_partitions or max(1, sum(facts.partitions.values()))
-        self.available_now_target: dict[str, int] | None = None
+        self.available_now_target: dict[TopicPartition, int] | None = None
         self.available_now_first_seq: int | None = None  # first batch this run plans
         self.backlog: Backlog | None = None  # read at the last latestOffset
         self.last_batch: dict[str, int] = {}  # metrics of the last finished batch
@@ -161,7 +162,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
             self.seen = latest
         return latest
 
-    def _high_watermarks(self) -> dict[str, int]:
+    def _high_watermarks(self) -> dict[TopicPartition, int]:
         """Where each subscribed partition ends now ({}: unknown; the plan then has none)."""
         known = list(self.backlog.by_partition) if self.backlog is not None else []
         try:
@@ -177,7 +178,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         report: dict[str, Any] = {"lastBatch": self.last_batch}
         if self.backlog is not None:
             report["lag"] = self.backlog.total
-            report["lagByPartition"] = self.backlog.by_partition
+            report["lagByPartition"] = {tp.key(): lag for tp, lag
+                                        in self.backlog.by_partition.items()}
         return report
 
     def _collect_metrics(self, offset: BatchOffset) -> None:
@@ -205,7 +207,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
             )
         self.available_now_target = latest_offsets(self.options.client, self.options.topics)
 
-    def _drained(self, offset: BatchOffset, now: dict[str, int]) -> bool:
+    def _drained(self, offset: BatchOffset, now: dict[TopicPartition, int]) -> bool:
         """True when batch ``offset`` acquired nothing that was in the topics at AvailableNow
         start (neither emitted nor released), judged from every task's END marker, and the
         group's lag does not show such records still waiting (``now``: high watermarks).
@@ -223,8 +225,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         ends = self.journal.batch_ends(offset.seq)
         if len(ends) < offset.parts:
             return False  # a partition without END was not read to its end: go on
-        # target: latest_offsets (the kernel) keys it "topic:partition" today
-        return all(low >= target.get(tp.key(), 0)
+        return all(low >= target.get(tp, 0)
                    for end in ends.values() for tp, low in end.min_offsets.items())
 
     def _see(self, offset: dict[str, Any]) -> None:
@@ -241,7 +242,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
             self.backlog.by_partition else None
         return [
             KafkaSharePartition(TaskSpec(options=self.options, seq=plan.seq, part=i,
-                                         parts=plan.parts, max_records=per_task,
+                                         parts=plan.parts, task_max_records=per_task,
                                          backlog_share=backlog_share,
                                          planned_ends=plan.ends or None,
                                          lock_ms=self.lock_ms,
@@ -259,8 +260,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
     def commit(self, end: dict[str, Any]) -> None:
         self._see(end)
         if self.journal is not None:
-            self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms,
-                                read_start_offsets(self.options.client))
+            starts = read_start_offsets(self.options.client)
+            self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms, starts)
 
     def stop(self) -> None:
         """Spark may never call this; nothing depends on it."""

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark_kafka_share._kafka.partition import TopicPartition
+
 __all__ = ["BatchOffset", "poll_size"]
 
 MIN_POLL = 128  # below this a poll costs more than it spreads (one producer batch or less)
@@ -21,9 +23,10 @@ MAX_POLL = 2048  # the consumer's own max.poll.records (2,000) decides above thi
 @dataclass(frozen=True)
 class BatchOffset:
     """Batch ``seq`` runs ``parts`` tasks reading at most ``max_records`` records in all
-    (0: unlimited). ``backlog`` is the group's lag when the batch was planned (0: unknown),
-    which the tasks share out, and ``ends`` the high watermark of each ``"topic:partition"``
-    then (empty: unknown): a task that polls a record at or past its partition's end reads
+    (0: unlimited). ``backlog`` is the group's lag when the batch was planned (None: unknown;
+    0 in the JSON, as offsets always logged it), which the tasks share out, and ``ends`` the
+    high watermark of each partition then (empty: unknown; ``"topic:partition"`` keys in the
+    JSON): a task that polls a record at or past its partition's end reads
     records produced after the plan, and stops. ``poll`` caps the records of one poll
     (``max.poll.records``; 0: the consumer's own), so that the first tasks to poll leave the
     others their share (see :func:`poll_size`). Logged by Spark as ``{"seq": n, "parts": p,
@@ -32,27 +35,29 @@ class BatchOffset:
     seq: int
     parts: int
     max_records: int = 0
-    backlog: int = 0
-    ends: Mapping[str, int] = field(default_factory=dict)
+    backlog: int | None = None
+    ends: Mapping[TopicPartition, int] = field(default_factory=dict)
     poll: int = 0
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> BatchOffset:
         """The offset Spark hands back (its JSON, parsed)."""
         return cls(int(raw["seq"]), int(raw["parts"]), int(raw.get("max", 0)),
-                   int(raw.get("backlog", 0)),
-                   {str(k): int(v) for k, v in dict(raw.get("ends") or {}).items()},
+                   int(raw.get("backlog") or 0) or None,
+                   {TopicPartition.parse(str(k)): int(v)
+                    for k, v in dict(raw.get("ends") or {}).items()},
                    int(raw.get("poll", 0)))
 
     def json(self) -> dict[str, Any]:
         """What Spark logs."""
         return {"seq": self.seq, "parts": self.parts, "max": self.max_records,
-                "backlog": self.backlog, "ends": dict(self.ends), "poll": self.poll}
+                "backlog": self.backlog or 0,
+                "ends": {tp.key(): end for tp, end in self.ends.items()}, "poll": self.poll}
 
     def following(self, parts: int, max_records: int, backlog: int | None,
-                  ends: Mapping[str, int] | None = None) -> BatchOffset:
+                  ends: Mapping[TopicPartition, int] | None = None) -> BatchOffset:
         """The plan of the next batch; its poll size follows this one's (:func:`poll_size`)."""
-        plan = BatchOffset(self.seq + 1, parts, max_records, backlog or 0, dict(ends or {}))
+        plan = BatchOffset(self.seq + 1, parts, max_records, backlog or None, dict(ends or {}))
         _, share = plan.task_share()
         previous = self.poll if self.seq else None  # seq 0: the initial offset
         return dataclasses.replace(plan, poll=poll_size(share, previous))

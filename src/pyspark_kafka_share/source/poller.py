@@ -124,9 +124,9 @@ class Poller:
             or (elapsed >= self.max_batch_s and self.stats["records_acquired"] > 0)
 
     def _note_plan_end(self, msgs: Sequence[Any]) -> None:
-        ends = self.spec.planned_ends  # "topic:partition" keys, as the kernel reads them
+        ends = self.spec.planned_ends
         if ends and not self.past_plan and any(
-                m.offset() >= ends.get(f"{m.topic()}:{m.partition()}", m.offset() + 1)
+                m.offset() >= ends.get(TopicPartition(m.topic(), m.partition()), m.offset() + 1)
                 for m in msgs):
             self.past_plan = True
             self.stats["ended_past_plan"] = 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.share import lock_budget_s
 from pyspark_kafka_share.source.journal import Journal
 from pyspark_kafka_share.source.options import SourceOptions
@@ -20,18 +21,18 @@ class TaskSpec:
     seq: int
     part: int
     parts: int
-    max_records: int | None  # maxRecordsPerTrigger's share: also caps max.poll.records
+    task_max_records: int | None  # maxRecordsPerTrigger's share: also caps max.poll.records
     lock_ms: int
     delivery_limit: int = 5
     # The task's share of the lag when the batch was planned (None: unknown): a batch reads
     # about what was there, as Spark's kafka source reads up to the offsets it planned.
     backlog_share: int | None = None
-    # High watermark of each "topic:partition" when the batch was planned (None: unknown): a
+    # High watermark of each partition when the batch was planned (None: unknown): a
     # poll with a record at or past it reaches records produced since, and ends the task.
-    planned_ends: Mapping[str, int] | None = None
-    # Every "topic:partition" subscribed at planning, for the drained-group and deleted-topic
+    planned_ends: Mapping[TopicPartition, int] | None = None
+    # Every partition subscribed at planning, for the drained-group and deleted-topic
     # checks (None: skip both).
-    partitions: tuple[str, ...] | None = None
+    partitions: tuple[TopicPartition, ...] | None = None
     # The marker the driver left in the journal (Journal.place_marker); None: not checked.
     journal_marker: str | None = None
     # Records per poll the plan chose from the backlog share (offset.poll_size; None: the
@@ -51,7 +52,7 @@ class TaskSpec:
         return journal
 
     def consumer_config(self) -> dict[str, str]:
-        caps = [n for n in (self.max_records, self.poll_records) if n]
+        caps = [n for n in (self.task_max_records, self.poll_records) if n]
         return self.options.client.consumer(client_id="pyspark-kafka-share",
                                             max_poll_records=min(caps) if caps else None)
 
@@ -59,7 +60,7 @@ class TaskSpec:
     def record_budget(self) -> int | None:
         """Records the task reads at most (None: bounded by time only). Overshoot: the rest
         of the poll that reaches it (whole producer batches)."""
-        shares = [n for n in (self.max_records, self.backlog_share) if n is not None]
+        shares = [n for n in (self.task_max_records, self.backlog_share) if n is not None]
         return min(shares) if shares else None
 
     @property

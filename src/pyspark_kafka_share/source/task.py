@@ -66,7 +66,7 @@ def _key(m: Any) -> tuple[str, int, int]:
 
 
 def _settle(session: ShareSession, stats: Counter[str], accept: Sequence[Any],
-            release: Sequence[Any], partitions: set[tuple[str, int]] | None = None) -> bool:
+            release: Sequence[Any], partitions: set[TopicPartition] | None = None) -> bool:
     """Acknowledge and commit; True if the broker confirmed every partition."""
     if not accept and not release:
         return True
@@ -259,7 +259,7 @@ class _Fill:
             slot = self._publish(fresh, dups, batch, keys)
             if slot is None:
                 return False
-        known: set[tuple[str, int]] | None = \
+        known: set[TopicPartition] | None = \
             set(keys.by_partition) if slot is not None and not dups else None
         confirmed = _settle(self.session, self.stats, self.pending, [], known)
         self.pending = []

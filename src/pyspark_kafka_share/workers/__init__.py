@@ -3,7 +3,8 @@
 Driver: ``api`` (:func:`run_workers`, :func:`start_workers`, :class:`WorkerJob`), ``config``
 (the one typed :class:`WorkerConfig`, validated once) and the server side of ``control``.
 Executor: ``loop`` (one long-lived share consumer per Spark task) and the client side of
-``control``. Guarantees and limits: ``docs/workers.md``.
+``control``. Both: ``outcome`` (:class:`Outcome`, :class:`Result`, :class:`Record`: what the
+user's function is given and returns). Guarantees and limits: ``docs/workers.md``.
 """
 
 from __future__ import annotations

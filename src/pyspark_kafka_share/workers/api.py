@@ -41,12 +41,11 @@ from pyspark_kafka_share.workers.control import ControlServer
 from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
     DUPLICATE,
-    Outcome,
-    Record,
-    Result,
+    ArrowTask,
     results_of,
     worker_task,
 )
+from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, WorkerFunction
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -148,7 +147,7 @@ def _totals(reports: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 class WorkerJob:
     """Running workers: :meth:`progress`, :meth:`stop`, :meth:`wait`."""
 
-    def __init__(self, spark: Any, spec: WorkerSpec, fn: Callable[[Any], Any], *,
+    def __init__(self, spark: Any, spec: WorkerSpec, fn: WorkerFunction, *,
                  server: ControlServer,
                  on_progress: Callable[[WorkerProgress], None] | None) -> None:
         self._spark = spark
@@ -175,7 +174,7 @@ class WorkerJob:
 
     # ---- driver threads ----------------------------------------------------------------------
 
-    def _run(self, task: Callable[..., Any]) -> None:
+    def _run(self, task: ArrowTask) -> None:
         try:
             sc = self._spark.sparkContext
             sc.setJobGroup(self._job_group, f"kafka-share workers: {self._workers} on "
@@ -306,7 +305,7 @@ def _print_progress(p: WorkerProgress) -> None:
     print(p.line(), file=sys.stderr, flush=True)
 
 
-def start_workers(spark: Any, fn: Callable[[Any], Any],
+def start_workers(spark: Any, fn: WorkerFunction,
                   **options: Unpack[WorkerOptions]) -> WorkerJob:
     """Start the workers and return at once; see :func:`run_workers` for the arguments."""
     on_progress = options.pop("on_progress", True)
@@ -332,7 +331,7 @@ def start_workers(spark: Any, fn: Callable[[Any], Any],
     return WorkerJob(spark, spec, fn, server=server, on_progress=printer)
 
 
-def run_workers(spark: Any, fn: Callable[[Any], Any],
+def run_workers(spark: Any, fn: WorkerFunction,
                 **options: Unpack[WorkerOptions]) -> WorkerSummary:
     """Run ``workers`` share consumers as Spark tasks until a stop condition; the summary.
 
@@ -362,7 +361,7 @@ def run_workers(spark: Any, fn: Callable[[Any], Any],
     return start_workers(spark, fn, **options).wait_interruptibly()
 
 
-def _check_function(spark: Any, fn: Any, retry_on: tuple[type[BaseException], ...]) -> None:
+def _check_function(spark: Any, fn: object, retry_on: tuple[type[BaseException], ...]) -> None:
     """Spark session kind, ``fn`` and ``retry_on``: checked before anything is changed."""
     try:
         spark.sparkContext  # noqa: B018 - Spark Connect raises here

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import enum
 import os
 import socket
 import time
@@ -48,9 +47,15 @@ from pyspark_kafka_share._spark import attempt_identity
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.workers.config import WorkerSpec
 from pyspark_kafka_share.workers.control import ControlClient
+from pyspark_kafka_share.workers.outcome import (
+    Outcome,
+    Record,
+    Result,
+    UserResult,
+    WorkerFunction,
+)
 
-__all__ = ["DLQ_HEADERS", "DUPLICATE", "Outcome", "Record", "Result", "run_worker",
-           "worker_task"]
+__all__ = ["DLQ_HEADERS", "DUPLICATE", "ArrowTask", "run_worker", "worker_task"]
 
 # Header names written on dead-letter records (and the origin ones on output records).
 DLQ_HEADERS = (
@@ -58,60 +63,6 @@ DLQ_HEADERS = (
     "kafka-share.origin.topic", "kafka-share.origin.partition", "kafka-share.origin.offset",
     "kafka-share.origin.group",
 )
-
-
-class Outcome(enum.Enum):
-    """What happens to a record at the broker."""
-
-    ACCEPT = "accept"
-    """Done: never delivered again."""
-    RELEASE = "release"
-    """Retry: the broker redelivers it (to any worker) with ``delivery_count + 1``."""
-    REJECT = "reject"
-    """Poison: written to the dead-letter topic if one is set, then never delivered again."""
-
-
-@dataclass(frozen=True)
-class Result:
-    """A record's outcome, with an optional output record (ACCEPT) or error text."""
-
-    outcome: Outcome = Outcome.ACCEPT
-    value: bytes | str | None = None
-    """Produced to ``output_topic`` before the record is ACCEPTed (ACCEPT only)."""
-    key: bytes | str | None = None
-    """Key of the output record; default: the input record's key."""
-    error: str | None = None
-    """Why (RELEASE/REJECT): goes into the dead-letter record's headers."""
-
-    @staticmethod
-    def accept(value: bytes | str | None = None, key: bytes | str | None = None) -> Result:
-        return Result(Outcome.ACCEPT, value, key)
-
-    @staticmethod
-    def release(error: str | None = None) -> Result:
-        return Result(Outcome.RELEASE, error=error)
-
-    @staticmethod
-    def reject(error: str | None = None) -> Result:
-        return Result(Outcome.REJECT, error=error)
-
-
-@dataclass(frozen=True)
-class Record:
-    """One delivered record, as the per-record function receives it."""
-
-    key: bytes | None
-    value: bytes | None
-    topic: str
-    partition: int
-    offset: int
-    timestamp: dt.datetime | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    delivery_count: int
-    """1 on the first delivery; the attempt number."""
-
-
-UserResult = Result | Outcome | bytes | str | None
 
 
 def _to_bytes(v: bytes | str | None) -> bytes | None:
@@ -148,7 +99,7 @@ def _normalise(r: UserResult) -> _Verdict:
 
 
 class _Worker:
-    def __init__(self, spec: WorkerSpec, fn: Callable[[Any], Any], *,
+    def __init__(self, spec: WorkerSpec, fn: WorkerFunction, *,
                  session: ShareSession | None = None, producer: Any = None,
                  control: ControlClient | None = None) -> None:
         """``session``/``producer``/``control``: injected by tests and :func:`run_worker`;
@@ -516,7 +467,7 @@ def _dlq_headers(m: Any, group: str, v: _Verdict) -> list[tuple[str, bytes | Non
             *_origin_headers(m, group)]
 
 
-def run_worker(spec: WorkerSpec, fn: Callable[[Any], Any]) -> dict[str, Any]:
+def run_worker(spec: WorkerSpec, fn: WorkerFunction) -> dict[str, Any]:
     """Run one worker until a stop condition; return its final counters.
 
     The worker first takes its index's lease from the driver: a speculative or late copy of
@@ -532,8 +483,11 @@ def run_worker(spec: WorkerSpec, fn: Callable[[Any], Any]) -> dict[str, Any]:
     return _Worker(spec, fn, control=control).run()
 
 
-def worker_task(spec: WorkerSpec, fn: Callable[[Any], Any]) \
-        -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+ArrowTask = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+"""A ``mapInArrow`` function."""
+
+
+def worker_task(spec: WorkerSpec, fn: WorkerFunction) -> ArrowTask:
     """The ``mapInArrow`` function that runs one worker per Spark partition."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

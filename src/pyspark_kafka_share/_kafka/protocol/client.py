@@ -42,17 +42,9 @@ from types import TracebackType
 
 from pyspark_kafka_share._kafka.protocol import messages as msg
 from pyspark_kafka_share._kafka.protocol.codec import (
-    ALTER_SHARE_GROUP_OFFSETS,
     API_SPECS,
-    API_VERSIONS,
-    DELETE_GROUPS,
-    DELETE_SHARE_GROUP_OFFSETS,
-    DESCRIBE_SHARE_GROUP_OFFSETS,
-    FIND_COORDINATOR,
-    LIST_GROUPS,
     MAX_FRAME,
-    METADATA,
-    SHARE_GROUP_DESCRIBE,
+    ApiKey,
     Reader,
     T,
     decode_response_header,
@@ -71,6 +63,7 @@ from pyspark_kafka_share._kafka.protocol.messages import (
 from pyspark_kafka_share.errors import (
     BrokerError,
     CoordinatorNotAvailableError,
+    ErrorCode,
     KafkaConnectionError,
     OptionError,
     ProtocolDecodeError,
@@ -103,7 +96,7 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
             continue
         if "://" in item:
             scheme, item = item.split("://", 1)
-            check_security_protocol(scheme)
+            check_security_protocol(scheme, option="bootstrap_servers", value=servers)
         host, sep, port_s = item.rpartition(":")
         host = host.strip("[]")
         if not sep or not host or not port_s.isdigit():
@@ -115,14 +108,16 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     return out
 
 
-def check_security_protocol(protocol: str) -> None:
-    """Raise :class:`UnsupportedSecurityProtocolError` unless ``protocol`` is PLAINTEXT."""
+def check_security_protocol(protocol: str, option: str = "security_protocol",
+                            value: str | None = None) -> None:
+    """Raise :class:`UnsupportedSecurityProtocolError` (an option error naming ``option`` and
+    its ``value``, by default ``protocol``) unless ``protocol`` is PLAINTEXT."""
     if protocol.strip().upper() != "PLAINTEXT":
         raise UnsupportedSecurityProtocolError(
-            f"security protocol {protocol!r} is not supported by the share-group admin client, "
-            "which speaks plaintext only (PLAINTEXT). Use Kafka's kafka-share-groups.sh tool "
-            "for SSL/SASL clusters"
-        )
+            option, protocol if value is None else value,
+            f"security protocol {protocol!r} is not supported by the share-group admin "
+            "client, which speaks plaintext only (PLAINTEXT). Use Kafka's "
+            "kafka-share-groups.sh tool for SSL/SASL clusters")
 
 
 class BrokerConnection:
@@ -147,14 +142,14 @@ class BrokerConnection:
 
     def negotiate(self, deadline: float) -> dict[int, tuple[int, int]]:
         """ApiVersions v0: learn (and remember) which API versions the broker supports."""
-        r = self.send(API_VERSIONS, 0, msg.encode_api_versions_request(0), deadline)
+        r = self.send(ApiKey.API_VERSIONS, 0, msg.encode_api_versions_request(0), deadline)
         code, versions = msg.decode_api_versions_response(0, r)
-        if code not in (0, 35):  # UNSUPPORTED_VERSION still lists the versions
+        if code not in (ErrorCode.NONE, ErrorCode.UNSUPPORTED_VERSION):  # still lists them
             raise error_for(code, f"ApiVersions to {self.address}")
         self.versions = versions
         return versions
 
-    def version_for(self, api_key: int) -> int:
+    def version_for(self, api_key: ApiKey) -> int:
         """The highest version both the broker (after :meth:`negotiate`) and this module speak."""
         spec = API_SPECS[api_key]
         lo, hi = self.versions.get(api_key, (-1, -1))
@@ -162,12 +157,13 @@ class BrokerConnection:
         if lo < 0 or best < max(lo, spec.min_version):
             theirs = "not at all" if lo < 0 else f"v{lo}-{hi}"
             raise UnsupportedVersionError(
-                35, f"{spec.name} (API key {api_key}): the broker at {self.address} supports "
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"{spec.name} (API key {int(api_key)}): the broker at {self.address} supports "
                 f"it {theirs}; this client speaks v{spec.min_version}-{spec.max_version}",
                 from_broker=False)
         return best
 
-    def send(self, api_key: int, version: int, body: bytes, deadline: float) -> Reader:
+    def send(self, api_key: ApiKey, version: int, body: bytes, deadline: float) -> Reader:
         """Send one request, wait for its response; return a Reader positioned at the body."""
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         corr = self._correlation
@@ -240,6 +236,7 @@ class KafkaProtocolClient:
         check_security_protocol(security_protocol)
         if timeout_s <= 0:
             raise OptionError("timeout_s", timeout_s, "give a positive number of seconds")
+        self.bootstrap_servers = bootstrap_servers
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.timeout_s = timeout_s
         self.client_id = client_id
@@ -292,7 +289,7 @@ class KafkaProtocolClient:
         raise KafkaConnectionError(
             f"no bootstrap server answered within {self.timeout_s:g}s: {'; '.join(errors)}")
 
-    def _call(self, conn: BrokerConnection, api_key: int, encode: Callable[[int], bytes],
+    def _call(self, conn: BrokerConnection, api_key: ApiKey, encode: Callable[[int], bytes],
               decode: Callable[[int, Reader], T], deadline: float) -> T:
         version = conn.version_for(api_key)
         try:
@@ -317,7 +314,7 @@ class KafkaProtocolClient:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
 
-    def _coordinated(self, group: str, api_key: int, encode: Callable[[int], bytes],
+    def _coordinated(self, group: str, api_key: ApiKey, encode: Callable[[int], bytes],
                      decode: Callable[[int, Reader], T], check: Callable[[T], None]) -> T:
         """Send a request to ``group``'s coordinator; ``check`` raises on group-level errors."""
         deadline = self._deadline()
@@ -346,7 +343,7 @@ class KafkaProtocolClient:
     def _find_coordinator_once(self, group: str, deadline: float) -> BrokerNode:
         conn = self._any_connection(deadline)
         found = self._call(
-            conn, FIND_COORDINATOR,
+            conn, ApiKey.FIND_COORDINATOR,
             lambda v: msg.encode_find_coordinator_request(v, [group]),
             msg.decode_find_coordinator_response, deadline)
         match = [c for c in found if c.key in (None, group)]
@@ -370,7 +367,7 @@ class KafkaProtocolClient:
 
         def attempt() -> tuple[BrokerNode, ...]:
             conn = self._any_connection(deadline)
-            code, nodes = self._call(conn, METADATA, msg.encode_metadata_request,
+            code, nodes = self._call(conn, ApiKey.METADATA, msg.encode_metadata_request,
                                      msg.decode_metadata_response, deadline)
             _check(code, "Metadata")
             return nodes
@@ -395,7 +392,7 @@ class KafkaProtocolClient:
             def attempt(node: BrokerNode = node) -> tuple[ListedGroup, ...]:
                 conn = self._connection(node.host, node.port, deadline)
                 code, groups = self._call(
-                    conn, LIST_GROUPS,
+                    conn, ApiKey.LIST_GROUPS,
                     lambda v: msg.encode_list_groups_request(v, states=states, types=types),
                     msg.decode_list_groups_response, deadline)
                 _check(code, f"ListGroups on broker {node.host}:{node.port}")
@@ -415,7 +412,7 @@ class KafkaProtocolClient:
                    result[0].error_message)
 
         return self._coordinated(
-            group, SHARE_GROUP_DESCRIBE,
+            group, ApiKey.SHARE_GROUP_DESCRIBE,
             lambda v: msg.encode_share_group_describe_request(v, [group]),
             msg.decode_share_group_describe_response, check)[0]
 
@@ -432,7 +429,7 @@ class KafkaProtocolClient:
                    result[0].error_message)
 
         return self._coordinated(
-            group, DESCRIBE_SHARE_GROUP_OFFSETS,
+            group, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
             lambda v: msg.encode_describe_share_group_offsets_request(v, {group: topics}),
             msg.decode_describe_share_group_offsets_response, check)[0]
 
@@ -445,7 +442,7 @@ class KafkaProtocolClient:
                    result.error_message)
 
         return self._coordinated(
-            group, ALTER_SHARE_GROUP_OFFSETS,
+            group, ApiKey.ALTER_SHARE_GROUP_OFFSETS,
             lambda v: msg.encode_alter_share_group_offsets_request(v, group, offsets),
             msg.decode_alter_share_group_offsets_response, check)
 
@@ -458,7 +455,7 @@ class KafkaProtocolClient:
                    result.error_message)
 
         return self._coordinated(
-            group, DELETE_SHARE_GROUP_OFFSETS,
+            group, ApiKey.DELETE_SHARE_GROUP_OFFSETS,
             lambda v: msg.encode_delete_share_group_offsets_request(v, group, topics),
             msg.decode_delete_share_group_offsets_response, check)
 
@@ -470,7 +467,7 @@ class KafkaProtocolClient:
                 raise ProtocolDecodeError(f"DeleteGroups did not answer for {group!r}")
             _check(result[group], f"deleting group {group!r}")
 
-        self._coordinated(group, DELETE_GROUPS,
+        self._coordinated(group, ApiKey.DELETE_GROUPS,
                           lambda v: msg.encode_delete_groups_request(v, [group]),
                           msg.decode_delete_groups_response, check)
 

@@ -8,6 +8,7 @@ import base64
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import TypeVar
 
 from pyspark_kafka_share.errors import ProtocolDecodeError
@@ -19,15 +20,21 @@ MAX_FRAME = 64 * 1024 * 1024
 
 # -- API keys and the versions this module implements ------------------------------------------
 
-METADATA = 3
-FIND_COORDINATOR = 10
-LIST_GROUPS = 16
-API_VERSIONS = 18
-DELETE_GROUPS = 42
-SHARE_GROUP_DESCRIBE = 77
-DESCRIBE_SHARE_GROUP_OFFSETS = 90
-ALTER_SHARE_GROUP_OFFSETS = 91
-DELETE_SHARE_GROUP_OFFSETS = 92
+class ApiKey(IntEnum):
+    """Kafka API keys: those this module speaks (:data:`API_SPECS`) and those whose support
+    the broker checks look for (ShareGroupHeartbeat, ShareFetch)."""
+
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    DELETE_GROUPS = 42
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 @dataclass(frozen=True)
@@ -38,16 +45,16 @@ class _ApiSpec:
     flexible_from: int  # first flexible version (a large number: never flexible)
 
 
-API_SPECS: dict[int, _ApiSpec] = {
-    API_VERSIONS: _ApiSpec("ApiVersions", 0, 0, 3),
-    METADATA: _ApiSpec("Metadata", 11, 13, 9),
-    FIND_COORDINATOR: _ApiSpec("FindCoordinator", 3, 6, 3),
-    LIST_GROUPS: _ApiSpec("ListGroups", 5, 5, 3),
-    DELETE_GROUPS: _ApiSpec("DeleteGroups", 0, 2, 2),
-    SHARE_GROUP_DESCRIBE: _ApiSpec("ShareGroupDescribe", 1, 1, 0),
-    DESCRIBE_SHARE_GROUP_OFFSETS: _ApiSpec("DescribeShareGroupOffsets", 0, 1, 0),
-    ALTER_SHARE_GROUP_OFFSETS: _ApiSpec("AlterShareGroupOffsets", 0, 0, 0),
-    DELETE_SHARE_GROUP_OFFSETS: _ApiSpec("DeleteShareGroupOffsets", 0, 0, 0),
+API_SPECS: dict[ApiKey, _ApiSpec] = {
+    ApiKey.API_VERSIONS: _ApiSpec("ApiVersions", 0, 0, 3),
+    ApiKey.METADATA: _ApiSpec("Metadata", 11, 13, 9),
+    ApiKey.FIND_COORDINATOR: _ApiSpec("FindCoordinator", 3, 6, 3),
+    ApiKey.LIST_GROUPS: _ApiSpec("ListGroups", 5, 5, 3),
+    ApiKey.DELETE_GROUPS: _ApiSpec("DeleteGroups", 0, 2, 2),
+    ApiKey.SHARE_GROUP_DESCRIBE: _ApiSpec("ShareGroupDescribe", 1, 1, 0),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: _ApiSpec("DescribeShareGroupOffsets", 0, 1, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: _ApiSpec("AlterShareGroupOffsets", 0, 0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: _ApiSpec("DeleteShareGroupOffsets", 0, 0, 0),
 }
 """What this module implements: ``{api_key: spec}``."""
 
@@ -232,14 +239,14 @@ class Reader:
             raise ProtocolDecodeError(f"{self.remaining()} unexpected trailing bytes in {what}")
 
 
-def is_flexible(api_key: int, version: int) -> bool:
+def is_flexible(api_key: ApiKey, version: int) -> bool:
     return version >= API_SPECS[api_key].flexible_from
 
 
 # -- headers -----------------------------------------------------------------------------------
 
 
-def encode_request_header(api_key: int, version: int, correlation_id: int,
+def encode_request_header(api_key: ApiKey, version: int, correlation_id: int,
                           client_id: str | None) -> bytes:
     """RequestHeader v2 for flexible requests, else v1. ClientId is always a classic string."""
     w = Writer(flexible=False).int16(api_key).int16(version).int32(correlation_id)
@@ -249,10 +256,10 @@ def encode_request_header(api_key: int, version: int, correlation_id: int,
     return w.getvalue()
 
 
-def decode_response_header(api_key: int, version: int, r: Reader) -> int:
+def decode_response_header(api_key: ApiKey, version: int, r: Reader) -> int:
     """Read the ResponseHeader (v1 for flexible responses except ApiVersions, else v0)."""
     correlation_id = r.int32()
-    if is_flexible(api_key, version) and api_key != API_VERSIONS:
+    if is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS:
         r.flexible = True
         r.skip_tags()
     return correlation_id

@@ -8,17 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark_kafka_share._kafka.protocol.codec import (
-    ALTER_SHARE_GROUP_OFFSETS,
     API_SPECS,
-    API_VERSIONS,
-    DELETE_GROUPS,
-    DELETE_SHARE_GROUP_OFFSETS,
-    DESCRIBE_SHARE_GROUP_OFFSETS,
-    FIND_COORDINATOR,
     GROUP_KEY_TYPE,
-    LIST_GROUPS,
-    METADATA,
-    SHARE_GROUP_DESCRIBE,
+    ApiKey,
     Reader,
     Writer,
     is_flexible,
@@ -87,9 +79,9 @@ class DescribedShareGroup:
 @dataclass(frozen=True)
 class SharePartitionOffset:
     partition: int
-    start_offset: int
+    start_offset: int | None  # None: unknown (the broker's -1: no share state)
     leader_epoch: int
-    lag: int | None  # None before v1 of DescribeShareGroupOffsets; -1 = unknown on v1+
+    lag: int | None  # None: unknown (the broker's -1), or not reported (before v1)
     error_code: int
     error_message: str | None
 
@@ -142,7 +134,7 @@ class DeleteOffsetsResult:
 # -- request and response bodies ---------------------------------------------------------------
 
 
-def _writer(api_key: int, version: int) -> Writer:
+def _writer(api_key: ApiKey, version: int) -> Writer:
     spec = API_SPECS[api_key]
     if not spec.min_version <= version <= spec.max_version:
         raise ValueError(f"{spec.name} v{version} is not implemented "
@@ -151,7 +143,7 @@ def _writer(api_key: int, version: int) -> Writer:
 
 
 def encode_api_versions_request(version: int = 0) -> bytes:
-    return _writer(API_VERSIONS, version).getvalue()  # v0 has no fields
+    return _writer(ApiKey.API_VERSIONS, version).getvalue()  # v0 has no fields
 
 
 def decode_api_versions_response(version: int, r: Reader) -> tuple[int, dict[int, tuple[int, int]]]:
@@ -166,7 +158,7 @@ def decode_api_versions_response(version: int, r: Reader) -> tuple[int, dict[int
 
 def encode_metadata_request(version: int) -> bytes:
     """Metadata for no topics at all: just the brokers."""
-    w = _writer(METADATA, version)
+    w = _writer(ApiKey.METADATA, version)
     w.array_header(0)  # Topics: empty (null would mean every topic)
     w.boolean(False)  # AllowAutoTopicCreation
     w.boolean(False)  # IncludeTopicAuthorizedOperations
@@ -193,7 +185,7 @@ def decode_metadata_response(version: int, r: Reader) -> tuple[int, tuple[Broker
 
 def encode_find_coordinator_request(version: int, keys: Sequence[str],
                                     key_type: int = GROUP_KEY_TYPE) -> bytes:
-    w = _writer(FIND_COORDINATOR, version)
+    w = _writer(ApiKey.FIND_COORDINATOR, version)
     if version < 4:
         if len(keys) != 1:
             raise ValueError(f"FindCoordinator v{version} takes exactly one key")
@@ -222,7 +214,7 @@ def decode_find_coordinator_response(version: int, r: Reader) -> tuple[Coordinat
 
 def encode_list_groups_request(version: int, *, states: Sequence[str] = (),
                                types: Sequence[str] = ("share",)) -> bytes:
-    w = _writer(LIST_GROUPS, version)
+    w = _writer(ApiKey.LIST_GROUPS, version)
     w.string_array(states).string_array(types)
     return w.tags().getvalue()
 
@@ -240,7 +232,7 @@ def decode_list_groups_response(version: int, r: Reader) -> tuple[int, tuple[Lis
 
 
 def encode_delete_groups_request(version: int, groups: Sequence[str]) -> bytes:
-    return _writer(DELETE_GROUPS, version).string_array(groups).tags().getvalue()
+    return _writer(ApiKey.DELETE_GROUPS, version).string_array(groups).tags().getvalue()
 
 
 def decode_delete_groups_response(version: int, r: Reader) -> dict[str, int]:
@@ -257,7 +249,7 @@ def decode_delete_groups_response(version: int, r: Reader) -> dict[str, int]:
 
 def encode_share_group_describe_request(version: int, groups: Sequence[str],
                                         include_authorized_operations: bool = False) -> bytes:
-    w = _writer(SHARE_GROUP_DESCRIBE, version)
+    w = _writer(ApiKey.SHARE_GROUP_DESCRIBE, version)
     w.string_array(groups).boolean(include_authorized_operations)
     return w.tags().getvalue()
 
@@ -297,7 +289,7 @@ def encode_describe_share_group_offsets_request(
     version: int, groups: Mapping[str, Mapping[str, Sequence[int]] | None]
 ) -> bytes:
     """``groups``: ``{group_id: {topic: [partitions]}}``, or ``{group_id: None}`` for all."""
-    w = _writer(DESCRIBE_SHARE_GROUP_OFFSETS, version)
+    w = _writer(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, version)
     w.array_header(len(groups))
     for group_id, topics in groups.items():
         w.string(group_id)
@@ -323,7 +315,8 @@ def decode_describe_share_group_offsets_response(version: int,
                 lag = r.int64() if version >= 1 else None
                 code, message = r.int16(), r.nullable_string()
                 r.skip_tags()
-                partitions.append(SharePartitionOffset(index, start, epoch, lag, code, message))
+                partitions.append(SharePartitionOffset(index, _known(start), epoch, _known(lag),
+                                                       code, message))
             r.skip_tags()
             topics.append(ShareTopicOffsets(topic, topic_id, tuple(partitions)))
         code, message = r.int16(), r.nullable_string()
@@ -333,11 +326,16 @@ def decode_describe_share_group_offsets_response(version: int,
     return tuple(groups)
 
 
+def _known(value: int | None) -> int | None:
+    """A count or offset the broker sends as -1 when it does not know it, as None then."""
+    return None if value is None or value < 0 else value
+
+
 def encode_alter_share_group_offsets_request(
     version: int, group_id: str, offsets: Mapping[str, Mapping[int, int]]
 ) -> bytes:
     """``offsets``: ``{topic: {partition: new start offset}}``."""
-    w = _writer(ALTER_SHARE_GROUP_OFFSETS, version)
+    w = _writer(ApiKey.ALTER_SHARE_GROUP_OFFSETS, version)
     w.string(group_id).array_header(len(offsets))
     for topic, partitions in offsets.items():
         w.string(topic).array_header(len(partitions))
@@ -366,7 +364,7 @@ def decode_alter_share_group_offsets_response(version: int, r: Reader) -> AlterO
 
 def encode_delete_share_group_offsets_request(version: int, group_id: str,
                                               topics: Sequence[str]) -> bytes:
-    w = _writer(DELETE_SHARE_GROUP_OFFSETS, version)
+    w = _writer(ApiKey.DELETE_SHARE_GROUP_OFFSETS, version)
     w.string(group_id).array_header(len(topics))
     for topic in topics:
         w.string(topic).tags()

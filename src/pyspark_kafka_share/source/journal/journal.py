@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.errors import JournalClosed, JournalError
 from pyspark_kafka_share.source.journal.fencing import (
     MAX_CONFLICTS,
@@ -286,7 +287,7 @@ class Journal:
         return ends
 
     def commit(self, seq: int, dedup_retention_ms: int,
-               start_offsets: dict[str, int] | None = None) -> None:
+               start_offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Batch ``seq`` is committed by Spark: keep dedup keys, fence it, delete its data.
 
         Order matters: dedup entries first (``find_journaled`` skips fenced batches), then
@@ -328,10 +329,11 @@ class Journal:
                     self.store.remove_tree(self._p("batches", name))
         self.prune_dedup(start_offsets, dedup_retention_ms)
 
-    def prune_dedup(self, start_offsets: dict[str, int] | None, retention_ms: int) -> None:
+    def prune_dedup(self, start_offsets: Mapping[TopicPartition, int] | None,
+                    retention_ms: int) -> None:
         """Drop dedup entries that can no longer match a redelivery.
 
-        With the group's share-partition start offsets (``{"topic:partition": offset}``), an
+        With the group's share-partition start offsets (per topic-partition), an
         entry goes once all its records are below them: records there are acknowledged or
         archived for good and are never delivered again. That bound is exact, so the time
         limit ``retention_ms`` applies only when the start offsets could not be read.
@@ -343,8 +345,7 @@ class Journal:
             try:
                 if start_offsets is not None:
                     keys = self._slot_keys(path)
-                    # read_start_offsets (the kernel) keys them "topic:partition" today
-                    done = all(keys.highest(tp) < start_offsets.get(tp.key(), -1)
+                    done = all(keys.highest(tp) < start_offsets.get(tp, -1)
                                for tp in keys.by_partition)
                 else:
                     done = retention_ms > 0 and \
