@@ -212,11 +212,11 @@ def _header(api_key: int, version: int, correlation: int, client_id: str,
 
 
 def _bytes(w: Writer, data: bytes) -> bytes:
-    """``w``'s content followed by a (compact when flexible) bytes field."""
+    """``w``'s content, then one (compact when flexible) bytes field: a whole request body."""
     if w.flexible:
         w.uvarint(len(data) + 1)
-    else:
-        w.int32(len(data))
+        return w.getvalue() + data + b"\x00"  # the body's (empty) tagged fields
+    w.int32(len(data))
     return w.getvalue() + data
 
 
@@ -266,6 +266,8 @@ class _Exchange:
         r = self._reader("SaslAuthenticate", _bytes(w, message), deadline, flexible)
         code, text, data = r.int16(), r.nullable_string(), _read_bytes(r)
         lifetime = r.int64() if version >= 1 else 0
+        r.skip_tags()
+        r.expect_end("SaslAuthenticate response")
         return code, text, data, lifetime
 
 
