@@ -269,7 +269,7 @@ class LocalKafka(_process.Harness):
             "log.flush.interval.messages": "9223372036854775807",
         }
         if self._security is not None:
-            props.update(self._security.server_properties(port, controller_port))
+            props.update(self._security.server_properties(controller_port))
         props.update(self.extra_config)
         return props
 
@@ -297,7 +297,7 @@ class LocalKafka(_process.Harness):
             port, controller_port = _process.free_port(), _process.free_port()
             if self.security.lower() != "plaintext":
                 self._security = BrokerSecurity.create(
-                    self.security, workdir / "tls", _process.free_port(), self.users)
+                    self.security, workdir / "tls", port, self.users)
             props = self.server_properties(port, controller_port, workdir / "data")
             conf = workdir / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -538,30 +538,34 @@ class LocalKafka(_process.Harness):
         return self._security
 
     def client_config(self, user: str = ADMIN, *, mechanism: str | None = None,
-                      **extra: Any) -> dict[str, Any]:
+                      listener: str | None = None, **extra: Any) -> dict[str, Any]:
         """librdkafka (confluent-kafka) settings to connect as ``user``: ``bootstrap.servers``,
         ``security.protocol``, the CA, the client certificate (``ssl``) or SASL credentials
-        (``mechanism``, default SCRAM-SHA-512; OAUTHBEARER: an unsecured JWT), and ``extra``."""
-        base: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
-        if self._security is not None:
-            base.update(self._security.client_settings(user, mechanism))
-        return {**base, **extra}
+        (``mechanism``, default SCRAM-SHA-512; OAUTHBEARER: an unsecured JWT), and ``extra``.
+        ``listener``: one of the ``security`` modes (default: the first)."""
+        if self._security is None:
+            return {"bootstrap.servers": self.bootstrap_servers, **extra}
+        return {"bootstrap.servers": self._security.bootstrap(listener),
+                **self._security.client_settings(user, mechanism, listener), **extra}
 
-    def connection_config(self, user: str = ADMIN, *,
-                          mechanism: str | None = None) -> ConnectionConfig:
+    def connection_config(self, user: str = ADMIN, *, mechanism: str | None = None,
+                          listener: str | None = None) -> ConnectionConfig:
         """The protocol client's :class:`ConnectionConfig` to connect as ``user``."""
         from pyspark_kafka_share._kafka.connection import PLAINTEXT
 
         if self._security is None:
             return PLAINTEXT
-        return self._security.connection_config(user, mechanism)
+        return self._security.connection_config(user, mechanism, listener)
 
-    def command_config_file(self, user: str = ADMIN, *, mechanism: str | None = None) -> Path:
+    def command_config_file(self, user: str = ADMIN, *, mechanism: str | None = None,
+                            listener: str | None = None) -> Path:
         """A Java client properties file for ``user`` (``kafka-share-groups.sh
         --command-config``); truststore and keystore as PEM."""
         assert self._workdir is not None
-        text = self._security.java_properties(user, mechanism) if self._security else ""
-        path = self._workdir / f"client-{user}-{(mechanism or 'default').lower()}.properties"
+        text = self._security.java_properties(user, mechanism, listener) \
+            if self._security else ""
+        name = f"client-{user}-{mechanism or 'default'}-{listener or 'main'}.properties"
+        path = self._workdir / name.lower()
         path.write_text(text)
         path.chmod(0o600)
         return path

@@ -1,7 +1,8 @@
 """Secured listeners for :class:`~pyspark_kafka_share.harness.broker.LocalKafka`: a generated
 CA, broker and client certificates (PEM), SASL users and ACLs.
 
-``LocalKafka(security=...)`` chooses the client listener:
+``LocalKafka(security=...)`` chooses the client listener (or several, comma-separated:
+``"sasl_ssl,ssl"``, each on its own port, :meth:`BrokerSecurity.bootstrap`):
 
 ===================  =============================================================
 ``"plaintext"``      the default: no TLS, no authentication, no authorizer
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark_kafka_share._kafka.connection import ConnectionConfig
 from pyspark_kafka_share.errors import LocalKafkaError, SetupError
+from pyspark_kafka_share.harness import _process
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -46,8 +48,6 @@ ADMIN = "admin"
 
 SECURITY_MODES = ("plaintext", "ssl", "sasl_ssl", "sasl_plaintext")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-LISTENER = "CLIENT"
-"""The name of the client listener of a secured broker."""
 
 
 def _crypto() -> Any:
@@ -127,6 +127,16 @@ class CertificateAuthority:
                 self._write(f"{stem}.key", key_pem))
 
 
+def _jaas(mechanism: str, user: str, users: Mapping[str, str]) -> str:
+    """A Java client's ``sasl.jaas.config`` for ``user``."""
+    if mechanism == "OAUTHBEARER":
+        return ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                f'unsecuredLoginStringClaim_sub="{user}";')
+    module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+    return (f"org.apache.kafka.common.security.{module} required "
+            f'username="{user}" password="{users[user]}";')
+
+
 def _sha256() -> Any:
     from cryptography.hazmat.primitives import hashes
 
@@ -135,25 +145,35 @@ def _sha256() -> Any:
 
 @dataclass
 class BrokerSecurity:
-    """The secured side of one LocalKafka: its mode, CA, certificates and users."""
+    """The secured side of one LocalKafka: its listeners, CA, certificates and users.
 
-    mode: str
+    ``modes`` are the client listeners, each on a port of its own (:meth:`bootstrap`); the
+    first is the broker's :attr:`~LocalKafka.bootstrap_servers`. Listener names are the
+    modes in capitals (``SASL_SSL://...``).
+    """
+
+    modes: tuple[str, ...]
     directory: Path
+    ports: dict[str, int]
     internal_port: int
     users: dict[str, str] = field(default_factory=dict)
     ca: CertificateAuthority | None = None
     _keystore: Path | None = None
 
     @classmethod
-    def create(cls, mode: str, directory: Path, internal_port: int,
+    def create(cls, security: str, directory: Path, port: int,
                users: Mapping[str, str]) -> BrokerSecurity:
-        """Certificates (for TLS modes) and the admin's password; ``users`` for PLAIN too."""
-        mode = mode.lower()
-        if mode not in SECURITY_MODES or mode == "plaintext":
-            raise LocalKafkaError(f"security={mode!r}: use one of {', '.join(SECURITY_MODES)}")
-        sec = cls(mode, directory, internal_port,
+        """``security``: one mode or several, comma-separated (``"sasl_ssl,ssl"``); the first
+        listens on ``port``. Makes the certificates (TLS modes) and the admin's password."""
+        modes = tuple(m.strip().lower() for m in security.split(",") if m.strip())
+        bad = [m for m in modes if m not in SECURITY_MODES[1:]]
+        if bad or not modes or len(set(modes)) != len(modes):
+            raise LocalKafkaError(f"security={security!r}: give one or more (comma-separated, "
+                                  f"each once) of {', '.join(SECURITY_MODES[1:])}")
+        ports = {m: port if i == 0 else _process.free_port() for i, m in enumerate(modes)}
+        sec = cls(modes, directory, ports, _process.free_port(),
                   {ADMIN: secrets.token_urlsafe(12), **dict(users)})
-        if sec.uses_tls:
+        if any(m in ("ssl", "sasl_ssl") for m in modes):
             sec.ca = CertificateAuthority(directory)
             cert, key = sec.ca.issue("broker", ips=("127.0.0.1",))
             sec._keystore = directory / "broker-keystore.pem"
@@ -161,51 +181,59 @@ class BrokerSecurity:
         return sec
 
     @property
-    def uses_tls(self) -> bool:
-        return self.mode in ("ssl", "sasl_ssl")
+    def mode(self) -> str:
+        """The primary (first) mode."""
+        return self.modes[0]
 
-    @property
-    def uses_sasl(self) -> bool:
-        return self.mode.startswith("sasl_")
+    def _mode(self, mode: str | None) -> str:
+        m = self.mode if mode is None else mode.lower()
+        if m not in self.modes:
+            raise LocalKafkaError(f"the broker has no {m!r} listener (it has {self.modes})")
+        return m
 
-    @property
-    def protocol(self) -> str:
-        """The client listener's security protocol (``SASL_SSL``...)."""
-        return self.mode.upper()
+    def bootstrap(self, mode: str | None = None) -> str:
+        """``127.0.0.1:<port>`` of a listener (``"plaintext"``: the internal one)."""
+        if mode is not None and mode.lower() == "plaintext":
+            return f"127.0.0.1:{self.internal_port}"
+        return f"127.0.0.1:{self.ports[self._mode(mode)]}"
 
-    def server_properties(self, port: int, controller_port: int) -> dict[str, str]:
-        """The ``server.properties`` entries of the secured client listener."""
-        lname = LISTENER.lower()
+    def server_properties(self, controller_port: int) -> dict[str, str]:
+        """The ``server.properties`` entries of the secured client listeners."""
+        listeners = [f"{m.upper()}://127.0.0.1:{p}" for m, p in self.ports.items()]
+        listeners.append(f"INTERNAL://127.0.0.1:{self.internal_port}")
         props = {
-            "listeners": f"{LISTENER}://127.0.0.1:{port},INTERNAL://127.0.0.1:"
-                         f"{self.internal_port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"{LISTENER}://127.0.0.1:{port},"
-                                    f"INTERNAL://127.0.0.1:{self.internal_port}",
+            "listeners": ",".join([*listeners, f"CONTROLLER://127.0.0.1:{controller_port}"]),
+            "advertised.listeners": ",".join(listeners),
             "inter.broker.listener.name": "INTERNAL",
-            "listener.security.protocol.map": f"{LISTENER}:{self.protocol},"
-                                              "INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(
+                [f"{m.upper()}:{m.upper()}" for m in self.modes]
+                + ["INTERNAL:PLAINTEXT", "CONTROLLER:PLAINTEXT"]),
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": f"User:{ADMIN};User:ANONYMOUS",
             "allow.everyone.if.no.acl.found": "false",
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+).*$/$1/,DEFAULT",
         }
-        if self.uses_tls:
-            assert self.ca is not None and self._keystore is not None
-            props.update({
-                f"listener.name.{lname}.ssl.keystore.type": "PEM",
-                f"listener.name.{lname}.ssl.keystore.location": str(self._keystore),
-                f"listener.name.{lname}.ssl.truststore.type": "PEM",
-                f"listener.name.{lname}.ssl.truststore.location": str(self.ca.ca_file),
-                f"listener.name.{lname}.ssl.client.auth":
-                    "required" if self.mode == "ssl" else "none",
-                "ssl.principal.mapping.rules": "RULE:^CN=([^,]+).*$/$1/,DEFAULT",
-            })
-        if self.uses_sasl:
-            props.update(self._sasl_properties(lname))
+        for mode in self.modes:
+            if mode in ("ssl", "sasl_ssl"):
+                props.update(self._tls_properties(mode))
+            if mode.startswith("sasl_"):
+                props.update(self._sasl_properties(mode))
         return props
 
-    def _sasl_properties(self, lname: str) -> dict[str, str]:
+    def _tls_properties(self, mode: str) -> dict[str, str]:
+        assert self.ca is not None and self._keystore is not None
+        prefix = f"listener.name.{mode}"
+        return {
+            f"{prefix}.ssl.keystore.type": "PEM",
+            f"{prefix}.ssl.keystore.location": str(self._keystore),
+            f"{prefix}.ssl.truststore.type": "PEM",
+            f"{prefix}.ssl.truststore.location": str(self.ca.ca_file),
+            f"{prefix}.ssl.client.auth": "required" if mode == "ssl" else "none",
+        }
+
+    def _sasl_properties(self, mode: str) -> dict[str, str]:
         plain_users = " ".join(f'user_{u}="{p}"' for u, p in self.users.items())
-        prefix = f"listener.name.{lname}"
+        prefix = f"listener.name.{mode}"
         return {
             f"{prefix}.sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
             f"{prefix}.plain.sasl.jaas.config":
@@ -223,7 +251,7 @@ class BrokerSecurity:
     def format_args(self) -> list[str]:
         """Kafka's storage tool arguments that create the SCRAM credentials of the users
         known at start (the admin's included) before the broker first runs."""
-        if not self.uses_sasl:
+        if not any(m.startswith("sasl_") for m in self.modes):
             return []
         return [arg for user, password in self.users.items() for mech in SASL_MECHANISMS[1:3]
                 for arg in ("--add-scram", f"{mech}=[name={user},password={password}]")]
@@ -233,23 +261,25 @@ class BrokerSecurity:
     def client_cert(self, user: str, key_password: str | None = None) -> tuple[Path, Path]:
         """``(cert, key)`` PEM files of a client certificate with CN ``user`` (made once)."""
         if self.ca is None:
-            raise LocalKafkaError(f"security={self.mode!r} has no TLS: no client certificates")
+            raise LocalKafkaError(f"security={self.modes} has no TLS: no client certificates")
         stem = user + ("-encrypted" if key_password else "")
         cert, key = self.directory / f"{stem}.pem", self.directory / f"{stem}.key"
         if cert.exists() and key.exists():
             return cert, key
         return self.ca.issue(user, key_password=key_password)
 
-    def client_settings(self, user: str, mechanism: str | None) -> dict[str, Any]:
-        """librdkafka settings for ``user`` (no ``bootstrap.servers``)."""
-        out: dict[str, Any] = {"security.protocol": self.protocol}
-        if self.uses_tls:
+    def client_settings(self, user: str, mechanism: str | None,
+                        mode: str | None = None) -> dict[str, Any]:
+        """librdkafka settings for ``user`` on a listener (no ``bootstrap.servers``)."""
+        m = self._mode(mode)
+        out: dict[str, Any] = {"security.protocol": m.upper()}
+        if m in ("ssl", "sasl_ssl"):
             assert self.ca is not None
             out["ssl.ca.location"] = str(self.ca.ca_file)
-        if self.mode == "ssl":
+        if m == "ssl":
             cert, key = self.client_cert(user)
             out["ssl.certificate.location"], out["ssl.key.location"] = str(cert), str(key)
-        if self.uses_sasl:
+        if m.startswith("sasl_"):
             mech = (mechanism or "SCRAM-SHA-512").upper()
             out["sasl.mechanism"] = mech
             if mech == "OAUTHBEARER":
@@ -261,36 +291,27 @@ class BrokerSecurity:
                 out["sasl.username"], out["sasl.password"] = user, self.users[user]
         return out
 
-    def java_properties(self, user: str, mechanism: str | None) -> str:
+    def java_properties(self, user: str, mechanism: str | None, mode: str | None = None) -> str:
         """A Java client properties file's text for ``user`` (``--command-config``)."""
-        rd = self.client_settings(user, mechanism)
-        lines = [f"security.protocol={self.protocol}"]
-        if self.uses_tls:
+        rd = self.client_settings(user, mechanism, mode)
+        lines = [f"security.protocol={rd['security.protocol']}"]
+        if "ssl.ca.location" in rd:
             lines += ["ssl.truststore.type=PEM",
                       f"ssl.truststore.location={rd['ssl.ca.location']}"]
-        if self.mode == "ssl":
+        if "ssl.certificate.location" in rd:
             cert, key = self.client_cert(user)
             keystore = self.directory / f"{user}-keystore.pem"
             keystore.write_bytes(key.read_bytes() + cert.read_bytes())
             lines += ["ssl.keystore.type=PEM", f"ssl.keystore.location={keystore}"]
-        if self.uses_sasl:
-            mech = rd["sasl.mechanism"]
-            lines.append(f"sasl.mechanism={mech}")
-            if mech == "OAUTHBEARER":
-                module = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-                lines.append(f'sasl.jaas.config={module} required '
-                             f'unsecuredLoginStringClaim_sub="{user}";')
-            else:
-                module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
-                          if mech == "PLAIN" else
-                          "org.apache.kafka.common.security.scram.ScramLoginModule")
-                lines.append(f'sasl.jaas.config={module} required username="{user}" '
-                             f'password="{self.users[user]}";')
+        if "sasl.mechanism" in rd:
+            lines.append(f"sasl.mechanism={rd['sasl.mechanism']}")
+            lines.append(f"sasl.jaas.config={_jaas(rd['sasl.mechanism'], user, self.users)}")
         return "".join(line + "\n" for line in lines)
 
-    def connection_config(self, user: str, mechanism: str | None) -> ConnectionConfig:
-        """The protocol client's config for ``user``."""
-        return ConnectionConfig.from_client_settings(self.client_settings(user, mechanism))
+    def connection_config(self, user: str, mechanism: str | None,
+                          mode: str | None = None) -> ConnectionConfig:
+        """The protocol client's config for ``user`` on a listener."""
+        return ConnectionConfig.from_client_settings(self.client_settings(user, mechanism, mode))
 
     # -- users and ACLs --------------------------------------------------------------------
 
@@ -304,11 +325,12 @@ class BrokerSecurity:
             UserScramCredentialUpsertion,
         )
 
-        ups: list[Any] = [
-            UserScramCredentialUpsertion(name, ScramCredentialInfo(m, 4096), password.encode())
-            for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
-        for fut in admin.alter_user_scram_credentials(ups).values():
-            fut.result(timeout=timeout_s)
+        for mech in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            # one request per mechanism: the broker refuses two alterations of one user at once
+            up: list[Any] = [UserScramCredentialUpsertion(
+                name, ScramCredentialInfo(mech, 4096), password.encode())]
+            for fut in admin.alter_user_scram_credentials(up).values():
+                fut.result(timeout=timeout_s)
         self.users[name] = password
 
     @staticmethod

@@ -37,6 +37,14 @@ __all__ = ["SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Mechanism", "ScramClient", "a
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 
+_SASL_ERRORS = {33: "UNSUPPORTED_SASL_MECHANISM", 34: "ILLEGAL_SASL_STATE",
+                58: "SASL_AUTHENTICATION_FAILED"}
+
+
+def _error_name(code: int) -> str:
+    return _SASL_ERRORS.get(code) or error_name(code)
+
+
 Roundtrip = Callable[[str, bytes, float], bytes]
 """Send one request frame (header + body), return the response frame (header + body)."""
 
@@ -256,7 +264,7 @@ class _Exchange:
         if code:
             raise AuthenticationError(
                 f"SASL mechanism {mechanism} is not enabled on the listener at {self.address} "
-                f"(broker answered {error_name(code)}; it offers {', '.join(enabled) or 'none'})"
+                f"(broker answered {_error_name(code)}; it offers {', '.join(enabled) or 'none'})"
                 f": set sasl.mechanism to one of those")
 
     def authenticate(self, version: int, message: bytes,
@@ -296,7 +304,7 @@ def authenticate(roundtrip: Roundtrip, config: ConnectionConfig,
             who = f" as {config.username!r}" if config.username else ""
             raise AuthenticationError(
                 f"SASL {mech_name} authentication{who} to {address} failed: "
-                f"{error_name(code)}{': ' + text if text else ''}. Check "
+                f"{_error_name(code)}{': ' + text if text else ''}. Check "
                 + ("the token (oauth_cb / sasl.oauthbearer.*)" if mech_name == "OAUTHBEARER"
                    else "sasl.username and sasl.password") + " and sasl.mechanism")
         message = mech.answer(challenge)

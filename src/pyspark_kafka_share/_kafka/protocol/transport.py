@@ -133,9 +133,10 @@ def tls_error(exc: BaseException, address: str, config: ConnectionConfig,
     if isinstance(exc, ssl.SSLCertVerificationError):
         if exc.verify_code in (_HOSTNAME_MISMATCH, _IP_MISMATCH):
             return TlsError(
-                f"the certificate of broker {address} does not name the host {address!r} "
-                "connected to (hostname mismatch): connect with a host name the certificate "
-                "names (the broker's advertised listener), or set "
+                f"the certificate of broker {address} does not name the host "
+                f"{address.rpartition(':')[0]!r} connected to (hostname mismatch): connect "
+                "with a host name the certificate names (the broker's advertised listener), or "
+                "set "
                 "ssl.endpoint.identification.algorithm=none to skip the check" + detail)
         where = f"ssl.ca.location={config.ca_file!r}" if config.ca_file else \
             "the system's trust store (ssl.ca.location is not set)"
