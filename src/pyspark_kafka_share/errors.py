@@ -24,10 +24,10 @@
     │   │   └── UnsupportedVersionError
     │   ├── AuthenticationError         SASL authentication failed (wrong credentials,
     │   │                               mechanism not enabled); never retried
-    │   └── TlsError                    the TLS handshake failed (untrusted CA, hostname
-    │       │                           mismatch, missing client certificate); never retried
-    │       └── SecurityProtocolMismatchError  client and port speak different protocols
-    │                                   (TLS to a plaintext port, or the other way round)
+    │   ├── TlsError                    the TLS handshake failed (untrusted CA, hostname
+    │   │                               mismatch, missing client certificate); never retried
+    │   └── SecurityProtocolMismatchError  client and port speak different protocols (TLS
+    │                                   or SASL to a port without, or the other way round)
     ├── JournalError                    the acknowledgement journal could not be read/written
     │   └── JournalClosed               a partition log was ENDed or its batch committed (a
     │                                   late task attempt; handled inside the source)
@@ -275,7 +275,8 @@ class TlsError(BrokerError):
     client certificate (``ssl.certificate.location``/``ssl.key.location``). Not retried."""
 
 
-class SecurityProtocolMismatchError(TlsError):
+class SecurityProtocolMismatchError(BrokerError):
     """Client and broker port speak different protocols: a plaintext client to a TLS port (the
-    broker answers with a TLS alert), or a TLS client to a plaintext port. The message names
-    ``security.protocol`` and the value that fits."""
+    broker answers with a TLS alert), a TLS client to a plaintext port, a SASL client to a
+    listener without SASL or the other way round. The message names ``security.protocol`` and
+    the value that fits. Not retried."""

@@ -37,8 +37,8 @@ REAUTH_MS = 3_000
 
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[LocalKafka]:
-    broker = LocalKafka(security="sasl_ssl,ssl", users={ALICE: ALICE_PW}, heap="512m",
-                        extra_config={"connections.max.reauth.ms": str(REAUTH_MS)})
+    broker = LocalKafka(security="sasl_ssl,ssl,sasl_plaintext", users={ALICE: ALICE_PW},
+                        heap="512m", extra_config={"connections.max.reauth.ms": str(REAUTH_MS)})
     with broker:
         broker.add_user(BOB, BOB_PW)
         yield broker
@@ -76,6 +76,12 @@ def test_protocol_client_over_sasl_ssl(kafka: LocalKafka, mechanism: str) -> Non
         client.list_groups()
         with pytest.raises(GroupNotFoundError):
             client.describe_share_group("no-such-group")
+
+
+def test_protocol_client_over_sasl_plaintext(kafka: LocalKafka) -> None:
+    config = kafka.connection_config(BOB, listener="sasl_plaintext")
+    with _client(kafka, config) as client:
+        assert client.brokers()
 
 
 def test_protocol_client_over_mutual_tls(kafka: LocalKafka) -> None:
@@ -168,7 +174,7 @@ def test_confluent_clients_with_client_config(kafka: LocalKafka) -> None:
         while len(got) < 3 and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
-                got.append(msg.value())
+                got.append(msg.value() or b"")
         assert sorted(got) == [b"m0", b"m1", b"m2"]
     finally:
         consumer.close()
@@ -180,14 +186,14 @@ def test_confluent_clients_with_client_config(kafka: LocalKafka) -> None:
 # -- each misconfiguration: its cause, within seconds -----------------------------------------
 
 
-def test_wrong_password(kafka: LocalKafka) -> None:
-    for mechanism in ("SCRAM-SHA-512", "PLAIN"):
-        bad = kafka.connection_config(ALICE, mechanism=mechanism) \
-            .with_changes(password="not-the-password-1")
-        text = _fails_fast(lambda bad=bad: _client(kafka, bad).api_versions(),
-                           AuthenticationError, f"SASL {mechanism} authentication as 'alice'")
-        assert "not-the-password-1" not in text and ALICE_PW not in text
-        assert "sasl.password" in text
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
+def test_wrong_password(kafka: LocalKafka, mechanism: str) -> None:
+    bad = kafka.connection_config(ALICE, mechanism=mechanism) \
+        .with_changes(password="not-the-password-1")
+    text = _fails_fast(lambda: _client(kafka, bad).api_versions(), AuthenticationError,
+                       f"SASL {mechanism} authentication as 'alice'.*SASL_AUTHENTICATION_FAILED")
+    assert "not-the-password-1" not in text and ALICE_PW not in text
+    assert "sasl.password" in text
 
 
 def test_unknown_scram_user(kafka: LocalKafka) -> None:
@@ -218,12 +224,12 @@ def test_missing_client_certificate(kafka: LocalKafka) -> None:
                 "requires a client certificate.*ssl.certificate.location")
 
 
-def test_plaintext_client_to_a_tls_port(kafka: LocalKafka) -> None:
-    for listener in ("sasl_ssl", "ssl"):
-        text = _fails_fast(lambda listener=listener: KafkaProtocolClient(
-            kafka.secured.bootstrap(listener), timeout_s=30).brokers(),
-            SecurityProtocolMismatchError, "speaks TLS.*security.protocol=SSL")
-        assert "size" not in text
+@pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"])
+def test_plaintext_client_to_a_tls_port(kafka: LocalKafka, listener: str) -> None:
+    client = KafkaProtocolClient(kafka.secured.bootstrap(listener), timeout_s=30)
+    text = _fails_fast(client.brokers, SecurityProtocolMismatchError,
+                       r"speaks TLS.*security\.protocol=SSL")
+    assert "size" not in text
 
 
 def test_tls_client_to_a_plaintext_port(kafka: LocalKafka) -> None:
@@ -237,3 +243,19 @@ def test_sasl_client_to_a_tls_only_listener(kafka: LocalKafka) -> None:
     config = kafka.connection_config()
     _fails_fast(lambda: _client(kafka, config, kafka.secured.bootstrap("ssl")).brokers(),
                 TlsError, "client certificate")
+
+
+@pytest.mark.parametrize(("listener", "fix"), [("sasl_plaintext", "SASL_PLAINTEXT"),
+                                              ("sasl_ssl", "SASL_SSL")])
+def test_client_without_sasl_to_a_sasl_port(kafka: LocalKafka, listener: str, fix: str) -> None:
+    """The broker answers ApiVersions, then drops the connection: recognised, not retried."""
+    config = kafka.connection_config(listener="ssl").with_changes(cert_file=None, key_file=None)\
+        if listener == "sasl_ssl" else ConnectionConfig()
+    _fails_fast(lambda: _client(kafka, config, kafka.secured.bootstrap(listener)).brokers(),
+                SecurityProtocolMismatchError, rf"SASL listener.*security\.protocol={fix}")
+
+
+def test_sasl_client_to_a_port_without_sasl(kafka: LocalKafka) -> None:
+    config = kafka.connection_config(BOB, listener="sasl_plaintext")
+    _fails_fast(lambda: _client(kafka, config, kafka.secured.bootstrap("plaintext")).brokers(),
+                SecurityProtocolMismatchError, r"does not use SASL.*security\.protocol=PLAINTEXT")

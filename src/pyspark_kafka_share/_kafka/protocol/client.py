@@ -83,6 +83,7 @@ from pyspark_kafka_share.errors import (
     KafkaConnectionError,
     OptionError,
     ProtocolDecodeError,
+    SecurityProtocolMismatchError,
     UnsupportedSecurityProtocolError,
     UnsupportedVersionError,
     error_for,
@@ -145,6 +146,8 @@ class BrokerConnection:
         self.config = PLAINTEXT if config is None else config
         self._correlation = 0
         self._reauth_at: float | None = None
+        self._responses = 0
+        self._answered_at = 0.0
         self.versions: dict[int, tuple[int, int]] = {}
         self._sock = open_socket(host, port, self.config, deadline)
 
@@ -213,7 +216,10 @@ class BrokerConnection:
             size = struct.unpack(">i", head)[0]
             if not 0 <= size <= MAX_FRAME:
                 raise ProtocolDecodeError(f"{name} response from {self.address} has size {size}")
-            return self._recv(size, deadline)
+            data = self._recv(size, deadline)
+            self._responses += 1
+            self._answered_at = time.monotonic()
+            return data
         except TimeoutError as exc:
             raise KafkaConnectionError(
                 f"{name} to {self.address}: no response within the timeout") from exc
@@ -229,18 +235,27 @@ class BrokerConnection:
             self._sock.settimeout(_remaining(deadline))
             chunk = self._sock.recv(min(n - got, 1 << 20))
             if not chunk:
-                raise KafkaConnectionError(f"broker {self.address} closed the connection"
-                                           + self._closed_hint())
+                raise self._closed_error()
             chunks.append(chunk)
             got += len(chunk)
         return b"".join(chunks)
 
 
-    def _closed_hint(self) -> str:
-        if self.config.uses_sasl or self.versions:
-            return ""
-        return (" (if its listener is secured, set security.protocol: SSL or SASL_SSL for "
-                "TLS, SASL_PLAINTEXT or SASL_SSL for SASL)")
+    def _closed_error(self) -> BrokerError:
+        """The broker closed the connection. Right after ApiVersions (within seconds) a
+        non-SASL client is being dropped by a SASL listener: say so, and do not retry."""
+        text = f"broker {self.address} closed the connection"
+        if self.config.uses_sasl or self._responses > 1:
+            return KafkaConnectionError(text)
+        if self._responses == 1 and time.monotonic() - self._answered_at < 5.0:
+            tls = self.config.uses_tls
+            return SecurityProtocolMismatchError(
+                f"{text} right after ApiVersions, as a SASL listener drops a client that does "
+                f"not authenticate: set security.protocol={'SASL_SSL' if tls else 'SASL_PLAINTEXT'}"
+                " with sasl.mechanism and its credentials")
+        return KafkaConnectionError(
+            f"{text} (if its listener is secured, set security.protocol: SSL or SASL_SSL for "
+            "TLS, SASL_PLAINTEXT or SASL_SSL for SASL)")
 
 
 def _remaining(deadline: float) -> float:

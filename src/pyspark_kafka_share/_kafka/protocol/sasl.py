@@ -28,7 +28,12 @@ from typing import Protocol
 
 from pyspark_kafka_share._kafka.connection import ConnectionConfig, OidcSettings
 from pyspark_kafka_share._kafka.protocol.codec import Reader, Writer
-from pyspark_kafka_share.errors import AuthenticationError, ProtocolDecodeError, error_name
+from pyspark_kafka_share.errors import (
+    AuthenticationError,
+    ProtocolDecodeError,
+    SecurityProtocolMismatchError,
+    error_name,
+)
 
 __all__ = ["SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Mechanism", "ScramClient", "authenticate",
            "mechanism_for", "oauthbearer_initial_response", "oidc_token", "plain_initial_response",
@@ -261,6 +266,11 @@ class _Exchange:
         r = self._reader("SaslHandshake", w.string(mechanism).getvalue(), deadline, False)
         code = r.int16()
         enabled = r.string_array()
+        if code == 34 and not enabled:  # ILLEGAL_SASL_STATE: the listener has no SASL
+            raise SecurityProtocolMismatchError(
+                f"the listener at {self.address} does not use SASL (it answered SaslHandshake "
+                "with ILLEGAL_SASL_STATE): set security.protocol=PLAINTEXT or SSL, or use the "
+                "port of the broker's SASL listener")
         if code:
             raise AuthenticationError(
                 f"SASL mechanism {mechanism} is not enabled on the listener at {self.address} "
