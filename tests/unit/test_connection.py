@@ -383,3 +383,13 @@ def test_oidc_client_credentials(token_endpoint: str) -> None:
     with pytest.raises(AuthenticationError, match=r"sasl\.oauthbearer\.token\.endpoint") as info:
         sasl.oidc_token(OidcSettings("http://127.0.0.1:9/t", "id", SECRET), 0.5)
     assert SECRET not in str(info.value)
+
+
+def test_harness_reprs_hide_passwords(tmp_path: Any) -> None:
+    from pyspark_kafka_share.harness import LocalKafka
+    from pyspark_kafka_share.harness.security import BrokerSecurity
+
+    assert SECRET not in repr(LocalKafka(security="sasl_ssl", users={"alice": SECRET}))
+    sec = BrokerSecurity.create("sasl_plaintext", tmp_path, 9092, {"alice": SECRET})
+    assert SECRET not in repr(sec)
+    assert sec.client_settings("alice", "PLAIN")["sasl.password"] == SECRET

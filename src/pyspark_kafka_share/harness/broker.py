@@ -203,7 +203,7 @@ class LocalKafka(_process.Harness):
     heap: str = "1g"
     version: str = KAFKA_VERSION
     security: str = "plaintext"
-    users: Mapping[str, str] = field(default_factory=dict)
+    users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
 
     _bootstrap: str | None = field(default=None, init=False, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)

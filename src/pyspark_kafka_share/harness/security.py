@@ -156,7 +156,7 @@ class BrokerSecurity:
     directory: Path
     ports: dict[str, int]
     internal_port: int
-    users: dict[str, str] = field(default_factory=dict)
+    users: dict[str, str] = field(default_factory=dict, repr=False)  # name -> password
     ca: CertificateAuthority | None = None
     _keystore: Path | None = None
 

@@ -296,6 +296,11 @@ class KafkaProtocolClient:
                  security_protocol: str = "PLAINTEXT",
                  connection: ConnectionConfig | None = None) -> None:
         check_security_protocol(security_protocol)
+        if connection is not None and security_protocol.strip().upper() not in (
+                "PLAINTEXT", connection.security_protocol):
+            raise OptionError("security_protocol", security_protocol,
+                              f"it disagrees with connection ({connection.security_protocol}): "
+                              "give the connection only")
         self.connection = connection if connection is not None else \
             ConnectionConfig(security_protocol=security_protocol)
         if timeout_s <= 0:
