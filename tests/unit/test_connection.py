@@ -393,3 +393,19 @@ def test_harness_reprs_hide_passwords(tmp_path: Any) -> None:
     sec = BrokerSecurity.create("sasl_plaintext", tmp_path, 9092, {"alice": SECRET})
     assert SECRET not in repr(sec)
     assert sec.client_settings("alice", "PLAIN")["sasl.password"] == SECRET
+
+
+def test_oauth_cb_results_like_confluent_kafka() -> None:
+    def four(_conf: str) -> tuple[str, float, str, dict[str, str]]:
+        return "tok", 0.0, "principal", {"logicalCluster": "lkc-1"}
+
+    config = ConnectionConfig("SASL_SSL", "OAUTHBEARER", token_provider=four)
+    assert sasl.mechanism_for(config, 1.0).first() == \
+        b"n,,\x01auth=Bearer tok\x01logicalCluster=lkc-1\x01\x01"
+
+    def broken(_conf: str) -> tuple[str, float]:
+        raise RuntimeError(SECRET)
+
+    with pytest.raises(AuthenticationError, match="oauth_cb") as info:
+        sasl.mechanism_for(config.with_changes(token_provider=broken), 1.0)
+    assert SECRET not in str(info.value)

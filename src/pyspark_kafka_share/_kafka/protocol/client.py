@@ -196,9 +196,8 @@ class BrokerConnection:
         self._correlation = (self._correlation + 1) & 0x3FFFFFFF  # SASL's ids are above
         corr = self._correlation
         header = encode_request_header(api_key, version, corr, self.client_id)
-        data = self._roundtrip(API_SPECS[api_key].name, header + body, deadline)
         name = API_SPECS[api_key].name
-        r = Reader(data, flexible=False)
+        r = Reader(self._roundtrip(name, header + body, deadline), flexible=False)
         got = decode_response_header(api_key, version, r)
         if got != corr:
             raise ProtocolDecodeError(
@@ -239,7 +238,6 @@ class BrokerConnection:
             chunks.append(chunk)
             got += len(chunk)
         return b"".join(chunks)
-
 
     def _closed_error(self) -> BrokerError:
         """The broker closed the connection. Right after ApiVersions (within seconds) a

@@ -24,7 +24,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from pyspark_kafka_share._kafka.connection import ConnectionConfig, OidcSettings
 from pyspark_kafka_share._kafka.protocol.codec import Reader, Writer
@@ -183,17 +183,21 @@ def oidc_token(oidc: OidcSettings, timeout_s: float) -> tuple[str, float]:
             f"({type(exc).__name__}: {exc}); check the URL, client id and secret") from None
 
 
-def _token(config: ConnectionConfig, timeout_s: float) -> str:
-    if config.token_provider is not None:
-        try:
-            token, _expiry = config.token_provider(config.oauthbearer_config)
-        except Exception as exc:
-            raise AuthenticationError(
-                f"OAUTHBEARER: the oauth_cb token provider failed ({type(exc).__name__})") \
-                from exc
-        return token
-    assert config.oidc is not None  # ConnectionConfig checks one of them is set
-    return oidc_token(config.oidc, timeout_s)[0]
+def _token(config: ConnectionConfig, timeout_s: float) -> tuple[str, Mapping[str, str]]:
+    """``(token, SASL extensions)``. Like confluent-kafka's ``oauth_cb``, a provider may
+    return ``(token, expiry)`` or ``(token, expiry, principal, extensions)``."""
+    if config.token_provider is None:
+        assert config.oidc is not None  # ConnectionConfig checks one of them is set
+        return oidc_token(config.oidc, timeout_s)[0], config.oidc.extensions
+    try:
+        result: tuple[Any, ...] = tuple(config.token_provider(config.oauthbearer_config))
+        token = str(result[0])
+        extensions = dict(result[3]) if len(result) > 3 and result[3] else {}
+    except Exception as exc:
+        raise AuthenticationError(
+            "OAUTHBEARER: the oauth_cb token provider failed or returned no (token, expiry) "
+            f"tuple ({type(exc).__name__})") from exc  # the provider's own error, as the cause
+    return token, extensions
 
 
 def mechanism_for(config: ConnectionConfig, timeout_s: float) -> Mechanism:
@@ -206,8 +210,7 @@ def mechanism_for(config: ConnectionConfig, timeout_s: float) -> Mechanism:
         assert config.username is not None and config.password is not None
         return ScramClient(mech, config.username, config.password)
     if mech == "OAUTHBEARER":
-        ext = config.oidc.extensions if config.oidc else None
-        return _OneShot(mech, oauthbearer_initial_response(_token(config, timeout_s), ext))
+        return _OneShot(mech, oauthbearer_initial_response(*_token(config, timeout_s)))
     raise AuthenticationError(f"SASL mechanism {mech!r} is not supported")
 
 
