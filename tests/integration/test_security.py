@@ -259,3 +259,37 @@ def test_sasl_client_to_a_port_without_sasl(kafka: LocalKafka) -> None:
     config = kafka.connection_config(BOB, listener="sasl_plaintext")
     _fails_fast(lambda: _client(kafka, config, kafka.secured.bootstrap("plaintext")).brokers(),
                 SecurityProtocolMismatchError, r"does not use SASL.*security\.protocol=PLAINTEXT")
+
+
+def test_share_group_offsets_and_lag_over_sasl_ssl(kafka: LocalKafka) -> None:
+    """The point of it all: a share consumer and the admin's lag, as an ordinary user."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    topic, group = f"share-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic)
+    kafka.produce(topic, [f"r{i}".encode() for i in range(5)])
+    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+    for resource, name in (("TOPIC", topic), ("GROUP", group)):
+        kafka.grant(ALICE, resource, name, "ALL")
+    consumer = ShareConsumer(kafka.client_config(ALICE, mechanism="SCRAM-SHA-512",
+                                                 **{"group.id": group}))
+    try:
+        consumer.subscribe([topic])
+        accepted, deadline = 0, time.monotonic() + 60
+        while accepted < 3 and time.monotonic() < deadline:
+            for msg in consumer.poll(0.5):
+                kind = AcknowledgeType.ACCEPT if accepted < 3 else AcknowledgeType.RELEASE
+                consumer.acknowledge(msg, kind)
+                accepted += kind == AcknowledgeType.ACCEPT
+            consumer.commit_sync()
+        assert accepted == 3
+    finally:
+        consumer.close()
+    with _client(kafka, kafka.connection_config(ALICE, mechanism="SCRAM-SHA-512")) as client:
+        described = client.describe_share_group(group)
+        assert described.group_id == group
+        offsets = client.describe_share_group_offsets(group)
+        (topic_offsets,) = offsets.topics
+        (partition,) = topic_offsets.partitions
+        assert partition.error_code == 0 and partition.start_offset >= 3
+        assert partition.lag == 5 - partition.start_offset  # Kafka 4.2+ reports the lag

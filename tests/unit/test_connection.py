@@ -218,7 +218,7 @@ def test_from_client_settings_tokens() -> None:
         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
         "enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": "principal=al"})
     assert unsecured.token_provider is not None
-    token, _ = unsecured.token_provider("")
+    token = unsecured.token_provider("")[0]
     assert json.loads(_b64(token.split(".")[1]))["sub"] == "al"
 
 

@@ -45,8 +45,10 @@ MASK = "***"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
-TokenProvider = Callable[[str], tuple[str, float]]
-"""confluent-kafka's ``oauth_cb``: ``(sasl.oauthbearer.config) -> (token, expiry epoch s)``."""
+TokenProvider = Callable[
+    [str], "tuple[str, float] | tuple[str, float, str, Mapping[str, str]]"]
+"""confluent-kafka's ``oauth_cb``: ``(sasl.oauthbearer.config) -> (token, expiry epoch s)``, or
+``(token, expiry, principal, SASL extensions)``."""
 
 _GSSAPI_FIX = ("GSSAPI (Kerberos) is not supported by the share-group admin client; use "
                "SCRAM-SHA-512, SCRAM-SHA-256, PLAIN (over SASL_SSL) or OAUTHBEARER, or Kafka's "
