@@ -135,6 +135,8 @@ def test_reauthentication_before_the_session_ends(kafka: LocalKafka) -> None:
 
 
 def test_command_config_file_round_trip(kafka: LocalKafka) -> None:
+    from confluent_kafka.admin import AdminClient
+
     for listener, mechanism in (("sasl_ssl", "SCRAM-SHA-512"), ("ssl", None)):
         path = kafka.command_config_file(ALICE if listener == "sasl_ssl" else "admin",
                                          mechanism=mechanism, listener=listener)
@@ -142,6 +144,9 @@ def test_command_config_file_round_trip(kafka: LocalKafka) -> None:
         assert settings["security.protocol"] == listener.upper()
         with _client(kafka, config) as client:
             assert client.api_versions()
+        # librdkafka takes the translation too (a PEM keystore: key and chain in one file)
+        admin = AdminClient({**settings, "bootstrap.servers": kafka.secured.bootstrap(listener)})
+        assert admin.list_topics(timeout=10).brokers
 
 
 def test_kafka_tool_takes_the_command_config_file(kafka: LocalKafka) -> None:

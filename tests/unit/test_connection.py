@@ -409,3 +409,9 @@ def test_oauth_cb_results_like_confluent_kafka() -> None:
     with pytest.raises(AuthenticationError, match="oauth_cb") as info:
         sasl.mechanism_for(config.with_changes(token_provider=broken), 1.0)
     assert SECRET not in str(info.value)
+
+
+def test_sasl_settings_are_ignored_without_sasl() -> None:
+    config = ConnectionConfig.from_client_settings({"security.protocol": "SSL",
+                                                    "sasl.mechanism": "GSSAPI"})
+    assert config.sasl_mechanism is None and "sasl.mechanism" not in config.client_settings()

@@ -119,6 +119,8 @@ class ConnectionConfig:
             raise _fail("security.protocol", self.security_protocol,
                         f"use one of {', '.join(SECURITY_PROTOCOLS)}")
         object.__setattr__(self, "security_protocol", proto)
+        if self.sasl_mechanism is not None and not self.uses_sasl:
+            object.__setattr__(self, "sasl_mechanism", None)  # unused, as librdkafka ignores it
         if self.sasl_mechanism is not None:
             mech = self.sasl_mechanism.strip().upper()
             if mech == "GSSAPI":
