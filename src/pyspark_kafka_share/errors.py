@@ -5,8 +5,8 @@
     KafkaShareError                     root: ``except KafkaShareError`` catches them all
     ├── OptionError (ValueError)        an option or argument is missing or bad; raised before
     │                                   a query or a worker job starts
-    │   └── UnsupportedSecurityProtocolError   the protocol client speaks PLAINTEXT only
-    │                                          (.option ``security_protocol``)
+    │   └── UnsupportedSecurityProtocolError   a security protocol or SASL mechanism the
+    │                                          protocol client does not speak (e.g. GSSAPI)
     ├── SetupError                      this Python, or the Python Spark runs, lacks the
     │                                   package or a dependency (names the fix)
     ├── BrokerError                     the broker or a client reported an error; never
@@ -14,14 +14,20 @@
     │   ├── KafkaConnectionError        a broker could not be reached or did not answer
     │   ├── ProtocolDecodeError         a broker's response could not be decoded
     │   ├── LagUnavailableError         the broker does not report share-group lag
-    │   └── KafkaApiError               a broker answered with an error code (.code, .error)
-    │       ├── CoordinatorNotAvailableError
-    │       ├── GroupNotEmptyError
-    │       ├── GroupNotFoundError
-    │       │   └── NotAShareGroupError     a group of that name exists, of another type
-    │       ├── UnknownTopicError
-    │       ├── AuthorizationError
-    │       └── UnsupportedVersionError
+    │   ├── KafkaApiError               a broker answered with an error code (.code, .error)
+    │   │   ├── CoordinatorNotAvailableError
+    │   │   ├── GroupNotEmptyError
+    │   │   ├── GroupNotFoundError
+    │   │   │   └── NotAShareGroupError     a group of that name exists, of another type
+    │   │   ├── UnknownTopicError
+    │   │   ├── AuthorizationError
+    │   │   └── UnsupportedVersionError
+    │   ├── AuthenticationError         SASL authentication failed (wrong credentials,
+    │   │                               mechanism not enabled); never retried
+    │   ├── TlsError                    the TLS handshake failed (untrusted CA, hostname
+    │   │                               mismatch, missing client certificate); never retried
+    │   └── SecurityProtocolMismatchError  client and port speak different protocols (TLS
+    │                                   or SASL to a port without, or the other way round)
     ├── JournalError                    the acknowledgement journal could not be read/written
     │   └── JournalClosed               a partition log was ENDed or its batch committed (a
     │                                   late task attempt; handled inside the source)
@@ -43,6 +49,7 @@ from typing import Any
 
 __all__ = [
     "ArtifactNotFoundError",
+    "AuthenticationError",
     "AuthorizationError",
     "BrokerError",
     "CoordinatorNotAvailableError",
@@ -60,7 +67,9 @@ __all__ = [
     "NotReady",
     "OptionError",
     "ProtocolDecodeError",
+    "SecurityProtocolMismatchError",
     "SetupError",
+    "TlsError",
     "UnknownTopicError",
     "UnsupportedSecurityProtocolError",
     "UnsupportedVersionError",
@@ -94,8 +103,8 @@ class SetupError(KafkaShareError):
 
 
 class UnsupportedSecurityProtocolError(OptionError):
-    """A security protocol other than PLAINTEXT was asked of the plaintext-only protocol client
-    (``option``: ``security_protocol``, or the bootstrap servers for a ``SSL://`` listener)."""
+    """A security protocol or SASL mechanism the protocol client does not speak (GSSAPI, an
+    unknown name); ``option`` names the setting, the fix says what to use instead."""
 
 
 class BrokerError(KafkaShareError):
@@ -323,3 +332,22 @@ def from_client_error(exc: BaseException, context: str, fix: str = "") -> Broker
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     text = f"{context} ({detail})"
     return BrokerError(f"{text}. {fix}" if fix else text)
+
+
+class AuthenticationError(BrokerError):
+    """SASL authentication failed: wrong username/password/token, or the mechanism is not
+    enabled on the listener. The message names the mechanism and the options to check (never
+    a secret). Not retried: the same credentials fail the same way."""
+
+
+class TlsError(BrokerError):
+    """The TLS handshake with a broker failed: its certificate is not trusted (``ssl.ca.location``),
+    does not name the host (``ssl.endpoint.identification.algorithm``), or the broker wants a
+    client certificate (``ssl.certificate.location``/``ssl.key.location``). Not retried."""
+
+
+class SecurityProtocolMismatchError(BrokerError):
+    """Client and broker port speak different protocols: a plaintext client to a TLS port (the
+    broker answers with a TLS alert), a TLS client to a plaintext port, a SASL client to a
+    listener without SASL or the other way round. The message names ``security.protocol`` and
+    the value that fits. Not retried."""

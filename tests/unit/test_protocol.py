@@ -334,13 +334,14 @@ def test_bootstrap_parsing() -> None:
             p.parse_bootstrap(bad)
 
 
-def test_only_plaintext_is_spoken() -> None:
-    with pytest.raises(p.UnsupportedSecurityProtocolError, match="plaintext only"):
-        p.parse_bootstrap("SSL://b:9093")
-    with pytest.raises(p.UnsupportedSecurityProtocolError):
+def test_security_protocols_are_checked() -> None:
+    with pytest.raises(p.UnsupportedSecurityProtocolError, match="unknown"):
+        p.parse_bootstrap("TLS://b:9093")
+    assert p.parse_bootstrap("SSL://b:9093") == [("b", 9093)]
+    with pytest.raises(OptionError, match=r"sasl\.mechanism"):  # SASL needs a ConnectionConfig
         p.KafkaProtocolClient("b:9092", security_protocol="SASL_SSL")
     with pytest.raises(KafkaShareError):
-        ShareGroupAdmin("b:9092", security_protocol="SSL")
+        ShareGroupAdmin("b:9092", security_protocol="SASL_PLAINTEXT")
     p.KafkaProtocolClient("b:9092", security_protocol="plaintext").close()  # no connection yet
 
 

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark_kafka_share._kafka.group import write_group_configs
 from pyspark_kafka_share._kafka.logs import client_config
@@ -48,9 +48,12 @@ from pyspark_kafka_share.harness.jars import (
     ensure_jars,
     require_tool,
 )
+from pyspark_kafka_share.harness.security import ADMIN, BrokerSecurity
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
+
+    from pyspark_kafka_share._kafka.connection import ConnectionConfig
 
 __all__ = [
     "ENV_BOOTSTRAP",
@@ -184,6 +187,11 @@ class LocalKafka(_process.Harness):
         extra_config: more ``server.properties`` entries, overriding the above.
         start_timeout_s: how long :meth:`start` and :meth:`restart` wait for the broker.
         heap: the JVM's ``-Xmx``.
+        security: the client listener: ``"plaintext"`` (default), ``"ssl"`` (mutual TLS),
+            ``"sasl_ssl"`` or ``"sasl_plaintext"`` (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER),
+            with ACLs (see :mod:`pyspark_kafka_share.harness.security`).
+        users: SASL users (name -> password) known from the start (PLAIN needs them here;
+            SCRAM users can also be added later with :meth:`add_user`).
     """
 
     lock_duration_ms: int = 30_000
@@ -194,11 +202,14 @@ class LocalKafka(_process.Harness):
     start_timeout_s: float = 90.0
     heap: str = "1g"
     version: str = KAFKA_VERSION
+    security: str = "plaintext"
+    users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
 
     _bootstrap: str | None = field(default=None, init=False, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _workdir: Path | None = field(default=None, init=False, repr=False)
     _external: bool = field(default=False, init=False, repr=False)
+    _security: BrokerSecurity | None = field(default=None, init=False, repr=False)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -257,6 +268,8 @@ class LocalKafka(_process.Harness):
             "group.share.min.session.timeout.ms": str(min(5_000, self.session_timeout_ms)),
             "log.flush.interval.messages": "9223372036854775807",
         }
+        if self._security is not None:
+            props.update(self._security.server_properties(controller_port))
         props.update(self.extra_config)
         return props
 
@@ -282,12 +295,16 @@ class LocalKafka(_process.Harness):
         self._workdir = workdir
         try:
             port, controller_port = _process.free_port(), _process.free_port()
+            if self.security.lower() != "plaintext":
+                self._security = BrokerSecurity.create(
+                    self.security, workdir / "tls", port, self.users)
             props = self.server_properties(port, controller_port, workdir / "data")
             conf = workdir / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             fmt = subprocess.run(
                 [java, f"-Dlog4j2.configurationFile={_broker_log4j(libs)}", "-cp", f"{libs}/*",
-                 "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(conf)],
+                 "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(conf),
+                 *(self._security.format_args() if self._security else ())],
                 capture_output=True, text=True, check=False,
             )
             if fmt.returncode != 0:
@@ -367,7 +384,8 @@ class LocalKafka(_process.Harness):
         """Until the broker answers metadata requests and every partition has a leader."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0,
+                             **self._harness_settings()})
 
         def answers() -> bool:
             md = admin.list_topics(timeout=2)
@@ -398,6 +416,7 @@ class LocalKafka(_process.Harness):
             shutil.rmtree(workdir, ignore_errors=True)
         self._bootstrap = None
         self._external = False
+        self._security = None
 
     # -- helpers for tests and development -----------------------------------------------
 
@@ -405,7 +424,8 @@ class LocalKafka(_process.Harness):
         """A confluent-kafka ``AdminClient`` for this broker."""
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient(client_config({"bootstrap.servers": self.bootstrap_servers}))
+        return AdminClient(client_config({"bootstrap.servers": self.bootstrap_servers,
+                                          **self._harness_settings()}))
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None,
                      *, timeout_s: float = 30.0) -> str:
@@ -443,7 +463,7 @@ class LocalKafka(_process.Harness):
 
         conf: dict[str, str | int] = {
             "bootstrap.servers": self.bootstrap_servers, "linger.ms": 5, "acks": "all",
-            "enable.idempotence": "true",
+            "enable.idempotence": "true", **self._harness_settings(),
         }
         conf.update(producer_config or {})
         producer = Producer(client_config(conf))  # its log lines: the package's client logger
@@ -501,3 +521,63 @@ class LocalKafka(_process.Harness):
                 f"{cls} exited with {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}"
             )
         return proc
+
+    # -- secured brokers (LocalKafka(security=...)); see harness/security.py --------------
+
+    def _harness_settings(self) -> dict[str, Any]:
+        """The harness's own client settings: the super user's, on a secured broker."""
+        if self._security is None:
+            return {}
+        return self._security.client_settings(ADMIN, "PLAIN")
+
+    @property
+    def secured(self) -> BrokerSecurity:
+        """The secured broker's CA, certificates and users (raises for a plaintext broker)."""
+        if self._security is None:
+            raise LocalKafkaError("this broker is plaintext: start LocalKafka(security=...)")
+        return self._security
+
+    def client_config(self, user: str = ADMIN, *, mechanism: str | None = None,
+                      listener: str | None = None, **extra: Any) -> dict[str, Any]:
+        """librdkafka (confluent-kafka) settings to connect as ``user``: ``bootstrap.servers``,
+        ``security.protocol``, the CA, the client certificate (``ssl``) or SASL credentials
+        (``mechanism``, default SCRAM-SHA-512; OAUTHBEARER: an unsecured JWT), and ``extra``.
+        ``listener``: one of the ``security`` modes (default: the first)."""
+        if self._security is None:
+            return {"bootstrap.servers": self.bootstrap_servers, **extra}
+        return {"bootstrap.servers": self._security.bootstrap(listener),
+                **self._security.client_settings(user, mechanism, listener), **extra}
+
+    def connection_config(self, user: str = ADMIN, *, mechanism: str | None = None,
+                          listener: str | None = None) -> ConnectionConfig:
+        """The protocol client's :class:`ConnectionConfig` to connect as ``user``."""
+        from pyspark_kafka_share._kafka.connection import PLAINTEXT
+
+        if self._security is None:
+            return PLAINTEXT
+        return self._security.connection_config(user, mechanism, listener)
+
+    def command_config_file(self, user: str = ADMIN, *, mechanism: str | None = None,
+                            listener: str | None = None) -> Path:
+        """A Java client properties file for ``user`` (``kafka-share-groups.sh
+        --command-config``); truststore and keystore as PEM."""
+        assert self._workdir is not None
+        text = self._security.java_properties(user, mechanism, listener) \
+            if self._security else ""
+        name = f"client-{user}-{mechanism or 'default'}-{listener or 'main'}.properties"
+        path = self._workdir / name.lower()
+        path.write_text(text)
+        path.chmod(0o600)
+        return path
+
+    def add_user(self, name: str, password: str) -> None:
+        """SCRAM-SHA-256 and SCRAM-SHA-512 credentials for a new SASL user."""
+        self.secured.add_user(self.admin(), name, password)
+
+    def grant(self, principal: str, resource_type: str, name: str, operation: str, *,
+              pattern: str = "LITERAL") -> None:
+        """An ALLOW ACL, e.g. ``grant("alice", "GROUP", "workers", "READ")``."""
+        self.secured.grant(self.admin(), principal, resource_type, name, operation,
+                           pattern=pattern)
+
+    acl = grant

@@ -28,19 +28,23 @@ Layers, each usable on its own (``codec``, ``messages``, ``client``):
   bounded retries, and one method per API; group-level errors become exceptions
   (:class:`KafkaApiError` subclasses), partition/topic-level error codes are returned.
 
-Only ``PLAINTEXT`` is supported; anything else raises
-:class:`UnsupportedSecurityProtocolError`. The client is not thread-safe.
+Security: a :class:`~pyspark_kafka_share._kafka.connection.ConnectionConfig` (default
+plaintext) selects TLS (:mod:`.transport`) and SASL PLAIN, SCRAM-SHA-256/512 or OAUTHBEARER
+(:mod:`.sasl`, re-authenticating before the broker's session lifetime ends, KIP-368).
+The client is not thread-safe.
 """
 
 from __future__ import annotations
 
-import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 
+from pyspark_kafka_share._kafka.connection import PLAINTEXT, SECURITY_PROTOCOLS, ConnectionConfig
 from pyspark_kafka_share._kafka.protocol import messages as msg
+from pyspark_kafka_share._kafka.protocol import sasl
 from pyspark_kafka_share._kafka.protocol.codec import (
     API_SPECS,
     MAX_FRAME,
@@ -60,6 +64,11 @@ from pyspark_kafka_share._kafka.protocol.messages import (
     ShareGroupOffsets,
     SharePartitionOffset,
 )
+from pyspark_kafka_share._kafka.protocol.transport import (
+    check_not_tls_alert,
+    open_socket,
+    tls_error,
+)
 from pyspark_kafka_share.errors import (
     BrokerError,
     CoordinatorNotAvailableError,
@@ -67,6 +76,7 @@ from pyspark_kafka_share.errors import (
     KafkaConnectionError,
     OptionError,
     ProtocolDecodeError,
+    SecurityProtocolMismatchError,
     UnsupportedSecurityProtocolError,
     UnsupportedVersionError,
     error_for,
@@ -87,7 +97,7 @@ def _check(code: int, context: str, broker_message: str | None = None) -> None:
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     """``"h1:9092,PLAINTEXT://h2:9092,[::1]:9092"`` -> ``[(host, port), ...]``.
 
-    Raises :class:`UnsupportedSecurityProtocolError` for a non-PLAINTEXT listener scheme.
+    Raises :class:`UnsupportedSecurityProtocolError` for an unknown security protocol scheme.
     """
     out: list[tuple[str, int]] = []
     for raw in servers.split(","):
@@ -111,27 +121,30 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 def check_security_protocol(protocol: str, option: str = "security_protocol",
                             value: str | None = None) -> None:
     """Raise :class:`UnsupportedSecurityProtocolError` (an option error naming ``option`` and
-    its ``value``, by default ``protocol``) unless ``protocol`` is PLAINTEXT."""
-    if protocol.strip().upper() != "PLAINTEXT":
+    its ``value``, by default ``protocol``) unless ``protocol`` is one of PLAINTEXT, SSL,
+    SASL_PLAINTEXT, SASL_SSL."""
+    if protocol.strip().upper() not in SECURITY_PROTOCOLS:
         raise UnsupportedSecurityProtocolError(
             option, protocol if value is None else value,
-            f"security protocol {protocol!r} is not supported by the share-group admin "
-            "client, which speaks plaintext only (PLAINTEXT). Use Kafka's "
-            "kafka-share-groups.sh tool for SSL/SASL clusters")
+            f"security protocol {protocol!r} is unknown to the share-group admin client: use "
+            f"one of {', '.join(SECURITY_PROTOCOLS)}")
 
 
 class BrokerConnection:
-    """One plaintext connection to one broker; requests are sent and answered one at a time."""
+    """One connection to one broker (plaintext, or as ``config`` says: TLS, SASL); requests
+    are sent and answered one at a time. SASL runs in :meth:`negotiate`, after ApiVersions."""
 
     def __init__(self, host: str, port: int, *, deadline: float,
-                 client_id: str = "pyspark-kafka-share") -> None:
+                 client_id: str = "pyspark-kafka-share",
+                 config: ConnectionConfig | None = None) -> None:
         self.host, self.port, self.client_id = host, port, client_id
+        self.config = PLAINTEXT if config is None else config
         self._correlation = 0
+        self._reauth_at: float | None = None
+        self._responses = 0
+        self._answered_at = 0.0
         self.versions: dict[int, tuple[int, int]] = {}
-        try:
-            self._sock = socket.create_connection((host, port), timeout=_remaining(deadline))
-        except OSError as exc:
-            raise KafkaConnectionError(f"cannot connect to broker {host}:{port}: {exc}") from exc
+        self._sock = open_socket(host, port, self.config, deadline)
 
     @property
     def address(self) -> str:
@@ -147,7 +160,16 @@ class BrokerConnection:
         if code not in (ErrorCode.NONE, ErrorCode.UNSUPPORTED_VERSION):  # still lists them
             raise error_for(code, f"ApiVersions to {self.address}")
         self.versions = versions
+        if self.config.uses_sasl:
+            self._authenticate(deadline)
         return versions
+
+    def _authenticate(self, deadline: float) -> None:
+        """SASL (again, when the session is about to end: KIP-368 re-authentication)."""
+        lifetime_ms = sasl.authenticate(self._roundtrip, self.config, self.versions,
+                                        client_id=self.client_id, address=self.address,
+                                        deadline=deadline)
+        self._reauth_at = sasl.session_deadline(lifetime_ms)
 
     def version_for(self, api_key: ApiKey) -> int:
         """The highest version both the broker (after :meth:`negotiate`) and this module speak."""
@@ -165,30 +187,41 @@ class BrokerConnection:
 
     def send(self, api_key: ApiKey, version: int, body: bytes, deadline: float) -> Reader:
         """Send one request, wait for its response; return a Reader positioned at the body."""
-        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
+            self._authenticate(deadline)
+        self._correlation = (self._correlation + 1) & 0x3FFFFFFF  # SASL's ids are above
         corr = self._correlation
         header = encode_request_header(api_key, version, corr, self.client_id)
-        payload = header + body
         name = API_SPECS[api_key].name
-        try:
-            self._sock.settimeout(_remaining(deadline))
-            self._sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = struct.unpack(">i", self._recv(4, deadline))[0]
-            if not 0 <= size <= MAX_FRAME:
-                raise ProtocolDecodeError(f"{name} response from {self.address} has size {size}")
-            data = self._recv(size, deadline)
-        except TimeoutError as exc:
-            raise KafkaConnectionError(
-                f"{name} to {self.address}: no response within the timeout") from exc
-        except OSError as exc:
-            raise KafkaConnectionError(f"{name} to {self.address} failed: {exc}") from exc
-        r = Reader(data, flexible=False)
+        r = Reader(self._roundtrip(name, header + body, deadline), flexible=False)
         got = decode_response_header(api_key, version, r)
         if got != corr:
             raise ProtocolDecodeError(
                 f"{name} to {self.address}: correlation id {got}, expected {corr}")
         r.flexible = is_flexible(api_key, version)
         return r
+
+    def _roundtrip(self, name: str, payload: bytes, deadline: float) -> bytes:
+        """Send one request frame, return the response frame (errors named, TLS recognised)."""
+        try:
+            self._sock.settimeout(_remaining(deadline))
+            self._sock.sendall(struct.pack(">i", len(payload)) + payload)
+            head = self._recv(4, deadline)
+            check_not_tls_alert(head, self.address, self.config)
+            size = struct.unpack(">i", head)[0]
+            if not 0 <= size <= MAX_FRAME:
+                raise ProtocolDecodeError(f"{name} response from {self.address} has size {size}")
+            data = self._recv(size, deadline)
+            self._responses += 1
+            self._answered_at = time.monotonic()
+            return data
+        except TimeoutError as exc:
+            raise KafkaConnectionError(
+                f"{name} to {self.address}: no response within the timeout") from exc
+        except ssl.SSLError as exc:
+            raise tls_error(exc, self.address, self.config, handshake=False) from None
+        except OSError as exc:
+            raise KafkaConnectionError(f"{name} to {self.address} failed: {exc}") from exc
 
     def _recv(self, n: int, deadline: float) -> bytes:
         chunks: list[bytes] = []
@@ -197,10 +230,26 @@ class BrokerConnection:
             self._sock.settimeout(_remaining(deadline))
             chunk = self._sock.recv(min(n - got, 1 << 20))
             if not chunk:
-                raise KafkaConnectionError(f"broker {self.address} closed the connection")
+                raise self._closed_error()
             chunks.append(chunk)
             got += len(chunk)
         return b"".join(chunks)
+
+    def _closed_error(self) -> BrokerError:
+        """The broker closed the connection. Right after ApiVersions (within seconds) a
+        non-SASL client is being dropped by a SASL listener: say so, and do not retry."""
+        text = f"broker {self.address} closed the connection"
+        if self.config.uses_sasl or self._responses > 1:
+            return KafkaConnectionError(text)
+        if self._responses == 1 and time.monotonic() - self._answered_at < 5.0:
+            tls = self.config.uses_tls
+            return SecurityProtocolMismatchError(
+                f"{text} right after ApiVersions, as a SASL listener drops a client that does "
+                f"not authenticate: set security.protocol={'SASL_SSL' if tls else 'SASL_PLAINTEXT'}"
+                " with sasl.mechanism and its credentials")
+        return KafkaConnectionError(
+            f"{text} (if its listener is secured, set security.protocol: SSL or SASL_SSL for "
+            "TLS, SASL_PLAINTEXT or SASL_SSL for SASL)")
 
 
 def _remaining(deadline: float) -> float:
@@ -210,9 +259,10 @@ def _remaining(deadline: float) -> float:
     return left
 
 
-def api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int, int]]:
-    """ApiVersions v0 over a plain socket: ``{api_key: (min, max)}`` the broker supports."""
-    conn = BrokerConnection(host, port, deadline=time.monotonic() + timeout_s)
+def api_versions(host: str, port: int, timeout_s: float,
+                 config: ConnectionConfig | None = None) -> dict[int, tuple[int, int]]:
+    """ApiVersions v0 (after TLS/SASL per ``config``): ``{api_key: (min, max)}``."""
+    conn = BrokerConnection(host, port, deadline=time.monotonic() + timeout_s, config=config)
     try:
         return conn.negotiate(time.monotonic() + timeout_s)
     finally:
@@ -223,7 +273,12 @@ def api_versions(host: str, port: int, timeout_s: float) -> dict[int, tuple[int,
 
 
 class KafkaProtocolClient:
-    """Share-group admin requests over plaintext Kafka protocol, with bounded timeouts.
+    """Share-group admin requests over the Kafka protocol, with bounded timeouts.
+
+    ``connection`` says how to connect (TLS, SASL); without it, ``security_protocol`` alone
+    (PLAINTEXT or SSL with the system's CAs; SASL needs a ``connection``). Authentication and
+    TLS failures (:class:`AuthenticationError`, :class:`TlsError`) are raised at once, never
+    retried.
 
     Each public method finishes within ``timeout_s`` (or raises :class:`KafkaConnectionError`);
     coordinator moves (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
@@ -232,8 +287,16 @@ class KafkaProtocolClient:
 
     def __init__(self, bootstrap_servers: str, *, timeout_s: float = 30.0,
                  client_id: str = "pyspark-kafka-share-admin",
-                 security_protocol: str = "PLAINTEXT") -> None:
+                 security_protocol: str = "PLAINTEXT",
+                 connection: ConnectionConfig | None = None) -> None:
         check_security_protocol(security_protocol)
+        if connection is not None and security_protocol.strip().upper() not in (
+                "PLAINTEXT", connection.security_protocol):
+            raise OptionError("security_protocol", security_protocol,
+                              f"it disagrees with connection ({connection.security_protocol}): "
+                              "give the connection only")
+        self.connection = connection if connection is not None else \
+            ConnectionConfig(security_protocol=security_protocol)
         if timeout_s <= 0:
             raise OptionError("timeout_s", timeout_s, "give a positive number of seconds")
         self.bootstrap_servers = bootstrap_servers
@@ -264,7 +327,8 @@ class KafkaProtocolClient:
     def _connection(self, host: str, port: int, deadline: float) -> BrokerConnection:
         conn = self._conns.get((host, port))
         if conn is None:
-            conn = BrokerConnection(host, port, deadline=deadline, client_id=self.client_id)
+            conn = BrokerConnection(host, port, deadline=deadline, client_id=self.client_id,
+                                    config=self.connection)
             try:
                 conn.negotiate(deadline)
             except BaseException:
