@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_harness import (
+
+from pyspark_kafka_share.harness import LocalKafka
+from tests.chaos.chaos_harness import (
     ChaosQuery,
     SparkTasks,
     SteadyProducer,
@@ -44,7 +46,7 @@ from chaos_harness import (
     sink_count,
     sink_rows,
 )
-from chaos_schedule import (
+from tests.chaos.chaos_schedule import (
     BROKER_CRASH,
     LOCK_EXPIRY,
     QUERY_RESTART,
@@ -54,8 +56,6 @@ from chaos_schedule import (
     Fault,
     make_schedule,
 )
-
-from pyspark_kafka_share.harness import LocalKafka
 
 CONFIG = ChaosConfig.from_env()
 

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 
-from helpers import read_topic
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster, ProducerRecord
 from pyspark_kafka_share.harness.spark import ExecutorProcess
 from pyspark_kafka_share.workers import Record, WorkerProgress, WorkerSummary, run_workers
+from tests.helpers import read_topic
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType
 
-from helpers import wait_for
 from pyspark_kafka_share.admin import (
     GroupNotEmptyError,
     GroupNotFoundError,
@@ -21,6 +20,7 @@ from pyspark_kafka_share.admin import (
 )
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from tests.helpers import wait_for
 
 
 @pytest.fixture

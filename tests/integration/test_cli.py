@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions
 
-from helpers import wait_for
 from pyspark_kafka_share import cli
 from pyspark_kafka_share.admin import PartitionOffset, ShareGroupAdmin
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from tests.helpers import wait_for
 
 Run = Callable[..., tuple[int, str, str]]
 

@@ -21,13 +21,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from helpers import JournalAt
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
+from tests.fixtures.journal import JournalAt
 
 Key = tuple[str, int, int]
 

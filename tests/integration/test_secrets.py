@@ -36,12 +36,12 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 
-from helpers import JournalAt, journal_at
 from pyspark_kafka_share.harness import LocalKafka, LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.workers import Record, WorkerProgress, run_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
+from tests.fixtures.journal import JournalAt, journal_at
 
 # The worker function runs in Spark's Python workers, which cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

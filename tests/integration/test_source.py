@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from helpers import JournalAt, read_only_dir, wait_for
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
+from tests.fixtures.journal import JournalAt
+from tests.helpers import read_only_dir, wait_for
 
 Key = tuple[str, int, int]
 

@@ -22,7 +22,6 @@ import pytest
 from confluent_kafka import AcknowledgeType
 from pyspark import cloudpickle
 
-from helpers import read_topic
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import (
@@ -33,6 +32,7 @@ from pyspark_kafka_share.workers import (
     run_workers,
     start_workers,
 )
+from tests.helpers import read_topic
 
 # The worker functions below (and the helpers they call) run in Spark's Python workers, which
 # cannot import this test module: ship it by value.
