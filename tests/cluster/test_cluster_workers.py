@@ -31,7 +31,7 @@ from tests.helpers import read_topic
 pytestmark = pytest.mark.cluster
 
 # The worker function runs on the executors, which cannot import this module: ship it by value.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 N = 600
 CHUNK = 10

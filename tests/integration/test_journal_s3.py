@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,6 +25,9 @@ from pyspark_kafka_share.harness.s3 import LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from tests.fixtures.journal import JournalAt, end_marker, record_batch
+
+if TYPE_CHECKING:
+    from obstore.store import S3Config
 
 
 def _keys_under(where: JournalAt, sub: str) -> list[str]:
@@ -44,8 +48,10 @@ def test_the_server_refuses_a_second_exclusive_create_also_under_races(
 
     opts = s3_journal.store_options
     bucket, prefix = s3_journal.url.removeprefix("s3://").split("/", 1)
-    store = S3Store(bucket, config={k: v for k, v in opts.items()},
-                    client_options={"allow_http": True})
+    config: S3Config = {"endpoint": opts["aws_endpoint"], "region": opts["aws_region"],
+                        "access_key_id": opts["aws_access_key_id"],
+                        "secret_access_key": opts["aws_secret_access_key"]}
+    store = S3Store(bucket, config=config, client_options={"allow_http": True})
     obstore.put(store, f"{prefix}/once", b"first", mode="create")
     with pytest.raises(AlreadyExistsError):
         obstore.put(store, f"{prefix}/once", b"second", mode="create")

@@ -180,7 +180,9 @@ def _read_all(bootstrap: str, topic: str, partitions: int, want: int) -> list[by
         while len(got) < want and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.5):
                 assert msg.error() is None, msg.error()
-                got.append(msg.value())
+                value = msg.value()
+                assert value is not None
+                got.append(value)
     finally:
         consumer.close()
     return got

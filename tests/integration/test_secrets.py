@@ -44,7 +44,7 @@ from pyspark_kafka_share.workers.config import WorkerConfig
 from tests.fixtures.journal import JournalAt, journal_at
 
 # The worker function runs in Spark's Python workers, which cannot import this module.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 # Distinctive values: found only if something printed a secret.
 SASL_PASSWORD = "SASLPW-q7Zx3marker"
@@ -304,10 +304,11 @@ def test_workers_refused_by_the_broker_show_no_secret(
 def test_a_misspelled_consumer_config_is_not_echoed(
     spark: Any, kafka: LocalKafka, topic: str, group: str, seen: Seen,
 ) -> None:
+    # A keyword run_workers does not have: built at run time, as a caller's typo would be.
+    misspelled: dict[str, Any] = {"consumer_confg": {"sasl.password": SASL_PASSWORD}}
     with pytest.raises(Exception, match="did you mean 'consumer_config'") as info:
         run_workers(spark, _echo, topics=topic, group=group,
-                    bootstrap_servers=kafka.bootstrap_servers,
-                    consumer_confg={"sasl.password": SASL_PASSWORD})
+                    bootstrap_servers=kafka.bootstrap_servers, **misspelled)
     seen.error("run_workers", info.value)
     seen.check()
 

@@ -36,7 +36,7 @@ from tests.helpers import read_topic
 
 # The worker functions below (and the helpers they call) run in Spark's Python workers, which
 # cannot import this test module: ship it by value.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 
 def _drain_share(share_consumer: Callable[..., Any], group: str, topic: str,
@@ -174,7 +174,7 @@ def test_batch_form_with_pandas_and_arrow(
                           bootstrap_servers=kafka.bootstrap_servers, batch_format="pandas",
                           output_topic=out, idle_timeout_s=5, on_progress=False)
     assert (summary.totals["accepted"], summary.totals["rejected"]) == (45, 5)
-    got = sorted(int(m.value()) for m in read_topic(kafka, out, 45))
+    got = sorted(int(m.value() or b"") for m in read_topic(kafka, out, 45))
     assert got == sorted(i * i for i in range(50) if i % 10)
 
     # Arrow: a None result accepts the whole batch.
@@ -301,9 +301,10 @@ def test_stopping_releases_records_in_flight(
         deadline = time.monotonic() + 60
         while job.progress().totals["processed"] < 20 and time.monotonic() < deadline:
             time.sleep(0.2)
-        summary = job.stop()
-        assert summary is not None
-        assert summary.stop_reason == "stopped by user"
+        stopped = job.stop()
+        assert stopped is not None
+        assert stopped.stop_reason == "stopped by user"
+        summary = stopped
     else:
         summary = job.wait(120)
         assert summary.stop_reason == {"time_budget": "time budget",

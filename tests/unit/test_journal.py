@@ -122,7 +122,7 @@ def test_the_key_index_finds_exactly_what_the_slots_hold() -> None:
     def some(n: int) -> set[tuple[str, int, int]]:
         return {(rng.choice("ab"), rng.randrange(3), rng.randrange(5_000)) for _ in range(n)}
 
-    index, union = EMPTY_INDEX, set()
+    index, union = EMPTY_INDEX, set[tuple[str, int, int]]()
     for n in range(300):
         keys = some(rng.randrange(1, 60))
         index, union = index.plus(f"slot-{n}", SlotKeys.of(keys)), union | keys
@@ -284,7 +284,11 @@ def test_fsync_is_done_only_when_asked(tmp_path: Path, monkeypatch: pytest.Monke
 
     calls: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    def counted_fsync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted_fsync)
     log = Journal(str(tmp_path), fsync=fsync).part_log(1, 0)
     log.open()
     log.append(record_batch("t", [0]), attempt=1)
