@@ -1,6 +1,7 @@
 """Helpers shared by the test tiers (unit, integration, cluster, chaos): ``tests.helpers``.
 
 - :func:`read_topic`: every record of a topic, read with a classic consumer.
+- :func:`record_key`: a consumed record's ``(topic, partition, offset)``.
 - :func:`read_only_dir`: a directory the current user cannot create files in.
 - :func:`wait_for`: poll a value until a condition holds, failing with the last value.
 - :class:`TierReport`, :func:`tier_hooks`: a tier that runs in a pytest process of its own
@@ -34,6 +35,7 @@ __all__ = [
     "TierReport",
     "read_only_dir",
     "read_topic",
+    "record_key",
     "tier_hooks",
     "wait_for",
 ]
@@ -94,6 +96,13 @@ def tier_hooks(marker: str, reason: str,
         report.summary(terminalreporter)
 
     return collection_modifyitems, terminal_summary
+
+
+def record_key(m: Message) -> tuple[str, int, int]:
+    """``(topic, partition, offset)`` of a consumed record (which has all three)."""
+    topic, partition, offset = m.topic(), m.partition(), m.offset()
+    assert topic is not None and partition is not None and offset is not None, m
+    return topic, partition, offset
 
 
 def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,

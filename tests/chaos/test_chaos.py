@@ -30,9 +30,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka
 from tests.chaos.chaos_harness import (
@@ -85,7 +85,7 @@ class Verdict:
 class ChaosRun:
     """One chaos run: setup, the faults on schedule, the drain, the verdict."""
 
-    def __init__(self, config: ChaosConfig, spark: Any, kafka: LocalKafka, root: Path,
+    def __init__(self, config: ChaosConfig, spark: SparkSession, kafka: LocalKafka, root: Path,
                  report: Report) -> None:
         self.config = config
         self.spark = spark
@@ -222,7 +222,7 @@ class ChaosRun:
 @pytest.mark.chaos
 @pytest.mark.timeout(CONFIG.budget_s())
 def test_every_record_lands_exactly_once_under_a_seeded_fault_schedule(
-    spark: Any, chaos_kafka: LocalKafka, tmp_path: Path, chaos_report: Report
+    spark: SparkSession, chaos_kafka: LocalKafka, tmp_path: Path, chaos_report: Report
 ) -> None:
     config = CONFIG
     seed = config.seed

@@ -11,19 +11,23 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster, ProducerRecord
+from tests.fixtures.journal import JournalAt
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 
 pytestmark = pytest.mark.cluster
 
 Key = tuple[str, int, int]
 
 
-def _reader(spark: Any, kafka: LocalKafka, topic: str, group: str, journal: Any,
+def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str, journal: JournalAt,
             **options: Any) -> Any:
     r = (spark.readStream.format("kafka-share")
          .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
@@ -45,7 +49,7 @@ def _produce(kafka: LocalKafka, topic: str, partitions: int, n: int) -> set[Key]
     return {(topic, p, o) for p, c in per.items() for o in range(c)}
 
 
-def _sink_keys(spark: Any, out: Path) -> list[Key]:
+def _sink_keys(spark: SparkSession, out: Path) -> list[Key]:
     rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
     return [(r.topic, r.partition, r.offset) for r in rows]
 
@@ -58,11 +62,11 @@ def _assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
     assert set(got) == expected
 
 
-def _stage_ids(cluster: LocalSparkCluster, spark: Any) -> set[tuple[int, int]]:
+def _stage_ids(cluster: LocalSparkCluster, spark: SparkSession) -> set[tuple[int, int]]:
     return {(s["stageId"], s["attemptId"]) for s in cluster.app_api(spark, "/stages")}
 
 
-def _tasks(cluster: LocalSparkCluster, spark: Any,
+def _tasks(cluster: LocalSparkCluster, spark: SparkSession,
            stages: set[tuple[int, int]]) -> list[dict[str, Any]]:
     """Every task attempt of ``stages``, as the REST API describes it (with ``stageId``)."""
     out = []
@@ -89,8 +93,9 @@ def _run_to_end(query: Any, timeout_s: float = 300) -> None:
 
 
 def test_speculative_copies_run_and_the_sink_stays_exactly_once(
-    cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka, topic_factory: Any,
-    group: str, journal: Any, tmp_path: Path, evidence: Any,
+    cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
+    topic_factory: TopicFactory, group: str, journal: JournalAt, tmp_path: Path,
+    evidence: Callable[[str], None],
 ) -> None:
     spark = cluster_spark
     topic = topic_factory(2)
@@ -132,23 +137,22 @@ def test_speculative_copies_run_and_the_sink_stays_exactly_once(
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
 
 
-def _log_state(journal: Any, seq: int, part: int) -> tuple[int, bool]:
+def _log_state(journal: JournalAt, seq: int, part: int) -> tuple[int, bool]:
     """(data slots, END written) of the journal's log of ``(seq, part)``, read with the
     package's own journal (local directory or object store alike)."""
     from pyspark_kafka_share.errors import JournalError
-    from pyspark_kafka_share.source.journal.journal import Journal
 
-    store_options = {k.removeprefix("journal."): v for k, v in journal.options.items()}
     try:
-        scan = Journal(journal.url, fsync=False, options=store_options).part_log(seq, part).scan()
+        scan = journal.open(fsync=False).part_log(seq, part).scan()
     except (FileNotFoundError, JournalError):  # not there yet, or renamed away by a commit
         return 0, False
     return len(scan.data_slots), scan.end is not None
 
 
 def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
-    cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka, topic_factory: Any,
-    group: str, journal: Any, tmp_path: Path, evidence: Any,
+    cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
+    topic_factory: TopicFactory, group: str, journal: JournalAt, tmp_path: Path,
+    evidence: Callable[[str], None],
 ) -> None:
     spark = cluster_spark
     topic = topic_factory(2)
@@ -229,8 +233,8 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
 
 
 def test_a_journal_path_the_executors_do_not_share_fails_clearly(
-    cluster_spark: Any, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
-    share_consumer: Any, evidence: Any,
+    cluster_spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+    tmp_path: Path, share_consumer: ShareConsumerFactory, evidence: Callable[[str], None],
 ) -> None:
     """A relative ``journalPath`` is a different directory for the driver (its working
     directory) and for each executor (its own work directory), as a node-local path is on a
@@ -238,7 +242,6 @@ def test_a_journal_path_the_executors_do_not_share_fails_clearly(
     before they acknowledge anything."""
     import shutil
     import uuid
-    from types import SimpleNamespace
 
     from confluent_kafka import AcknowledgeType
     from pyspark.errors import StreamingQueryException
@@ -246,7 +249,7 @@ def test_a_journal_path_the_executors_do_not_share_fails_clearly(
     topic = topic_factory(2)
     _produce(kafka, topic, 2, 100)
     relative = f"node-local-journal-{uuid.uuid4().hex[:8]}"
-    df = _reader(cluster_spark, kafka, topic, group, SimpleNamespace(url=relative, options={}))
+    df = _reader(cluster_spark, kafka, topic, group, JournalAt("local", relative))
     q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
          .option("checkpointLocation", str(tmp_path / "chk")).start())
     try:
@@ -265,7 +268,9 @@ def test_a_journal_path_the_executors_do_not_share_fails_clearly(
     deadline = time.monotonic() + 60
     while len(got) < 100 and time.monotonic() < deadline:
         for m in consumer.poll(1.0):
-            got.append(m.delivery_count())
+            delivery_count = m.delivery_count()
+            assert delivery_count is not None
+            got.append(delivery_count)
             consumer.acknowledge(m, AcknowledgeType.ACCEPT)
         consumer.commit_sync(10)
     assert sorted(got) == [1] * 100

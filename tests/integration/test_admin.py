@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -20,6 +20,7 @@ from pyspark_kafka_share.admin import (
 )
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import wait_for
 
 
@@ -97,8 +98,8 @@ def _empty(admin: ShareGroupAdmin, group: str) -> None:
 
 
 def test_describe_shows_two_live_members_and_their_assignments(
-    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: Callable[..., str], group: str,
-    share_consumer: Callable[..., Any],
+    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: TopicFactory, group: str,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     topic = topic_factory(3)
     a, b = share_consumer(group, [topic]), share_consumer(group, [topic])
@@ -132,7 +133,7 @@ def test_describe_shows_two_live_members_and_their_assignments(
 
 def test_lag_after_accepting_some_matches_kafka_tool(
     kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
-    share_consumer: Callable[..., Any],
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     total, accept = 50, 20
     kafka.produce(topic, [b"%d" % i for i in range(total)])
@@ -155,7 +156,7 @@ def test_lag_after_accepting_some_matches_kafka_tool(
 
 def test_reset_to_earliest_on_an_empty_group_rereads_everything(
     kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
-    share_consumer: Callable[..., Any],
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     values = [b"%d" % i for i in range(30)]
     kafka.produce(topic, values)
@@ -179,7 +180,7 @@ def test_reset_to_earliest_on_an_empty_group_rereads_everything(
 
 def test_reset_to_a_time_and_to_latest(
     kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
-    share_consumer: Callable[..., Any],
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     base = datetime.now(timezone.utc) - timedelta(hours=2)
     base_ms = int(base.timestamp() * 1000)
@@ -212,7 +213,7 @@ def test_reset_to_a_time_and_to_latest(
 
 
 def test_changes_to_a_non_empty_group_raise_a_clear_error(
-    admin: ShareGroupAdmin, topic: str, group: str, share_consumer: Callable[..., Any],
+    admin: ShareGroupAdmin, topic: str, group: str, share_consumer: ShareConsumerFactory,
 ) -> None:
     consumer = share_consumer(group, [topic])
 
@@ -240,7 +241,7 @@ def test_changes_to_a_non_empty_group_raise_a_clear_error(
 
 def test_delete_offsets_then_the_group(
     kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
-    share_consumer: Callable[..., Any],
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     kafka.produce(topic, [b"a", b"b", b"c"])
     consumer = share_consumer(group, [topic])
@@ -316,7 +317,7 @@ def test_group_configs_read_and_set(admin: ShareGroupAdmin, group: str) -> None:
 
 
 def test_cli_groups_commands(
-    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any],
+    kafka: LocalKafka, topic: str, group: str, share_consumer: ShareConsumerFactory,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     import json

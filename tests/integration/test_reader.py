@@ -28,6 +28,8 @@ from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
 from tests.fixtures.journal import JournalAt
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import record_key
 
 Key = tuple[str, int, int]
 
@@ -51,7 +53,8 @@ def _spec(kafka: LocalKafka, topic: str, group: str, journal: Path | JournalAt,
     return TaskSpec(options=options, seq=1, part=0, parts=1, max_records=None, lock_ms=30_000)
 
 
-def _drain(kafka: LocalKafka, group: str, topic: str, share_consumer: Any) -> list[Key]:
+def _drain(kafka: LocalKafka, group: str, topic: str,
+           share_consumer: ShareConsumerFactory) -> list[Key]:
     from confluent_kafka import AcknowledgeType
 
     c = share_consumer(group, [topic])
@@ -60,7 +63,7 @@ def _drain(kafka: LocalKafka, group: str, topic: str, share_consumer: Any) -> li
     while time.monotonic() - quiet_since < 6:
         batch = c.poll(0.5)
         for m in batch:
-            seen.append((m.topic(), m.partition(), m.offset()))
+            seen.append(record_key(m))
             c.acknowledge(m, AcknowledgeType.ACCEPT)
         if len(batch):
             c.commit_sync()
@@ -69,7 +72,8 @@ def _drain(kafka: LocalKafka, group: str, topic: str, share_consumer: Any) -> li
 
 
 def test_two_racing_attempts_yield_identical_rows_and_lose_nothing(
-    kafka: LocalKafka, topic_factory: Any, group: str, journal: JournalAt, share_consumer: Any
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, journal: JournalAt,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     topic = topic_factory(2)
     total = 6000
@@ -171,7 +175,7 @@ def test_a_task_rides_out_a_broker_restart(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("probe", [True, False])
 def test_a_task_ends_once_the_group_is_drained(
-    probe: bool, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
+    probe: bool, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
 ) -> None:
     topic = topic_factory(2)
     kafka.produce(topic, (ProducerRecord(value=b"%d" % i, partition=i % 2) for i in range(500)))
@@ -197,8 +201,8 @@ def test_a_task_ends_once_the_group_is_drained(
 
 @pytest.mark.parametrize("join_ms", [0, 8000])
 def test_a_task_whose_share_others_took_ends_once_the_planned_records_are_acknowledged(
-    join_ms: int, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
-    share_consumer: Any,
+    join_ms: int, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     """Under a steady stream the backlog never empties. A task that finds the records planned
     for its batch taken by other members ends once no partition has more waiting than was

@@ -21,16 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Message
+from pyspark.sql import SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
 from tests.fixtures.journal import JournalAt
-from tests.helpers import read_only_dir, wait_for
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import read_only_dir, record_key, wait_for
 
 Key = tuple[str, int, int]
 
 
-def _reader(spark: Any, kafka: LocalKafka, topics: list[str], group: str,
+def _reader(spark: SparkSession, kafka: LocalKafka, topics: list[str], group: str,
             journal: Path | JournalAt | None, **options: Any) -> Any:
     r = (spark.readStream.format("kafka-share")
          .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
@@ -70,7 +73,7 @@ def _run_available_now(df: Any, out: Path, chk: Path, timeout_s: float = 240) ->
     return q
 
 
-def _sink_keys(spark: Any, out: Path) -> list[Key]:
+def _sink_keys(spark: SparkSession, out: Path) -> list[Key]:
     rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
     return [(r.topic, r.partition, r.offset) for r in rows]
 
@@ -96,8 +99,8 @@ def _assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
     assert set(got) == expected
 
 
-def _remaining(kafka: LocalKafka, group: str, topics: list[str], share_consumer: Any,
-               wait_s: float = 8.0) -> list[Key]:
+def _remaining(kafka: LocalKafka, group: str, topics: list[str],
+               share_consumer: ShareConsumerFactory, wait_s: float = 8.0) -> list[Key]:
     """What a plain consumer of the group still gets (and RELEASEs back)."""
     from confluent_kafka import AcknowledgeType
 
@@ -107,7 +110,7 @@ def _remaining(kafka: LocalKafka, group: str, topics: list[str], share_consumer:
     while time.monotonic() < deadline:
         batch = c.poll(0.5)
         for m in batch:
-            seen.append((m.topic(), m.partition(), m.offset()))
+            seen.append(record_key(m))
             c.acknowledge(m, AcknowledgeType.RELEASE)
         if len(batch):
             c.commit_sync()
@@ -118,7 +121,7 @@ def _remaining(kafka: LocalKafka, group: str, topics: list[str], share_consumer:
 
 
 def test_more_tasks_than_partitions_exactly_once(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     expected = _produce_spread(kafka, topic, 1, 20_000)
     df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=4)
@@ -130,7 +133,7 @@ def test_more_tasks_than_partitions_exactly_once(
 
 
 def test_columns_headers_nulls_large_values_several_topics(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path
 ) -> None:
     a, b = topic_factory(2), topic_factory(1)
     big = b"x" * 500_000
@@ -162,7 +165,7 @@ def test_columns_headers_nulls_large_values_several_topics(
 
 
 def test_sql_over_a_temp_view_and_catalog_tables(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     expected = _produce_spread(kafka, topic, 1, 300)
     # The SQL path that works: a temp view over the streaming DataFrame.
@@ -190,7 +193,7 @@ def test_sql_over_a_temp_view_and_catalog_tables(
 
 
 def test_max_records_per_trigger_bounds_batches(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     # One record per producer batch: the broker acquires whole batches.
     kafka.produce(topic, (b"%d" % i for i in range(600)),
@@ -205,7 +208,7 @@ def test_max_records_per_trigger_bounds_batches(
 
 
 def test_a_batch_reads_the_backlog_it_was_planned_with_not_the_whole_stream(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
     tmp_path: Path
 ) -> None:
     """Under a steady stream the lag never reads 0 and records never stop arriving, so a task
@@ -252,7 +255,7 @@ def test_a_batch_reads_the_backlog_it_was_planned_with_not_the_whole_stream(
 
 
 def test_two_queries_in_one_group_split_without_overlap(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path
 ) -> None:
     topic = topic_factory(2)
     expected = _produce_spread(kafka, topic, 2, 10_000)
@@ -272,7 +275,7 @@ def test_two_queries_in_one_group_split_without_overlap(
 
 
 def test_at_most_once_reads_without_journal(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     expected = _produce_spread(kafka, topic, 1, 500)
     df = _reader(spark, kafka, [topic], group, None, delivery="at-most-once")
@@ -297,8 +300,8 @@ def test_at_most_once_reads_without_journal(
 
 @pytest.mark.parametrize("point", ["fail-before-publish", "fail-before-end"])
 def test_a_failed_task_attempt_is_retried_exactly_once(
-    point: str, spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
-    tmp_path: Path, share_consumer: Any,
+    point: str, spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+    tmp_path: Path, share_consumer: ShareConsumerFactory,
 ) -> None:
     """Attempt 0 of a task fails before publishing a poll (it RELEASEs what it polled) or
     before END (after it yielded rows: rows go downstream while a task polls, Spark drops a
@@ -330,8 +333,8 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
 @pytest.mark.parametrize(("journal", "fsync"), [("local", "true"), ("local", "false"),
                                                 ("s3", "true")], indirect=["journal"])
 def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
-    fsync: str, spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
-    journal: JournalAt, share_consumer: Any,
+    fsync: str, spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    journal: JournalAt, share_consumer: ShareConsumerFactory,
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
     expected = _produce_spread(kafka, topic, 1, 3000)
@@ -352,7 +355,7 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
 
 
 def test_broker_crash_between_publish_and_ack_duplicates_nothing(
-    spark: Any, tmp_path: Path
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     """The broker keeps an acquisition's delivery count in memory only: killed after a slot
     was published and before its ACCEPT, it hands those records out again as first deliveries
@@ -393,11 +396,11 @@ def test_broker_crash_between_publish_and_ack_duplicates_nothing(
         got = spark.read.parquet(str(tmp_path / "out"))
         _assert_exactly_once([(r.topic, r.partition, r.offset) for r in got.collect()],
                              expected)
-        made: list[Any] = []
+        made: list[ShareConsumer] = []
 
-        def consumer(g: str, topics: list[str]) -> Any:
+        def consumer(g: str, topics: list[str], /, **conf: str) -> ShareConsumer:
             c = ShareConsumer({"bootstrap.servers": own.bootstrap_servers, "group.id": g,
-                               "share.acknowledgement.mode": "explicit"})
+                               "share.acknowledgement.mode": "explicit", **conf})
             c.subscribe(topics)
             made.append(c)
             return c
@@ -410,7 +413,7 @@ def test_broker_crash_between_publish_and_ack_duplicates_nothing(
 
 
 def test_expired_lock_releases_instead_of_publishing(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 2000)
     expected = _produce_spread(kafka, topic, 1, 1000)
@@ -424,21 +427,21 @@ def test_expired_lock_releases_instead_of_publishing(
 
 
 def test_available_now_waits_for_records_another_member_holds(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
-    share_consumer: Callable[..., Any],
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     """Records from before the start that another member of the group holds (an idle pooled
     consumer's fetch, another application) give a batch nothing; AvailableNow must not take
     that empty batch for the end, but read them once they are released."""
     held = _produce_spread(kafka, topic, 1, 500)
     other = share_consumer(group, [topic])
-    got: list[Any] = []
+    got: list[Message] = []
     deadline = time.monotonic() + 30
     while not got:
         assert time.monotonic() < deadline, "the other member never got the first records"
-        got = other.poll(1.0)
+        got = list(other.poll(1.0))
     _produce_spread(kafka, topic, 1, 2500)
-    assert {(m.topic(), m.partition(), m.offset()) for m in got} <= held
+    assert {record_key(m) for m in got} <= held
     df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2)
     q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
          .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
@@ -462,7 +465,7 @@ def test_available_now_waits_for_records_another_member_holds(
 
 
 def test_failed_batch_restarted_from_checkpoint_replays_exactly(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
     journal: JournalAt,
 ) -> None:
     topic = topic_factory(2)
@@ -484,7 +487,7 @@ def test_failed_batch_restarted_from_checkpoint_replays_exactly(
 
 
 def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
     journal: JournalAt,
 ) -> None:
     topic = topic_factory(2)
@@ -513,7 +516,7 @@ def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
 
 
 def test_foreach_batch_keyed_by_batch_id_is_exactly_once_across_a_crash(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
     expected = _produce_spread(kafka, topic, 1, 2000)
@@ -551,7 +554,7 @@ def test_foreach_batch_keyed_by_batch_id_is_exactly_once_across_a_crash(
      "kafka.bootstrap.servers"),
 ])
 def test_bad_input_fails_at_load_with_the_option_and_fix(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
     options: dict[str, str | None], message: str,
 ) -> None:
     base: dict[str, str | None] = {
@@ -575,7 +578,7 @@ def _tree(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("where", ["under-a-file", "under-proc", "read-only"])
 def test_an_unusable_journal_path_fails_at_load_before_the_query_starts(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, where: str,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, where: str,
 ) -> None:
     # Found by the probe in load(), not as a JournalError (or a bare FileNotFoundError) once
     # the query ran (issue 13).
@@ -606,7 +609,7 @@ def test_an_unusable_journal_path_fails_at_load_before_the_query_starts(
 
 
 def test_a_new_query_refuses_a_journal_another_query_used(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     _produce_spread(kafka, topic, 1, 10)
     journal = tmp_path / "journal"
@@ -621,7 +624,8 @@ def test_a_new_query_refuses_a_journal_another_query_used(
 
 @pytest.mark.parametrize(("starting", "expect_old"), [("earliest", True), ("latest", False)])
 def test_starting_offsets_sets_the_new_groups_reset_policy(
-    spark: Any, kafka: LocalKafka, topic: str, tmp_path: Path, starting: str, expect_old: bool
+    spark: SparkSession, kafka: LocalKafka, topic: str, tmp_path: Path, starting: str,
+    expect_old: bool,
 ) -> None:
     group = f"g-starting-{starting}-{tmp_path.name}"  # no config yet: broker default 'latest'
     old = _produce_spread(kafka, topic, 1, 50)
