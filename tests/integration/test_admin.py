@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 
 from pyspark_kafka_share.admin import (
     GroupNotEmptyError,
@@ -21,7 +21,7 @@ from pyspark_kafka_share.admin import (
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
-from tests.helpers import wait_for
+from tests.helpers import poll_share, record_value, wait_for
 
 
 @pytest.fixture
@@ -30,9 +30,9 @@ def admin(kafka: LocalKafka) -> Iterator[ShareGroupAdmin]:
         yield a
 
 
-def _consume(consumer: Any, accept: int, timeout_s: float = 30.0) -> list[Any]:
+def _consume(consumer: ShareConsumer, accept: int, timeout_s: float = 30.0) -> list[Message]:
     """Poll until ``accept`` records were ACCEPTed; release anything beyond; commit each batch."""
-    accepted: list[Any] = []
+    accepted: list[Message] = []
     deadline = time.monotonic() + timeout_s
     while len(accepted) < accept and time.monotonic() < deadline:
         batch = consumer.poll(0.5)
@@ -49,23 +49,14 @@ def _consume(consumer: Any, accept: int, timeout_s: float = 30.0) -> list[Any]:
     return accepted
 
 
-def _drain(consumer: Any, want: int, timeout_s: float = 30.0) -> list[Any]:
+def _drain(consumer: ShareConsumer, want: int, timeout_s: float = 30.0) -> list[Message]:
     """ACCEPT everything; return the messages once ``want`` were seen (or the timeout hit)."""
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
-        batch = consumer.poll(0.5)
-        for msg in batch:
-            assert msg.error() is None, msg.error()
-            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
-            got.append(msg)
-        if len(batch):
-            assert all(err is None for err in consumer.commit_sync().values())
-    return got
+    return poll_share(consumer, until=lambda got: len(got) >= want, timeout_s=timeout_s,
+                      check_commits=True)
 
 
-def _drain_values(consumer: Any, want: int, timeout_s: float = 30.0) -> list[bytes]:
-    return [msg.value() for msg in _drain(consumer, want, timeout_s)]
+def _drain_values(consumer: ShareConsumer, want: int, timeout_s: float = 30.0) -> list[bytes]:
+    return [record_value(msg) for msg in _drain(consumer, want, timeout_s)]
 
 
 def _tool_table(kafka: LocalKafka, group: str, *flags: str) -> list[list[str]]:
@@ -174,7 +165,7 @@ def test_reset_to_earliest_on_an_empty_group_rereads_everything(
 
     again = share_consumer(group, [topic])
     reread = _drain(again, len(values))
-    assert sorted(m.value() for m in reread) == sorted(values)
+    assert sorted(record_value(m) for m in reread) == sorted(values)
     assert {m.delivery_count() for m in reread} == {1}, "a reset starts delivery counts afresh"
 
 

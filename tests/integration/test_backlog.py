@@ -7,18 +7,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka
 from tests.fixtures.kafka import TopicFactory
+from tests.helpers import share_stream
 
 
-def _stream(spark: SparkSession, kafka: LocalKafka, topic: str, group: str, journal: Path) -> Any:
-    return (spark.readStream.format("kafka-share")
-            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-            .option("kafka.group.id", group).option("subscribe", topic)
-            .option("journalPath", str(journal)).option("numPartitions", 2)
-            .option("pollTimeoutMs", 1000).load())
+def _stream(spark: SparkSession, kafka: LocalKafka, topic: str, group: str,
+            journal: Path) -> DataFrame:
+    return share_stream(spark, kafka, topic, group, journal, numPartitions=2, pollTimeoutMs=1000)
 
 
 def _report(progress: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.readwriter import DataStreamReader
 
 from pyspark_kafka_share._kafka import logs
 from pyspark_kafka_share._kafka import pool as _pool
@@ -46,28 +47,16 @@ from pyspark_kafka_share.workers import run_workers
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.loop import _Worker
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
-from tests.helpers import record_key
+from tests.helpers import Key, record_key, share_reader, sink_keys
 
-Key = tuple[str, int, int]
 BIG = 2_000_000  # bytes: above the consumer's receive.message.max.bytes below
 SMALL_CONSUMER = {"kafka.receive.message.max.bytes": "1000000",
                   "kafka.fetch.max.bytes": "900000"}
 
 
 def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str, journal: Path,
-            **options: str) -> Any:
-    r = (spark.readStream.format("kafka-share")
-         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-         .option("kafka.group.id", group).option("subscribe", topic)
-         .option("journalPath", str(journal)).option("pollTimeoutMs", "1000"))
-    for k, v in options.items():
-        r = r.option(k, v)
-    return r
-
-
-def _sink_keys(spark: SparkSession, out: Path) -> list[Key]:
-    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
-    return [(r.topic, r.partition, r.offset) for r in rows]
+            **options: str) -> DataStreamReader:
+    return share_reader(spark, kafka, topic, group, journal, **{"pollTimeoutMs": "1000", **options})
 
 
 def _delete_topic(kafka: LocalKafka, topic: str) -> None:
@@ -211,7 +200,7 @@ def test_a_topic_deleted_while_the_query_runs_fails_it_naming_the_topic(
     text = str(info.value)
     assert "UnknownTopicError" in text and f"topic '{topic}' no longer exists" in text
     assert "Re-create the topic, or remove it from 'subscribe'" in text
-    got = _sink_keys(spark, tmp_path / "out")
+    got = sink_keys(spark, tmp_path / "out")
     assert sorted(got) == sorted({(topic, i % 2, i // 2) for i in range(200)})  # exactly once
     # Whatever the journal holds uncommitted (the last batch: Spark commits it when it plans
     # the next one) reached the sink.
@@ -318,7 +307,7 @@ def test_a_topic_never_written_to_costs_no_micro_batch(
                   "the record produced later")
     finally:
         q.stop()
-    assert _sink_keys(spark, tmp_path / "out") == [(topic, 1, 0)]
+    assert sink_keys(spark, tmp_path / "out") == [(topic, 1, 0)]
 
 
 # -- E: a record larger than the consumer accepts ---------------------------------------------
@@ -361,7 +350,7 @@ def test_a_record_larger_than_receive_message_max_bytes_names_the_settings_to_ra
     # The small records were journaled and ACCEPTed; the restart (settings raised) replays
     # them with the big one: exactly once, nothing lost.
     assert run().exception() is None
-    assert sorted(_sink_keys(spark, out)) == [(topic, 0, o) for o in range(4)]
+    assert sorted(sink_keys(spark, out)) == [(topic, 0, o) for o in range(4)]
     with ShareGroupAdmin(kafka.bootstrap_servers) as admin:
         assert admin.total_lag(group) == 0
 

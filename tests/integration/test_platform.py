@@ -6,28 +6,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.kafka import ShareConsumerFactory
-from tests.helpers import record_key
+from tests.helpers import poll_share, record_key, record_value
 
 
-def _poll_until(consumer: Any, predicate: Callable[[list[Any]], bool], timeout_s: float = 30.0,
-                ack: AcknowledgeType = AcknowledgeType.ACCEPT) -> list[Any]:
+def _poll_until(consumer: ShareConsumer, predicate: Callable[[list[Message]], bool],
+                timeout_s: float = 30.0,
+                ack: AcknowledgeType = AcknowledgeType.ACCEPT) -> list[Message]:
     """Poll, acknowledge everything with ``ack``, until ``predicate(all_seen)`` holds."""
-    seen: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate(seen):
-        batch = consumer.poll(0.5)
-        for msg in batch:
-            assert msg.error() is None, msg.error()
-            consumer.acknowledge(msg, ack)
-            seen.append(msg)
-        if len(batch):
-            results = consumer.commit_sync()
-            assert all(err is None for err in results.values()), results
-    return seen
+    return poll_share(consumer, ack, until=predicate, timeout_s=timeout_s, check_commits=True)
 
 
 def test_two_consumers_split_one_partition(
@@ -120,7 +110,7 @@ def test_an_idle_consumer_holds_one_fetch_response_and_closing_spends_a_delivery
     assert len(_poll_until(other, lambda s: len(s) >= 50, timeout_s=20)) == 50  # only one fetch
     idle.close()  # releases what it held: one delivery spent
     back = _poll_until(other, lambda s: len(s) >= 50, timeout_s=20)
-    assert sorted(m.value() for m in back) == sorted(b"first-%d" % i for i in range(50))
+    assert sorted(record_value(m) for m in back) == sorted(b"first-%d" % i for i in range(50))
     assert {m.delivery_count() for m in back} == {2}
 
 

@@ -29,9 +29,7 @@ from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
 from tests.fixtures.journal import JournalAt
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
-from tests.helpers import record_key
-
-Key = tuple[str, int, int]
+from tests.helpers import Key, poll_share, record_key
 
 
 def _keys(batches: list[pa.RecordBatch]) -> list[Key]:
@@ -55,20 +53,8 @@ def _spec(kafka: LocalKafka, topic: str, group: str, journal: Path | JournalAt,
 
 def _drain(kafka: LocalKafka, group: str, topic: str,
            share_consumer: ShareConsumerFactory) -> list[Key]:
-    from confluent_kafka import AcknowledgeType
-
-    c = share_consumer(group, [topic])
-    seen: list[Key] = []
-    quiet_since = time.monotonic()
-    while time.monotonic() - quiet_since < 6:
-        batch = c.poll(0.5)
-        for m in batch:
-            seen.append(record_key(m))
-            c.acknowledge(m, AcknowledgeType.ACCEPT)
-        if len(batch):
-            c.commit_sync()
-            quiet_since = time.monotonic()
-    return seen
+    """What a fresh member of ``group`` gets (ACCEPTed) until 6 s pass without a record."""
+    return [record_key(m) for m in poll_share(share_consumer(group, [topic]), quiet_s=6)]
 
 
 def test_two_racing_attempts_yield_identical_rows_and_lose_nothing(

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 from pyspark import cloudpickle
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka, LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
@@ -44,6 +44,7 @@ from pyspark_kafka_share.workers import Record, WorkerProgress, run_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
 from tests.fixtures.journal import JournalAt, journal_at
 from tests.fixtures.kafka import TopicFactory
+from tests.helpers import share_stream
 
 # The worker function runs in Spark's Python workers, which cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
@@ -151,14 +152,9 @@ def _secret_journal(s3: LocalS3, tmp_path: Path) -> JournalAt:
                                        "journal.aws_session_token": AWS_TOKEN})
 
 
-def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str, **options: str) -> Any:
-    r = (spark.readStream.format("kafka-share")
-         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-         .option("kafka.group.id", group).option("subscribe", topic)
-         .option("pollTimeoutMs", "1000"))
-    for key, value in options.items():
-        r = r.option(key, value)
-    return r.load()
+def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str,
+            **options: str) -> DataFrame:
+    return share_stream(spark, kafka, topic, group, None, **{"pollTimeoutMs": "1000", **options})
 
 
 def _progress(p: Any) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import Message
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
@@ -33,7 +33,7 @@ from pyspark_kafka_share.workers import (
     start_workers,
 )
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
-from tests.helpers import read_topic
+from tests.helpers import poll_share, read_topic
 
 # The worker functions below (and the helpers they call) run in Spark's Python workers, which
 # cannot import this test module: ship it by value.
@@ -41,19 +41,9 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-u
 
 
 def _drain_share(share_consumer: ShareConsumerFactory, group: str, topic: str,
-                 seconds: float) -> list[Any]:
+                 seconds: float) -> list[Message]:
     """What a fresh member of ``group`` receives within ``seconds`` (ACCEPTed)."""
-    c = share_consumer(group, [topic])
-    got: list[Any] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        msgs = list(c.poll(0.5))
-        for m in msgs:
-            c.acknowledge(m, AcknowledgeType.ACCEPT)
-        if msgs:
-            c.commit_sync()
-        got.extend(msgs)
-    return got
+    return poll_share(share_consumer(group, [topic]), timeout_s=seconds)
 
 
 def _calls(path: Path) -> list[dict[str, Any]]:
