@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 
 from pyspark_kafka_share.admin import (
+    GroupDescription,
     GroupNotEmptyError,
     GroupNotFoundError,
     NotAShareGroupError,
@@ -95,7 +95,7 @@ def test_describe_shows_two_live_members_and_their_assignments(
     topic = topic_factory(3)
     a, b = share_consumer(group, [topic]), share_consumer(group, [topic])
 
-    def described() -> Any:
+    def described() -> GroupDescription | None:
         a.poll(0.1)
         b.poll(0.1)
         try:
@@ -106,6 +106,7 @@ def test_describe_shows_two_live_members_and_their_assignments(
     desc = wait_for(described, lambda d: d is not None and len(d.members) == 2
                      and all(m.assignment.get(topic) for m in d.members),
                      what="two members with assignments")
+    assert desc is not None
     assert desc.group == group
     assert desc.state == "Stable"
     assert {m.client_id for m in desc.members} == {"rdkafka"}

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from pyspark_kafka_share.harness import LocalKafka, LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
@@ -162,13 +163,14 @@ def _progress(p: Any) -> str:
     return f"{getattr(p, 'json', '')}\n{p!s}\n{p!r}"
 
 
-def _query_state(seen: Seen, query: Any) -> None:
+def _query_state(seen: Seen, query: StreamingQuery) -> None:
     seen.add("query.lastProgress", _progress(query.lastProgress))
     seen.add("query.recentProgress", "\n".join(_progress(p) for p in query.recentProgress))
     seen.add("query.status", query.status)
     seen.add("query plan", query._jsq.explainInternal(True))
-    if query.exception() is not None:
-        seen.error("query.exception()", query.exception())
+    failure = query.exception()
+    if failure is not None:
+        seen.error("query.exception()", failure)
 
 
 # -- the source ----------------------------------------------------------------------------------

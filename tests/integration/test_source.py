@@ -16,11 +16,10 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Message
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
@@ -227,7 +226,7 @@ def test_at_most_once_reads_without_journal(
     seen: list[Key] = []
     lock = threading.Lock()
 
-    def collect(batch: Any, batch_id: int) -> None:
+    def collect(batch: DataFrame, batch_id: int) -> None:
         with lock:
             seen.extend((r.topic, r.partition, r.offset) for r in batch.collect())
 
@@ -467,7 +466,7 @@ def test_foreach_batch_keyed_by_batch_id_is_exactly_once_across_a_crash(
     expected = produce_spread(kafka, topic, 1, 2000)
     sink = tmp_path / "sink"
 
-    def write(batch: Any, batch_id: int) -> None:  # idempotent per batch id
+    def write(batch: DataFrame, batch_id: int) -> None:  # idempotent per batch id
         batch.select("topic", "partition", "offset").write.mode("overwrite").parquet(
             str(sink / f"batch={batch_id}"))
 
