@@ -49,6 +49,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests demo $(wildcard bench)
 
+# mypy --strict on src and tests (the files in pyproject.toml's [tool.mypy]).
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 

@@ -1,18 +1,21 @@
-"""Helpers shared by the test tiers (unit, integration, cluster).
-
-``tests/`` is on ``sys.path`` in every pytest run (``tests/conftest.py`` has no package around
-it), so test modules and conftests import this module as ``helpers``.
+"""Helpers shared by the test tiers (unit, integration, cluster, chaos): ``tests.helpers``.
 
 - :func:`read_topic`: every record of a topic, read with a classic consumer.
-- :class:`JournalAt`: where a test's journal lives (a local directory or ``s3://`` on the
-  session's :class:`LocalS3`), with the reader options it needs and :meth:`JournalAt.open`, the
-  package's :class:`Journal` on it: tests inspect journals through it, whatever the store.
-- :func:`shared_s3`: one :class:`LocalS3` for the whole pytest process, however many session
-  fixtures (unit and integration) ask for it.
+- :func:`record_key`, :func:`record_value`: a consumed record's ``(topic, partition, offset)``
+  and value.
+- :func:`poll_share`: poll a share consumer, acknowledging and committing what it gets.
+- The ``kafka-share`` source's tests: :func:`share_reader` / :func:`share_stream` (a reader
+  of topics in a group, with a journal), :func:`produce_spread` / :func:`spread_keys` (records
+  spread over partitions, and their keys), :func:`start_parquet` / :func:`run_to_end` /
+  :func:`run_available_now` (a Parquet file sink query), :func:`sink_keys` and
+  :func:`assert_exactly_once` (the sink against what was produced).
 - :func:`read_only_dir`: a directory the current user cannot create files in.
 - :func:`wait_for`: poll a value until a condition holds, failing with the last value.
 - :class:`TierReport`, :func:`tier_hooks`: a tier that runs in a pytest process of its own
   and prints what it saw again in the terminal summary.
+
+Where a test's journal lives (``JournalAt``, the ``journal`` fixture) is in
+:mod:`tests.fixtures.journal`.
 """
 
 from __future__ import annotations
@@ -21,32 +24,54 @@ import contextlib
 import os
 import shutil
 import subprocess
-import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
+from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
 
-from pyspark_kafka_share.harness import LocalKafka, LocalS3
-from pyspark_kafka_share.source.journal.journal import Journal
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from tests.fixtures.journal import JournalAt
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamReader
 
 __all__ = [
-    "BUCKET",
-    "JournalAt",
+    "CollectionHook",
+    "Key",
+    "OptionValue",
+    "SummaryHook",
     "TierReport",
-    "journal_at",
+    "assert_exactly_once",
+    "poll_share",
+    "produce_spread",
     "read_only_dir",
     "read_topic",
-    "shared_s3",
+    "record_key",
+    "record_value",
+    "run_available_now",
+    "run_to_end",
+    "share_reader",
+    "share_stream",
+    "sink_keys",
+    "spread_keys",
+    "start_parquet",
+    "tier_hooks",
     "wait_for",
 ]
 
-BUCKET = "journals"
 T = TypeVar("T")
+Key = tuple[str, int, int]  # (topic, partition, offset) of a record
+OptionValue = str | int | float | bool  # what DataStreamReader.option takes
+CollectionHook = Callable[[pytest.Config, list[pytest.Item]], None]
+SummaryHook = Callable[[pytest.TerminalReporter], None]
 
 
 def wait_for(get: Callable[[], T], ok: Callable[[T], bool], timeout_s: float = 30.0,
@@ -75,14 +100,15 @@ class TierReport:
         self.lines.append(line)
         print(line, flush=True)
 
-    def summary(self, terminalreporter: Any) -> None:
+    def summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.lines:
             terminalreporter.section(self.title)
             for line in self.lines:
                 terminalreporter.write_line(line)
 
 
-def tier_hooks(marker: str, reason: str, report: TierReport) -> tuple[Any, Any]:
+def tier_hooks(marker: str, reason: str,
+               report: TierReport) -> tuple[CollectionHook, SummaryHook]:
     """A tier's two conftest hooks, ``(pytest_collection_modifyitems,
     pytest_terminal_summary)``: the tier's tests (marked ``marker``) are skipped with ``reason``
     when the run, after -m/-k deselection, holds others (the tier needs a pytest process of its
@@ -95,23 +121,35 @@ def tier_hooks(marker: str, reason: str, report: TierReport) -> tuple[Any, Any]:
             for item in tier:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
-    def terminal_summary(terminalreporter: Any) -> None:
+    def terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         report.summary(terminalreporter)
 
     return collection_modifyitems, terminal_summary
 
 
+def record_key(m: Message) -> Key:
+    """``(topic, partition, offset)`` of a consumed record (which has all three)."""
+    topic, partition, offset = m.topic(), m.partition(), m.offset()
+    assert topic is not None and partition is not None and offset is not None, m
+    return topic, partition, offset
+
+
+def record_value(m: Message) -> bytes:
+    """The value of a consumed record that has one."""
+    value = m.value()
+    assert value is not None, m
+    return value
+
+
 def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,
-               settle_s: float = 2.0) -> list[Any]:
+               settle_s: float = 2.0) -> list[Message]:
     """Every record of ``topic`` (classic consumer from the start): waits until ``expect``
     records arrived and then ``settle_s`` without more, or ``timeout_s`` in all."""
-    from confluent_kafka import Consumer
-
     c = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
                   "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     c.subscribe([topic])
-    out: list[Any] = []
+    out: list[Message] = []
     deadline = time.monotonic() + timeout_s
     quiet_until = None
     try:
@@ -130,63 +168,115 @@ def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30
     return out
 
 
-# -- journals ----------------------------------------------------------------------------------
-
-_S3_LOCK = threading.Lock()
-_S3: dict[str, Any] = {"server": None, "users": 0}
-
-
-@contextlib.contextmanager
-def shared_s3() -> Iterator[LocalS3]:
-    """The process's one :class:`LocalS3` (with bucket :data:`BUCKET`), started by the first
-    user and stopped when the last one leaves."""
-    with _S3_LOCK:
-        if _S3["server"] is None:
-            server = LocalS3().start()
-            server.create_bucket(BUCKET)
-            _S3["server"] = server
-        _S3["users"] += 1
-        server = _S3["server"]
-    try:
-        yield server
-    finally:
-        with _S3_LOCK:
-            _S3["users"] -= 1
-            if _S3["users"] == 0:
-                _S3["server"] = None
-                server.stop()
-
-
-@dataclass(frozen=True)
-class JournalAt:
-    """Where a test's journal lives: ``journalPath`` and the ``journal.*`` options."""
-
-    kind: str  # "local" or "s3"
-    url: str
-    options: dict[str, str] = field(default_factory=dict)  # journal.<key> -> value
-
-    @property
-    def store_options(self) -> dict[str, str]:
-        """The options without the ``journal.`` prefix, as :class:`Journal` takes them."""
-        return {k.removeprefix("journal."): v for k, v in self.options.items()}
-
-    @property
-    def source_options(self) -> dict[str, str]:
-        """``journalPath`` and the ``journal.*`` options, as the source takes them."""
-        return {"journalPath": self.url, **self.options}
-
-    def open(self, **kwargs: Any) -> Journal:
-        """The package's :class:`Journal` on this location."""
-        return Journal(self.url, options=self.store_options, **kwargs)
+def poll_share(consumer: ShareConsumer, ack: AcknowledgeType = AcknowledgeType.ACCEPT, *,
+               timeout_s: float | None = None, until: Callable[[list[Message]], bool] | None = None,
+               quiet_s: float | None = None, check_commits: bool = False) -> list[Message]:
+    """Poll ``consumer``, acknowledging every record with ``ack`` and committing after each poll
+    that got some, until ``until(seen)`` holds, ``quiet_s`` passed without a record, or
+    ``timeout_s`` passed in all; return what it got. ``check_commits``: fail on a partition
+    the commit reports an error for."""
+    seen: list[Message] = []
+    started = quiet_since = time.monotonic()
+    while until is None or not until(seen):
+        now = time.monotonic()
+        if timeout_s is not None and now - started >= timeout_s:
+            break
+        if quiet_s is not None and now - quiet_since >= quiet_s:
+            break
+        batch = consumer.poll(0.5)
+        for m in batch:
+            assert m.error() is None, m.error()
+            consumer.acknowledge(m, ack)
+            seen.append(m)
+        if len(batch):
+            results = consumer.commit_sync()
+            assert not check_commits or all(e is None for e in results.values()), results
+            quiet_since = time.monotonic()
+    return seen
 
 
-def journal_at(kind: str, tmp_path: Path, s3: LocalS3 | None = None) -> JournalAt:
-    """A fresh journal location of ``kind``: ``tmp_path/journal``, or a new prefix on ``s3``."""
-    if kind == "local":
-        return JournalAt("local", str(tmp_path / "journal"))
-    if kind == "s3" and s3 is not None:
-        return JournalAt("s3", f"s3://{BUCKET}/j-{uuid.uuid4().hex[:12]}", s3.journal_options())
-    raise AssertionError(f"unknown journal kind {kind!r} (or no S3 server for it)")
+# -- the kafka-share source ----------------------------------------------------------------------
+
+
+def share_reader(spark: SparkSession, kafka: LocalKafka, topics: str | list[str], group: str,
+                 journal: JournalAt | Path | None = None,
+                 **options: OptionValue) -> DataStreamReader:
+    """A ``kafka-share`` stream reader of ``topics`` in ``group`` (``pollTimeoutMs`` 1500 unless
+    ``options`` say otherwise), its journal at ``journal`` (none: at-most-once)."""
+    where: dict[str, OptionValue] = {}
+    if isinstance(journal, JournalAt):
+        where = {**journal.source_options}
+    elif journal is not None:
+        where = {"journalPath": str(journal)}
+    r = (spark.readStream.format("kafka-share")
+         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+         .option("kafka.group.id", group)
+         .option("subscribe", topics if isinstance(topics, str) else ",".join(topics)))
+    for key, value in {"pollTimeoutMs": 1500, **where, **options}.items():
+        r = r.option(key, value)
+    return r
+
+
+def share_stream(spark: SparkSession, kafka: LocalKafka, topics: str | list[str], group: str,
+                 journal: JournalAt | Path | None = None, **options: OptionValue) -> DataFrame:
+    """:func:`share_reader`, loaded."""
+    return share_reader(spark, kafka, topics, group, journal, **options).load()
+
+
+def produce_spread(kafka: LocalKafka, topic: str, partitions: int, n: int,
+                   value: Callable[[int], bytes] = lambda i: b"v%d" % i,
+                   key: Callable[[int], bytes | None] = lambda i: None) -> set[Key]:
+    """Produce records ``0..n-1`` to ``topic`` (record ``i`` to partition ``i % partitions``,
+    none there before); return their keys (offsets are dense per partition)."""
+    kafka.produce(topic, (ProducerRecord(value=value(i), key=key(i), partition=i % partitions)
+                          for i in range(n)), producer_config={"batch.size": "16384"})
+    return spread_keys(topic, partitions, n)
+
+
+def spread_keys(topic: str, partitions: int, n: int) -> set[Key]:
+    """The keys of the records :func:`produce_spread` produces."""
+    per = Counter(i % partitions for i in range(n))
+    return {(topic, p, o) for p, c in per.items() for o in range(c)}
+
+
+def start_parquet(df: DataFrame, out: Path, chk: Path, *,
+                  available_now: bool = False) -> StreamingQuery:
+    """Start a query writing ``df`` to Spark's exactly-once file sink (Parquet) at ``out``."""
+    w = (df.writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(chk)))
+    if available_now:
+        w = w.trigger(availableNow=True)
+    return w.start()
+
+
+def run_to_end(query: StreamingQuery, timeout_s: int = 240) -> StreamingQuery:
+    """Wait for an AvailableNow ``query`` to finish; fail if it did not, or failed."""
+    query.awaitTermination(timeout_s)
+    assert not query.isActive, "the AvailableNow query did not finish"
+    if query.exception() is not None:
+        raise AssertionError(f"query failed: {query.exception()}")
+    return query
+
+
+def run_available_now(df: DataFrame, out: Path, chk: Path,
+                      timeout_s: int = 240) -> StreamingQuery:
+    """Run ``df`` into a Parquet sink at ``out`` with an AvailableNow trigger, to its end."""
+    return run_to_end(start_parquet(df, out, chk, available_now=True), timeout_s)
+
+
+def sink_keys(spark: SparkSession, out: Path) -> list[Key]:
+    """The keys of every row of the Parquet sink at ``out``."""
+    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
+    return [(r.topic, r.partition, r.offset) for r in rows]
+
+
+def assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
+    """``got`` (a sink's keys) holds each of ``expected`` once, and nothing else."""
+    dups = [k for k, c in Counter(got).items() if c > 1]
+    assert not dups, f"{len(dups)} records in the sink twice, e.g. {dups[:3]}"
+    missing = expected - set(got)
+    assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
+    assert set(got) == expected
 
 
 # -- a directory nobody here may write to --------------------------------------------------------

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
+
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.harness import LocalKafka
@@ -119,7 +121,7 @@ class SparkTasks:
     stages stay in the tracker (up to ``spark.ui.retainedJobs``), failed attempts included.
     """
 
-    def __init__(self, spark: Any) -> None:
+    def __init__(self, spark: SparkSession) -> None:
         self.tracker = spark.sparkContext.statusTracker()
         self.run_ids: list[str] = []
         self._done: dict[int, int] = {}  # finished job -> its failed task attempts
@@ -173,7 +175,7 @@ class ChaosQuery:
     Its checkpoint, journal and output live under ``root``; every start uses the same ones.
     """
 
-    def __init__(self, spark: Any, kafka: LocalKafka, topic: str, group: str, root: Path,
+    def __init__(self, spark: SparkSession, kafka: LocalKafka, topic: str, group: str, root: Path,
                  tasks: int, tasks_view: SparkTasks, log: Log) -> None:
         self.spark = spark
         self.kafka = kafka
@@ -435,7 +437,7 @@ class SinkRow:
     delivery_count: int
 
 
-def sink_rows(spark: Any, out: Path) -> list[SinkRow]:
+def sink_rows(spark: SparkSession, out: Path) -> list[SinkRow]:
     """What the file sink committed (its metadata log decides which files count)."""
     if not (out / "_spark_metadata").exists():
         return []
@@ -444,7 +446,7 @@ def sink_rows(spark: Any, out: Path) -> list[SinkRow]:
     return [SinkRow(r.partition, r.offset, int(bytes(r.value)), r.deliveryCount) for r in rows]
 
 
-def sink_count(spark: Any, out: Path) -> int:
+def sink_count(spark: SparkSession, out: Path) -> int:
     if not (out / "_spark_metadata").exists():
         return 0
     return int(spark.read.parquet(str(out)).count())

@@ -30,10 +30,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from chaos_harness import (
+from pyspark.sql import SparkSession
+
+from pyspark_kafka_share.harness import LocalKafka
+from tests.chaos.chaos_harness import (
     ChaosQuery,
     SparkTasks,
     SteadyProducer,
@@ -44,7 +46,7 @@ from chaos_harness import (
     sink_count,
     sink_rows,
 )
-from chaos_schedule import (
+from tests.chaos.chaos_schedule import (
     BROKER_CRASH,
     LOCK_EXPIRY,
     QUERY_RESTART,
@@ -54,8 +56,6 @@ from chaos_schedule import (
     Fault,
     make_schedule,
 )
-
-from pyspark_kafka_share.harness import LocalKafka
 
 CONFIG = ChaosConfig.from_env()
 
@@ -85,7 +85,7 @@ class Verdict:
 class ChaosRun:
     """One chaos run: setup, the faults on schedule, the drain, the verdict."""
 
-    def __init__(self, config: ChaosConfig, spark: Any, kafka: LocalKafka, root: Path,
+    def __init__(self, config: ChaosConfig, spark: SparkSession, kafka: LocalKafka, root: Path,
                  report: Report) -> None:
         self.config = config
         self.spark = spark
@@ -222,7 +222,7 @@ class ChaosRun:
 @pytest.mark.chaos
 @pytest.mark.timeout(CONFIG.budget_s())
 def test_every_record_lands_exactly_once_under_a_seeded_fault_schedule(
-    spark: Any, chaos_kafka: LocalKafka, tmp_path: Path, chaos_report: Report
+    spark: SparkSession, chaos_kafka: LocalKafka, tmp_path: Path, chaos_report: Report
 ) -> None:
     config = CONFIG
     seed = config.seed

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from chaos_schedule import KINDS, ChaosConfig, make_schedule
+
+from tests.chaos.chaos_schedule import KINDS, ChaosConfig, make_schedule
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:

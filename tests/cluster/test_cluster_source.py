@@ -10,59 +10,45 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import DataFrame, SparkSession
 
-from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster, ProducerRecord
+from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster
+from tests.fixtures.journal import JournalAt
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import (
+    Key,
+    OptionValue,
+    assert_exactly_once,
+    produce_spread,
+    run_available_now,
+    share_stream,
+    sink_keys,
+    start_parquet,
+)
 
 pytestmark = pytest.mark.cluster
 
-Key = tuple[str, int, int]
 
 
-def _reader(spark: Any, kafka: LocalKafka, topic: str, group: str, journal: Any,
-            **options: Any) -> Any:
-    r = (spark.readStream.format("kafka-share")
-         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-         .option("kafka.group.id", group)
-         .option("subscribe", topic)
-         .option("journalPath", journal.url)
-         .option("numPartitions", 4)
-         .option("pollTimeoutMs", 1500))
-    for k, v in {**journal.options, **options}.items():
-        r = r.option(k, v)
-    return r.load()
+def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str, journal: JournalAt,
+            **options: OptionValue) -> DataFrame:
+    return share_stream(spark, kafka, topic, group, journal, **{"numPartitions": 4, **options})
 
 
 def _produce(kafka: LocalKafka, topic: str, partitions: int, n: int) -> set[Key]:
-    kafka.produce(topic, (ProducerRecord(value=b"v%d" % i, key=b"k%d" % i,
-                                         partition=i % partitions) for i in range(n)),
-                  producer_config={"batch.size": "16384"})
-    per = Counter(i % partitions for i in range(n))
-    return {(topic, p, o) for p, c in per.items() for o in range(c)}
+    return produce_spread(kafka, topic, partitions, n, key=lambda i: b"k%d" % i)
 
 
-def _sink_keys(spark: Any, out: Path) -> list[Key]:
-    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
-    return [(r.topic, r.partition, r.offset) for r in rows]
-
-
-def _assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
-    dups = [k for k, c in Counter(got).items() if c > 1]
-    assert not dups, f"{len(dups)} records in the sink twice, e.g. {dups[:3]}"
-    missing = expected - set(got)
-    assert not missing, f"{len(missing)} records missing from the sink, e.g. {sorted(missing)[:3]}"
-    assert set(got) == expected
-
-
-def _stage_ids(cluster: LocalSparkCluster, spark: Any) -> set[tuple[int, int]]:
+def _stage_ids(cluster: LocalSparkCluster, spark: SparkSession) -> set[tuple[int, int]]:
     return {(s["stageId"], s["attemptId"]) for s in cluster.app_api(spark, "/stages")}
 
 
-def _tasks(cluster: LocalSparkCluster, spark: Any,
+def _tasks(cluster: LocalSparkCluster, spark: SparkSession,
            stages: set[tuple[int, int]]) -> list[dict[str, Any]]:
     """Every task attempt of ``stages``, as the REST API describes it (with ``stageId``)."""
     out = []
@@ -81,31 +67,28 @@ def _describe(t: dict[str, Any]) -> str:
             f"rows written {written}{f', {error}' if error else ''}")
 
 
-def _run_to_end(query: Any, timeout_s: float = 300) -> None:
-    query.awaitTermination(timeout_s)
-    assert not query.isActive, "the AvailableNow query did not finish"
-    if query.exception() is not None:
-        raise AssertionError(f"query failed: {query.exception()}")
+def _backlog(cluster: LocalSparkCluster, spark: SparkSession, kafka: LocalKafka,
+             topic_factory: TopicFactory, n: int) -> tuple[str, set[Key], set[tuple[int, int]]]:
+    """A new topic of 2 partitions holding ``n`` records, their keys, and the stages Spark ran
+    before (those of the test's query come after)."""
+    topic = topic_factory(2)
+    return topic, _produce(kafka, topic, 2, n), _stage_ids(cluster, spark)
 
 
 def test_speculative_copies_run_and_the_sink_stays_exactly_once(
-    cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka, topic_factory: Any,
-    group: str, journal: Any, tmp_path: Path, evidence: Any,
+    cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
+    topic_factory: TopicFactory, group: str, journal: JournalAt, tmp_path: Path,
+    evidence: Callable[[str], None],
 ) -> None:
     spark = cluster_spark
-    topic = topic_factory(2)
-    expected = _produce(kafka, topic, 2, 20_000)
-    before = _stage_ids(cluster, spark)
+    topic, expected, before = _backlog(cluster, spark, kafka, topic_factory, 20_000)
     # Task 0 of the first batch holds its END for 25 s (after journaling and ACCEPTing what it
     # read); the others end in a few seconds, so Spark launches a copy of task 0 on the other
     # executor. The copy (attempt 1, no sleep) finds the log open and ENDs it; the original
     # finds END taken when it wakes (or is killed first) and RELEASEs what it holds.
     df = _reader(spark, kafka, topic, group, journal,
                  _faultInjection="sleep-before-end:seq=1:part=0:attempt=0:ms=25000")
-    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True)
-         .start())
-    _run_to_end(q)
+    run_available_now(df, tmp_path / "out", tmp_path / "chk", 300)
     # Spark kills the losing attempt once the copy succeeded: wait until it is gone.
     deadline = time.monotonic() + 60
     while True:
@@ -129,31 +112,28 @@ def test_speculative_copies_run_and_the_sink_stays_exactly_once(
         assert original["status"] in ("KILLED", "SUCCESS")
     evidence(f"{len(speculative)} speculative attempt(s), {len(winners)} succeeded; "
              f"sink checked for {len(expected)} records")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
 
 
-def _log_state(journal: Any, seq: int, part: int) -> tuple[int, bool]:
+def _log_state(journal: JournalAt, seq: int, part: int) -> tuple[int, bool]:
     """(data slots, END written) of the journal's log of ``(seq, part)``, read with the
     package's own journal (local directory or object store alike)."""
     from pyspark_kafka_share.errors import JournalError
-    from pyspark_kafka_share.source.journal.journal import Journal
 
-    store_options = {k.removeprefix("journal."): v for k, v in journal.options.items()}
     try:
-        scan = Journal(journal.url, fsync=False, options=store_options).part_log(seq, part).scan()
+        scan = journal.open(fsync=False).part_log(seq, part).scan()
     except (FileNotFoundError, JournalError):  # not there yet, or renamed away by a commit
         return 0, False
     return len(scan.data_slots), scan.end is not None
 
 
 def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
-    cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka, topic_factory: Any,
-    group: str, journal: Any, tmp_path: Path, evidence: Any,
+    cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
+    topic_factory: TopicFactory, group: str, journal: JournalAt, tmp_path: Path,
+    evidence: Callable[[str], None],
 ) -> None:
     spark = cluster_spark
-    topic = topic_factory(2)
-    expected = _produce(kafka, topic, 2, 30_000)
-    before = _stage_ids(cluster, spark)
+    topic, expected, before = _backlog(cluster, spark, kafka, topic_factory, 30_000)
     executors = {e.executor_id: e for e in cluster.executors()}
     # The first attempts of tasks 0 and 1 of batch 1 hold each poll's records 2 s before
     # journaling them, then hold their END for 15 s. The victim is the executor of the first
@@ -162,9 +142,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
     faults = ";".join(f"sleep-before-publish:seq=1:part={p}:attempt=0:ms=2000;"
                       f"sleep-before-end:seq=1:part={p}:attempt=0:ms=15000" for p in (0, 1))
     df = _reader(spark, kafka, topic, group, journal, _faultInjection=faults)
-    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True)
-         .start())
+    q = start_parquet(df, tmp_path / "out", tmp_path / "chk", available_now=True)
     deadline = time.monotonic() + 120
     slots = 0
     chosen: dict[str, Any] | None = None
@@ -199,10 +177,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
         evidence(f"the query failed: {str(q.exception())[:200]}; restarting it from the "
                  f"checkpoint")
         df2 = _reader(spark, kafka, topic, group, journal)
-        q2 = (df2.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-              .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True)
-              .start())
-        _run_to_end(q2)
+        run_available_now(df2, tmp_path / "out", tmp_path / "chk", 300)
         outcome = "the query was restarted from its checkpoint"
     tasks = _tasks(cluster, spark, _stage_ids(cluster, spark) - before)
     lost = [t for t in tasks if t["executorId"] == killed.executor_id
@@ -221,7 +196,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
         evidence("retried: " + _describe(retries[0]))
     rows = spark.read.parquet(str(tmp_path / "out")).select("deliveryCount").collect()
     redelivered = sum(1 for r in rows if r.deliveryCount > 1)
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     evidence(f"{outcome}; the sink holds each of the {len(expected)} records once; "
              f"{redelivered} of them have deliveryCount > 1 (the killed executor held them "
              f"unacknowledged; the broker redelivered them)")
@@ -229,8 +204,8 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
 
 
 def test_a_journal_path_the_executors_do_not_share_fails_clearly(
-    cluster_spark: Any, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
-    share_consumer: Any, evidence: Any,
+    cluster_spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+    tmp_path: Path, share_consumer: ShareConsumerFactory, evidence: Callable[[str], None],
 ) -> None:
     """A relative ``journalPath`` is a different directory for the driver (its working
     directory) and for each executor (its own work directory), as a node-local path is on a
@@ -238,7 +213,6 @@ def test_a_journal_path_the_executors_do_not_share_fails_clearly(
     before they acknowledge anything."""
     import shutil
     import uuid
-    from types import SimpleNamespace
 
     from confluent_kafka import AcknowledgeType
     from pyspark.errors import StreamingQueryException
@@ -246,9 +220,8 @@ def test_a_journal_path_the_executors_do_not_share_fails_clearly(
     topic = topic_factory(2)
     _produce(kafka, topic, 2, 100)
     relative = f"node-local-journal-{uuid.uuid4().hex[:8]}"
-    df = _reader(cluster_spark, kafka, topic, group, SimpleNamespace(url=relative, options={}))
-    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "chk")).start())
+    df = _reader(cluster_spark, kafka, topic, group, JournalAt("local", relative))
+    q = start_parquet(df, tmp_path / "out", tmp_path / "chk")
     try:
         with pytest.raises(StreamingQueryException) as failure:
             q.awaitTermination(240)
@@ -265,7 +238,9 @@ def test_a_journal_path_the_executors_do_not_share_fails_clearly(
     deadline = time.monotonic() + 60
     while len(got) < 100 and time.monotonic() < deadline:
         for m in consumer.poll(1.0):
-            got.append(m.delivery_count())
+            delivery_count = m.delivery_count()
+            assert delivery_count is not None
+            got.append(delivery_count)
             consumer.acknowledge(m, AcknowledgeType.ACCEPT)
         consumer.commit_sync(10)
     assert sorted(got) == [1] * 100

@@ -15,23 +15,25 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark import cloudpickle
+from pyspark.sql import SparkSession
 
-from helpers import read_topic
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster, ProducerRecord
 from pyspark_kafka_share.harness.spark import ExecutorProcess
 from pyspark_kafka_share.workers import Record, WorkerProgress, WorkerSummary, run_workers
+from tests.helpers import read_topic
 
 pytestmark = pytest.mark.cluster
 
 # The worker function runs on the executors, which cannot import this module: ship it by value.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 N = 600
 CHUNK = 10
@@ -69,7 +71,7 @@ def _lag(kafka: LocalKafka, group: str, timeout_s: float = 30.0) -> int | None:
 
 
 @pytest.fixture(scope="module")
-def killed_run(cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka,
+def killed_run(cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
                tmp_path_factory: pytest.TempPathFactory) -> KilledRun:
     tmp = tmp_path_factory.mktemp("workers")
     tag = uuid.uuid4().hex[:8]
@@ -135,7 +137,8 @@ def killed_run(cluster: LocalSparkCluster, cluster_spark: Any, kafka: LocalKafka
                      outputs=outputs)
 
 
-def test_killed_executor_loses_no_record(killed_run: KilledRun, evidence: Any) -> None:
+def test_killed_executor_loses_no_record(killed_run: KilledRun,
+                                        evidence: Callable[[str], None]) -> None:
     run = killed_run
     k = run.killed
     evidence(f"SIGKILLed executor {k.executor_id} (pid {k.pid}, worker {k.worker}, {k.host}) "

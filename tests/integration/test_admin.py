@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 
-from helpers import wait_for
-from pyspark_kafka_share.admin import PartitionOffset, ShareGroupAdmin
+from pyspark_kafka_share.admin import GroupDescription, PartitionOffset, ShareGroupAdmin
 from pyspark_kafka_share.errors import (
     BrokerError,
     GroupNotEmptyError,
@@ -21,6 +19,8 @@ from pyspark_kafka_share.errors import (
     UnknownTopicError,
 )
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import poll_share, record_value, wait_for
 
 
 @pytest.fixture
@@ -29,9 +29,9 @@ def admin(kafka: LocalKafka) -> Iterator[ShareGroupAdmin]:
         yield a
 
 
-def _consume(consumer: Any, accept: int, timeout_s: float = 30.0) -> list[Any]:
+def _consume(consumer: ShareConsumer, accept: int, timeout_s: float = 30.0) -> list[Message]:
     """Poll until ``accept`` records were ACCEPTed; release anything beyond; commit each batch."""
-    accepted: list[Any] = []
+    accepted: list[Message] = []
     deadline = time.monotonic() + timeout_s
     while len(accepted) < accept and time.monotonic() < deadline:
         batch = consumer.poll(0.5)
@@ -48,23 +48,14 @@ def _consume(consumer: Any, accept: int, timeout_s: float = 30.0) -> list[Any]:
     return accepted
 
 
-def _drain(consumer: Any, want: int, timeout_s: float = 30.0) -> list[Any]:
+def _drain(consumer: ShareConsumer, want: int, timeout_s: float = 30.0) -> list[Message]:
     """ACCEPT everything; return the messages once ``want`` were seen (or the timeout hit)."""
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
-        batch = consumer.poll(0.5)
-        for msg in batch:
-            assert msg.error() is None, msg.error()
-            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
-            got.append(msg)
-        if len(batch):
-            assert all(err is None for err in consumer.commit_sync().values())
-    return got
+    return poll_share(consumer, until=lambda got: len(got) >= want, timeout_s=timeout_s,
+                      check_commits=True)
 
 
-def _drain_values(consumer: Any, want: int, timeout_s: float = 30.0) -> list[bytes]:
-    return [msg.value() for msg in _drain(consumer, want, timeout_s)]
+def _drain_values(consumer: ShareConsumer, want: int, timeout_s: float = 30.0) -> list[bytes]:
+    return [record_value(msg) for msg in _drain(consumer, want, timeout_s)]
 
 
 def _tool_table(kafka: LocalKafka, group: str, *flags: str) -> list[list[str]]:
@@ -97,13 +88,13 @@ def _empty(admin: ShareGroupAdmin, group: str) -> None:
 
 
 def test_describe_shows_two_live_members_and_their_assignments(
-    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: Callable[..., str], group: str,
-    share_consumer: Callable[..., Any],
+    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: TopicFactory, group: str,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     topic = topic_factory(3)
     a, b = share_consumer(group, [topic]), share_consumer(group, [topic])
 
-    def described() -> Any:
+    def described() -> GroupDescription | None:
         a.poll(0.1)
         b.poll(0.1)
         try:
@@ -114,6 +105,7 @@ def test_describe_shows_two_live_members_and_their_assignments(
     desc = wait_for(described, lambda d: d is not None and len(d.members) == 2
                      and all(m.assignment.get(topic) for m in d.members),
                      what="two members with assignments")
+    assert desc is not None
     assert desc.group == group
     assert desc.state == "Stable"
     assert {m.client_id for m in desc.members} == {"rdkafka"}
@@ -132,7 +124,7 @@ def test_describe_shows_two_live_members_and_their_assignments(
 
 def test_lag_after_accepting_some_matches_kafka_tool(
     kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
-    share_consumer: Callable[..., Any],
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     total, accept = 50, 20
     kafka.produce(topic, [b"%d" % i for i in range(total)])
@@ -155,7 +147,7 @@ def test_lag_after_accepting_some_matches_kafka_tool(
 
 def test_reset_to_earliest_on_an_empty_group_rereads_everything(
     kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
-    share_consumer: Callable[..., Any],
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     values = [b"%d" % i for i in range(30)]
     kafka.produce(topic, values)
@@ -173,13 +165,13 @@ def test_reset_to_earliest_on_an_empty_group_rereads_everything(
 
     again = share_consumer(group, [topic])
     reread = _drain(again, len(values))
-    assert sorted(m.value() for m in reread) == sorted(values)
+    assert sorted(record_value(m) for m in reread) == sorted(values)
     assert {m.delivery_count() for m in reread} == {1}, "a reset starts delivery counts afresh"
 
 
 def test_reset_to_a_time_and_to_latest(
     kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
-    share_consumer: Callable[..., Any],
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     base = datetime.now(timezone.utc) - timedelta(hours=2)
     base_ms = int(base.timestamp() * 1000)
@@ -212,7 +204,7 @@ def test_reset_to_a_time_and_to_latest(
 
 
 def test_changes_to_a_non_empty_group_raise_a_clear_error(
-    admin: ShareGroupAdmin, topic: str, group: str, share_consumer: Callable[..., Any],
+    admin: ShareGroupAdmin, topic: str, group: str, share_consumer: ShareConsumerFactory,
 ) -> None:
     consumer = share_consumer(group, [topic])
 
@@ -240,7 +232,7 @@ def test_changes_to_a_non_empty_group_raise_a_clear_error(
 
 def test_delete_offsets_then_the_group(
     kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
-    share_consumer: Callable[..., Any],
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     kafka.produce(topic, [b"a", b"b", b"c"])
     consumer = share_consumer(group, [topic])
@@ -316,7 +308,7 @@ def test_group_configs_read_and_set(admin: ShareGroupAdmin, group: str) -> None:
 
 
 def test_cli_groups_commands(
-    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any],
+    kafka: LocalKafka, topic: str, group: str, share_consumer: ShareConsumerFactory,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     import json

@@ -7,15 +7,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import DataFrame, SparkSession
+
 from pyspark_kafka_share.harness import LocalKafka
+from tests.fixtures.kafka import TopicFactory
+from tests.helpers import share_stream
 
 
-def _stream(spark: Any, kafka: LocalKafka, topic: str, group: str, journal: Path) -> Any:
-    return (spark.readStream.format("kafka-share")
-            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-            .option("kafka.group.id", group).option("subscribe", topic)
-            .option("journalPath", str(journal)).option("numPartitions", 2)
-            .option("pollTimeoutMs", 1000).load())
+def _stream(spark: SparkSession, kafka: LocalKafka, topic: str, group: str,
+            journal: Path) -> DataFrame:
+    return share_stream(spark, kafka, topic, group, journal, numPartitions=2, pollTimeoutMs=1000)
 
 
 def _report(progress: Any) -> dict[str, Any]:
@@ -23,7 +24,7 @@ def _report(progress: Any) -> dict[str, Any]:
 
 
 def test_lag_falls_to_zero_and_metrics_add_up(
-    spark: Any, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path
 ) -> None:
     topic = topic_factory(2)
     kafka.produce(topic, (b"%d" % i for i in range(3000)))
@@ -52,7 +53,7 @@ def test_lag_falls_to_zero_and_metrics_add_up(
 
 
 def test_no_empty_micro_batches_while_the_queue_is_empty(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     kafka.produce(topic, [b"first"])
     q = (_stream(spark, kafka, topic, group, tmp_path / "j").writeStream.format("noop")

@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.readwriter import DataStreamReader
 
 from pyspark_kafka_share._kafka import logs
 from pyspark_kafka_share._kafka import pool as _pool
@@ -45,27 +47,17 @@ from pyspark_kafka_share.source.task import TaskSpec, read_partition
 from pyspark_kafka_share.workers import run_workers
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.loop import _Worker
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import Key, record_key, share_reader, sink_keys
 
-Key = tuple[str, int, int]
 BIG = 2_000_000  # bytes: above the consumer's receive.message.max.bytes below
 SMALL_CONSUMER = {"kafka.receive.message.max.bytes": "1000000",
                   "kafka.fetch.max.bytes": "900000"}
 
 
-def _reader(spark: Any, kafka: LocalKafka, topic: str, group: str, journal: Path,
-            **options: str) -> Any:
-    r = (spark.readStream.format("kafka-share")
-         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-         .option("kafka.group.id", group).option("subscribe", topic)
-         .option("journalPath", str(journal)).option("pollTimeoutMs", "1000"))
-    for k, v in options.items():
-        r = r.option(k, v)
-    return r
-
-
-def _sink_keys(spark: Any, out: Path) -> list[Key]:
-    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
-    return [(r.topic, r.partition, r.offset) for r in rows]
+def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str, journal: Path,
+            **options: str) -> DataStreamReader:
+    return share_reader(spark, kafka, topic, group, journal, **{"pollTimeoutMs": "1000", **options})
 
 
 def _delete_topic(kafka: LocalKafka, topic: str) -> None:
@@ -153,7 +145,7 @@ def test_an_unreachable_broker_logs_one_summarized_line_and_fails_with_the_cause
      ["'kafka.receive.message.max.bytes' must be >= 'kafka.fetch.max.bytes' + 512"]),
 ])
 def test_a_client_setting_typo_fails_load_with_a_did_you_mean(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
     options: dict[str, str], expected: list[str],
 ) -> None:
     r = _reader(spark, kafka, topic, group, tmp_path / "j", **options)
@@ -170,7 +162,7 @@ def test_a_client_setting_typo_fails_load_with_a_did_you_mean(
 
 
 def test_a_client_setting_typo_fails_run_workers_before_any_task(
-    spark: Any, kafka: LocalKafka, topic: str, group: str,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str,
 ) -> None:
     common: dict[str, Any] = {"topics": topic, "group": group, "on_progress": False,
                               "bootstrap_servers": kafka.bootstrap_servers}
@@ -188,7 +180,7 @@ def test_a_client_setting_typo_fails_run_workers_before_any_task(
 
 
 def test_a_topic_deleted_while_the_query_runs_fails_it_naming_the_topic(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
     tmp_path: Path,
 ) -> None:
     topic = topic_factory(2)
@@ -209,7 +201,7 @@ def test_a_topic_deleted_while_the_query_runs_fails_it_naming_the_topic(
     text = str(info.value)
     assert "UnknownTopicError" in text and f"topic '{topic}' no longer exists" in text
     assert "Re-create the topic, or remove it from 'subscribe'" in text
-    got = _sink_keys(spark, tmp_path / "out")
+    got = sink_keys(spark, tmp_path / "out")
     assert sorted(got) == sorted({(topic, i % 2, i // 2) for i in range(200)})  # exactly once
     # Whatever the journal holds uncommitted (the last batch: Spark commits it when it plans
     # the next one) reached the sink.
@@ -232,8 +224,8 @@ def _journaled(journal: Journal) -> set[Key]:
 
 
 def test_a_task_reading_a_deleted_topic_fails_at_once_not_after_its_poll_timeout(
-    kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path,
-    share_consumer: Callable[..., Any],
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     topic, other = topic_factory(1), topic_factory(1)
     # Another member of the group holds a record of another topic unacknowledged, and the
@@ -293,7 +285,7 @@ def test_a_worker_reading_a_deleted_topic_fails_at_once(
 
 
 def test_a_topic_never_written_to_costs_no_micro_batch(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
     tmp_path: Path,
 ) -> None:
     """Its lag reads unknown until a member fetched records; its end offsets say it is empty
@@ -316,7 +308,7 @@ def test_a_topic_never_written_to_costs_no_micro_batch(
                   "the record produced later")
     finally:
         q.stop()
-    assert _sink_keys(spark, tmp_path / "out") == [(topic, 1, 0)]
+    assert sink_keys(spark, tmp_path / "out") == [(topic, 1, 0)]
 
 
 # -- E: a record larger than the consumer accepts ---------------------------------------------
@@ -335,7 +327,7 @@ def _big_topic(kafka: LocalKafka, group: str) -> str:
 
 
 def test_a_record_larger_than_receive_message_max_bytes_names_the_settings_to_raise(
-    spark: Any, kafka: LocalKafka, group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, group: str, tmp_path: Path,
 ) -> None:
     topic = _big_topic(kafka, group)
     out, chk = tmp_path / "out", tmp_path / "chk"
@@ -359,13 +351,13 @@ def test_a_record_larger_than_receive_message_max_bytes_names_the_settings_to_ra
     # The small records were journaled and ACCEPTed; the restart (settings raised) replays
     # them with the big one: exactly once, nothing lost.
     assert run().exception() is None
-    assert sorted(_sink_keys(spark, out)) == [(topic, 0, o) for o in range(4)]
+    assert sorted(sink_keys(spark, out)) == [(topic, 0, o) for o in range(4)]
     with ShareGroupAdmin(kafka.bootstrap_servers) as admin:
         assert admin.total_lag(group) == 0
 
 
 def test_a_worker_given_a_record_larger_than_it_accepts_names_its_arguments(
-    kafka: LocalKafka, group: str, share_consumer: Callable[..., Any],
+    kafka: LocalKafka, group: str, share_consumer: ShareConsumerFactory,
 ) -> None:
     topic = _big_topic(kafka, group)
     config = WorkerConfig.create(
@@ -387,7 +379,7 @@ def test_a_worker_given_a_record_larger_than_it_accepts_names_its_arguments(
     deadline = time.monotonic() + 30
     while not got and time.monotonic() < deadline:
         for m in c.poll(0.5):
-            got[m.offset()] += 1
+            got[record_key(m)[2]] += 1
             c.acknowledge(m, AcknowledgeType.ACCEPT)
         with contextlib.suppress(Exception):
             c.commit_sync()

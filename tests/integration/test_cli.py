@@ -11,15 +11,15 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartitions
 
-from helpers import wait_for
 from pyspark_kafka_share import cli
 from pyspark_kafka_share.admin import PartitionOffset, ShareGroupAdmin
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import wait_for
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -90,7 +90,7 @@ def test_reset_and_dry_run_both_refused(group: str, run: Run) -> None:
 
 
 def test_reset_selected_partitions_only(
-    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: Callable[..., str], group: str,
+    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: TopicFactory, group: str,
     run: Run,
 ) -> None:
     topic = topic_factory(3)
@@ -128,7 +128,7 @@ def test_reset_selected_partitions_only(
 
 
 def test_delete_needs_execute_or_dry_run(
-    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: Callable[..., str], group: str,
+    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: TopicFactory, group: str,
     run: Run,
 ) -> None:
     keep, drop = topic_factory(1), topic_factory(1)
@@ -224,8 +224,8 @@ def test_classic_consumer_group_exit_code_and_left_alone(
 
 
 def test_unknown_lag_exit_code(
-    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: Callable[..., str], group: str,
-    share_consumer: Callable[..., Any], run: Run,
+    kafka: LocalKafka, admin: ShareGroupAdmin, topic_factory: TopicFactory, group: str,
+    share_consumer: ShareConsumerFactory, run: Run,
 ) -> None:
     topic = topic_factory(2)
     _produce(kafka, topic, {0: 4})  # partition 1 stays empty: never fetched from

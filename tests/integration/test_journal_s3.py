@@ -15,32 +15,19 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 import pytest
 
-from helpers import JournalAt
-from pyspark_kafka_share._kafka.arrow import arrow_schema
 from pyspark_kafka_share.errors import JournalClosed, OptionError
 from pyspark_kafka_share.harness.s3 import LocalS3
-from pyspark_kafka_share.source.journal.journal import EndMarker, Journal
+from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
+from tests.fixtures.journal import JournalAt, end_marker, record_batch
 
-
-def _batch(topic: str, offsets: list[int]) -> pa.RecordBatch:
-    n = len(offsets)
-    cols = {"key": [None] * n, "value": [b"v"] * n, "topic": [topic] * n,
-            "partition": [0] * n, "offset": offsets, "timestamp": [None] * n,
-            "timestampType": [0] * n, "deliveryCount": [1] * n}
-    return pa.RecordBatch.from_pydict(cols, schema=arrow_schema(False))
-
-
-def _end(attempt: int, acked: tuple[int, ...] = ()) -> Callable[[Any], EndMarker]:
-    return lambda s: EndMarker(attempt=attempt, data_slots=len(s.data_slots), records=0,
-                               acked_slots=acked)
+if TYPE_CHECKING:
+    from obstore.store import S3Config
 
 
 def _keys_under(where: JournalAt, sub: str) -> list[str]:
@@ -61,8 +48,10 @@ def test_the_server_refuses_a_second_exclusive_create_also_under_races(
 
     opts = s3_journal.store_options
     bucket, prefix = s3_journal.url.removeprefix("s3://").split("/", 1)
-    store = S3Store(bucket, config={k: v for k, v in opts.items()},
-                    client_options={"allow_http": True})
+    config: S3Config = {"endpoint": opts["aws_endpoint"], "region": opts["aws_region"],
+                        "access_key_id": opts["aws_access_key_id"],
+                        "secret_access_key": opts["aws_secret_access_key"]}
+    store = S3Store(bucket, config=config, client_options={"allow_http": True})
     obstore.put(store, f"{prefix}/once", b"first", mode="create")
     with pytest.raises(AlreadyExistsError):
         obstore.put(store, f"{prefix}/once", b"second", mode="create")
@@ -98,10 +87,10 @@ def test_a_late_attempt_after_the_commit_withdraws_and_its_orphans_are_swept(
     late = j.part_log(1, 0)
     late.open()  # opened while batch 1 was running
     done = j.part_log(1, 0)
-    done.append(_batch("t", [0]), attempt=1)
-    done.end(_end(1, acked=(0,)))
+    done.append(record_batch("t", [0]), attempt=1)
+    done.end(end_marker(1, acked=(0,)))
     j.commit(1, dedup_retention_ms=3_600_000)
-    slot = late.append(_batch("t", [1]), attempt=2)  # succeeds: nothing is there any more
+    slot = late.append(record_batch("t", [1]), attempt=2)  # succeeds: nothing is there any more
     assert j.committed_seq() >= 1, "the fence the task re-reads after every append"
     with pytest.raises(JournalClosed):
         j.part_log(1, 0).open()  # a new attempt sees the fence at once
@@ -110,8 +99,8 @@ def test_a_late_attempt_after_the_commit_withdraws_and_its_orphans_are_swept(
     assert slot == 0  # its scan at open saw an empty log
     nxt = j.part_log(2, 0)
     nxt.open()
-    nxt.append(_batch("t", [2]), attempt=3)
-    nxt.end(_end(3, acked=(0,)))
+    nxt.append(record_batch("t", [2]), attempt=3)
+    nxt.end(end_marker(3, acked=(0,)))
     j.commit(2, dedup_retention_ms=3_600_000)
     assert j.find_journaled({("t", 0, 1)}) == set(), "an orphan slot was taken as published"
     assert _keys_under(s3_journal, "batches") == [], "the orphan was not swept"
@@ -128,9 +117,11 @@ def test_load_probes_the_store_and_carries_the_options_unshown(s3_journal: Journ
     assert dict(opts.journal_options) == s3_journal.store_options
     assert "testing" not in repr(opts)
     assert _keys_under(s3_journal, "") == [], "the probe object was left behind"
-    j = Journal.of(opts.journal_settings())
+    settings = opts.journal_settings()
+    assert settings is not None
+    j = Journal.of(settings)
     j.part_log(1, 0).open()
-    assert j.part_log(1, 0).append(_batch("t", [0]), attempt=1) == 0
+    assert j.part_log(1, 0).append(record_batch("t", [0]), attempt=1) == 0
 
 
 def test_load_refuses_settings_without_conditional_create_and_unreachable_stores(
@@ -153,7 +144,7 @@ def test_credentials_and_endpoint_from_the_standard_environment(
     parse_options({**_BASE, "journalPath": s3_journal.url})  # probe, no journal.* options
     j = Journal(s3_journal.url)
     j.part_log(1, 0).open()
-    j.part_log(1, 0).append(_batch("t", [0]), attempt=1)
+    j.part_log(1, 0).append(record_batch("t", [0]), attempt=1)
     assert s3_journal.open().part_log(1, 0).scan().data_slots == [0]
 
 

@@ -10,12 +10,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pyspark_kafka_share.errors import LocalKafkaError
 from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka
+from tests.helpers import record_value
 
 # Starts a broker, crashes it and restarts it, then waits for a line on stdin (EOF: exit).
 _OWNER = """
@@ -138,7 +138,7 @@ def _share_consume(bootstrap: str, group: str, topic: str, *, accept: int | None
     count of the records ACCEPTed (and, with accept=None, of all)."""
     from confluent_kafka import AcknowledgeType, ShareConsumer
 
-    consumer: Any = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
                                    "share.acknowledgement.mode": "explicit"})
     consumer.subscribe([topic])
     accepted: dict[bytes, int] = {}
@@ -152,8 +152,10 @@ def _share_consume(bootstrap: str, group: str, topic: str, *, accept: int | None
                 assert msg.error() is None, msg.error()
                 seen += 1
                 if accept is None or len(accepted) < accept:
-                    assert msg.value() not in accepted, f"{msg.value()!r} delivered twice"
-                    accepted[msg.value()] = msg.delivery_count()
+                    value, delivery_count = record_value(msg), msg.delivery_count()
+                    assert value not in accepted, f"{value!r} delivered twice"
+                    assert delivery_count is not None
+                    accepted[value] = delivery_count
                     consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
                 else:
                     consumer.acknowledge(msg, AcknowledgeType.RELEASE)
@@ -180,7 +182,9 @@ def _read_all(bootstrap: str, topic: str, partitions: int, want: int) -> list[by
         while len(got) < want and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.5):
                 assert msg.error() is None, msg.error()
-                got.append(msg.value())
+                value = msg.value()
+                assert value is not None
+                got.append(value)
     finally:
         consumer.close()
     return got

@@ -6,30 +6,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Message, ShareConsumer
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from tests.fixtures.kafka import ShareConsumerFactory
+from tests.helpers import poll_share, record_key, record_value
 
 
-def _poll_until(consumer: Any, predicate: Callable[[list[Any]], bool], timeout_s: float = 30.0,
-                ack: AcknowledgeType = AcknowledgeType.ACCEPT) -> list[Any]:
+def _poll_until(consumer: ShareConsumer, predicate: Callable[[list[Message]], bool],
+                timeout_s: float = 30.0,
+                ack: AcknowledgeType = AcknowledgeType.ACCEPT) -> list[Message]:
     """Poll, acknowledge everything with ``ack``, until ``predicate(all_seen)`` holds."""
-    seen: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate(seen):
-        batch = consumer.poll(0.5)
-        for msg in batch:
-            assert msg.error() is None, msg.error()
-            consumer.acknowledge(msg, ack)
-            seen.append(msg)
-        if len(batch):
-            results = consumer.commit_sync()
-            assert all(err is None for err in results.values()), results
-    return seen
+    return poll_share(consumer, ack, until=predicate, timeout_s=timeout_s, check_commits=True)
 
 
 def test_two_consumers_split_one_partition(
-    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+    kafka: LocalKafka, topic: str, group: str, share_consumer: ShareConsumerFactory
 ) -> None:
     total = 20_000
     kafka.produce(topic, (b"%d" % i for i in range(total)),
@@ -43,7 +35,7 @@ def test_two_consumers_split_one_partition(
             for msg in batch:
                 assert msg.error() is None
                 consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
-                got[name].append(msg.offset())
+                got[name].append(record_key(msg)[2])
             if len(batch):
                 assert all(e is None for e in consumer.commit_sync().values())
     assert got["a"] and got["b"], {k: len(v) for k, v in got.items()}
@@ -53,7 +45,7 @@ def test_two_consumers_split_one_partition(
 
 
 def test_release_redelivers_with_count_two(
-    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+    kafka: LocalKafka, topic: str, group: str, share_consumer: ShareConsumerFactory
 ) -> None:
     kafka.produce(topic, [b"only"])
     consumer = share_consumer(group, [topic])
@@ -64,7 +56,7 @@ def test_release_redelivers_with_count_two(
 
 
 def test_reject_is_not_redelivered(
-    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+    kafka: LocalKafka, topic: str, group: str, share_consumer: ShareConsumerFactory
 ) -> None:
     kafka.produce(topic, [b"poison", b"fine"])
     consumer = share_consumer(group, [topic])
@@ -83,7 +75,7 @@ def test_reject_is_not_redelivered(
 
 
 def test_unacknowledged_record_is_redelivered_after_lock_expiry(
-    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+    kafka: LocalKafka, topic: str, group: str, share_consumer: ShareConsumerFactory
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 2000)
     kafka.produce(topic, [ProducerRecord(value=b"slow", key=b"k")])
@@ -103,7 +95,7 @@ def test_unacknowledged_record_is_redelivered_after_lock_expiry(
 
 
 def test_an_idle_consumer_holds_one_fetch_response_and_closing_spends_a_delivery(
-    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+    kafka: LocalKafka, topic: str, group: str, share_consumer: ShareConsumerFactory
 ) -> None:
     """Why pooled consumers are closed soon after an empty poll (docs/design.md)."""
     idle, other = share_consumer(group, [topic]), share_consumer(group, [topic])
@@ -118,12 +110,12 @@ def test_an_idle_consumer_holds_one_fetch_response_and_closing_spends_a_delivery
     assert len(_poll_until(other, lambda s: len(s) >= 50, timeout_s=20)) == 50  # only one fetch
     idle.close()  # releases what it held: one delivery spent
     back = _poll_until(other, lambda s: len(s) >= 50, timeout_s=20)
-    assert sorted(m.value() for m in back) == sorted(b"first-%d" % i for i in range(50))
+    assert sorted(record_value(m) for m in back) == sorted(b"first-%d" % i for i in range(50))
     assert {m.delivery_count() for m in back} == {2}
 
 
 def test_a_consumer_fetches_nothing_while_the_application_works_on_an_acknowledged_poll(
-    kafka: LocalKafka, topic: str, group: str, share_consumer: Callable[..., Any]
+    kafka: LocalKafka, topic: str, group: str, share_consumer: ShareConsumerFactory
 ) -> None:
     """After a non-empty poll, acknowledged and committed, librdkafka fetches nothing until
     the next poll. The source relies on it (a task waits in ``yield`` while Spark takes its

@@ -21,7 +21,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from helpers import JournalAt
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.errors import BrokerError
@@ -29,8 +28,9 @@ from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka, ProducerRecor
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
-
-Key = tuple[str, int, int]
+from tests.fixtures.journal import JournalAt
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import Key, poll_share, record_key
 
 
 def _keys(batches: list[pa.RecordBatch]) -> list[Key]:
@@ -52,25 +52,15 @@ def _spec(kafka: LocalKafka, topic: str, group: str, journal: Path | JournalAt,
     return TaskSpec(options=options, seq=1, part=0, parts=1, task_max_records=None, lock_ms=30_000)
 
 
-def _drain(kafka: LocalKafka, group: str, topic: str, share_consumer: Any) -> list[Key]:
-    from confluent_kafka import AcknowledgeType
-
-    c = share_consumer(group, [topic])
-    seen: list[Key] = []
-    quiet_since = time.monotonic()
-    while time.monotonic() - quiet_since < 6:
-        batch = c.poll(0.5)
-        for m in batch:
-            seen.append((m.topic(), m.partition(), m.offset()))
-            c.acknowledge(m, AcknowledgeType.ACCEPT)
-        if len(batch):
-            c.commit_sync()
-            quiet_since = time.monotonic()
-    return seen
+def _drain(kafka: LocalKafka, group: str, topic: str,
+           share_consumer: ShareConsumerFactory) -> list[Key]:
+    """What a fresh member of ``group`` gets (ACCEPTed) until 6 s pass without a record."""
+    return [record_key(m) for m in poll_share(share_consumer(group, [topic]), quiet_s=6)]
 
 
 def test_two_racing_attempts_yield_identical_rows_and_lose_nothing(
-    kafka: LocalKafka, topic_factory: Any, group: str, journal: JournalAt, share_consumer: Any
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, journal: JournalAt,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     topic = topic_factory(2)
     total = 6000
@@ -172,7 +162,7 @@ def test_a_task_rides_out_a_broker_restart(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("probe", [True, False])
 def test_a_task_ends_once_the_group_is_drained(
-    probe: bool, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
+    probe: bool, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
 ) -> None:
     topic = topic_factory(2)
     kafka.produce(topic, (ProducerRecord(value=b"%d" % i, partition=i % 2) for i in range(500)))
@@ -199,8 +189,8 @@ def test_a_task_ends_once_the_group_is_drained(
 
 @pytest.mark.parametrize("join_ms", [0, 8000])
 def test_a_task_whose_share_others_took_ends_once_the_planned_records_are_acknowledged(
-    join_ms: int, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path,
-    share_consumer: Any,
+    join_ms: int, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     """Under a steady stream the backlog never empties. A task that finds the records planned
     for its batch taken by other members ends once no partition has more waiting than was

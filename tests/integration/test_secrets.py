@@ -35,16 +35,20 @@ from typing import Any
 
 import pytest
 from pyspark import cloudpickle
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
-from helpers import JournalAt, journal_at
 from pyspark_kafka_share.harness import LocalKafka, LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.workers import Record, WorkerProgress, run_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
+from tests.fixtures.journal import JournalAt, journal_at
+from tests.fixtures.kafka import TopicFactory
+from tests.helpers import share_stream
 
 # The worker function runs in Spark's Python workers, which cannot import this module.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 # Distinctive values: found only if something printed a secret.
 SASL_PASSWORD = "SASLPW-q7Zx3marker"
@@ -100,7 +104,7 @@ class Seen:
 
 @pytest.fixture
 def seen(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
-         spark: Any) -> Iterator[Seen]:
+         spark: SparkSession) -> Iterator[Seen]:
     """What the test saw; the test ends with ``seen.check()``."""
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.DEBUG, logger="pyspark_kafka_share")
@@ -112,9 +116,10 @@ _SENTINEL = "test_secrets: capturing the driver log"
 
 
 @contextlib.contextmanager
-def _driver_log(spark: Any) -> Iterator[Callable[[], str]]:
+def _driver_log(spark: SparkSession) -> Iterator[Callable[[], str]]:
     """Spark's driver log (log4j, root logger at INFO) for the duration, as text."""
     jvm = spark.sparkContext._jvm
+    assert jvm is not None
     core = jvm.org.apache.logging.log4j.core
     ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     config = ctx.getConfiguration()
@@ -148,14 +153,9 @@ def _secret_journal(s3: LocalS3, tmp_path: Path) -> JournalAt:
                                        "journal.aws_session_token": AWS_TOKEN})
 
 
-def _reader(spark: Any, kafka: LocalKafka, topic: str, group: str, **options: str) -> Any:
-    r = (spark.readStream.format("kafka-share")
-         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-         .option("kafka.group.id", group).option("subscribe", topic)
-         .option("pollTimeoutMs", "1000"))
-    for key, value in options.items():
-        r = r.option(key, value)
-    return r.load()
+def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str,
+            **options: str) -> DataFrame:
+    return share_stream(spark, kafka, topic, group, None, **{"pollTimeoutMs": "1000", **options})
 
 
 def _progress(p: Any) -> str:
@@ -163,20 +163,21 @@ def _progress(p: Any) -> str:
     return f"{getattr(p, 'json', '')}\n{p!s}\n{p!r}"
 
 
-def _query_state(seen: Seen, query: Any) -> None:
+def _query_state(seen: Seen, query: StreamingQuery) -> None:
     seen.add("query.lastProgress", _progress(query.lastProgress))
     seen.add("query.recentProgress", "\n".join(_progress(p) for p in query.recentProgress))
     seen.add("query.status", query.status)
     seen.add("query plan", query._jsq.explainInternal(True))
-    if query.exception() is not None:
-        seen.error("query.exception()", query.exception())
+    failure = query.exception()
+    if failure is not None:
+        seen.error("query.exception()", failure)
 
 
 # -- the source ----------------------------------------------------------------------------------
 
 
 def test_the_source_shows_no_secret_while_it_runs_and_when_a_task_fails(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, s3: LocalS3, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, s3: LocalS3, tmp_path: Path,
     seen: Seen,
 ) -> None:
     kafka.produce(topic, [b"a", b"b", b"c"])
@@ -184,7 +185,9 @@ def test_the_source_shows_no_secret_while_it_runs_and_when_a_task_fails(
     options = {**KAFKA_SECRETS, **where.source_options}
     parsed = parse_options({"kafka.bootstrap.servers": kafka.bootstrap_servers,
                             "kafka.group.id": group, "subscribe": topic, **options})
-    journal = Journal.of(parsed.journal_settings())
+    settings = parsed.journal_settings()
+    assert settings is not None
+    journal = Journal.of(settings)
     for name, obj in [("SourceOptions", parsed), ("ClientSettings", parsed.client),
                       ("Journal", journal), ("journal store", journal.store)]:
         seen.add(f"repr({name})", repr(obj))
@@ -213,7 +216,7 @@ def test_the_source_shows_no_secret_while_it_runs_and_when_a_task_fails(
 
 
 def test_a_sasl_client_refused_by_the_broker_shows_no_secret_at_load(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, seen: Seen,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, seen: Seen,
 ) -> None:
     started = time.monotonic()
     with pytest.raises(Exception) as info:  # whatever fails, nothing may leak
@@ -225,7 +228,7 @@ def test_a_sasl_client_refused_by_the_broker_shows_no_secret_at_load(
 
 
 def test_an_unusable_s3_journal_shows_no_secret_at_load(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, s3: LocalS3, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, s3: LocalS3, tmp_path: Path,
     seen: Seen,
 ) -> None:
     where = _secret_journal(s3, tmp_path)
@@ -243,7 +246,7 @@ def test_an_unusable_s3_journal_shows_no_secret_at_load(
 # A secret given without its "kafka." prefix (sasl.password) is an unknown option: the error
 # names it without its value.
 def test_a_secret_given_without_its_kafka_prefix_is_not_echoed_at_load(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, seen: Seen,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, seen: Seen,
 ) -> None:
     with pytest.raises(Exception, match="unknown option") as info:
         _reader(spark, kafka, topic, group, journalPath=str(tmp_path / "j"),
@@ -260,7 +263,7 @@ def _echo(record: Record) -> bytes:
 
 
 def test_the_workers_show_no_secret_in_progress_summary_or_config(
-    spark: Any, kafka: LocalKafka, topic: str, topic_factory: Callable[..., str], group: str,
+    spark: SparkSession, kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str,
     seen: Seen,
 ) -> None:
     out = topic_factory(1)
@@ -285,7 +288,7 @@ def test_the_workers_show_no_secret_in_progress_summary_or_config(
 
 
 def test_workers_refused_by_the_broker_show_no_secret(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, seen: Seen,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, seen: Seen,
 ) -> None:
     conf = {k.removeprefix("kafka."): v for k, v in SASL_CLIENT.items() if k.startswith("kafka.")}
     started = time.monotonic()
@@ -302,12 +305,13 @@ def test_workers_refused_by_the_broker_show_no_secret(
 # A misspelled consumer_config with a password in it: the error names the argument and
 # suggests the right one without showing the value.
 def test_a_misspelled_consumer_config_is_not_echoed(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, seen: Seen,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, seen: Seen,
 ) -> None:
+    # A keyword run_workers does not have: built at run time, as a caller's typo would be.
+    misspelled: dict[str, Any] = {"consumer_confg": {"sasl.password": SASL_PASSWORD}}
     with pytest.raises(Exception, match="did you mean 'consumer_config'") as info:
         run_workers(spark, _echo, topics=topic, group=group,
-                    bootstrap_servers=kafka.bootstrap_servers,
-                    consumer_confg={"sasl.password": SASL_PASSWORD})
+                    bootstrap_servers=kafka.bootstrap_servers, **misspelled)
     seen.error("run_workers", info.value)
     seen.check()
 
@@ -318,7 +322,7 @@ PEM_MARKER = "-----BEGIN PRIVATE KEY-----PEMKEY-h8Jd4marker"
 
 
 def test_spark_plans_redact_options_by_name_and_the_redaction_regex_covers_the_rest(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
 ) -> None:
     # Spark prints a source's options in its plans (explain(), the UI's SQL tab, event logs),
     # hiding the values of options whose name (or value) matches spark.redaction.regex
@@ -331,7 +335,9 @@ def test_spark_plans_redact_options_by_name_and_the_redaction_regex_covers_the_r
     def plan(**options: str) -> str:
         # Spark reads the redaction pattern from the thread's active session (SQLConf.get):
         # after other tests' streaming queries that can be a query's clone of this session.
-        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        jvm = spark._jvm
+        assert jvm is not None
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         df = _reader(spark, kafka, topic, group, journalPath=str(tmp_path / "j"), **options)
         return str(df._jdf.queryExecution().toString())
 
@@ -340,6 +346,7 @@ def test_spark_plans_redact_options_by_name_and_the_redaction_regex_covers_the_r
         "Spark now redacts kafka.ssl.key.pem by itself"
     key = "spark.sql.redaction.options.regex"
     before = spark.conf.get(key)
+    assert before is not None
     spark.conf.set(key, f"{before}|(?i)pem|account_key|_key_base64")
     try:
         assert PEM_MARKER not in plan(**{"kafka.ssl.key.pem": PEM_MARKER})

@@ -4,7 +4,7 @@ Every guarantee test injects its failure for real (an exception in the task, the
 process killed with os._exit, an expired lock, a failed batch and a restart from the
 checkpoint) and then checks that the sink holds every produced record exactly once. Those
 taking the ``journal`` fixture run with the journal on each store (a local directory and
-``s3://`` on LocalS3, tests/integration/conftest.py) and read it through the package's
+``s3://`` on LocalS3, tests/fixtures/journal.py) and read it through the package's
 ``Journal``.
 """
 
@@ -15,34 +15,30 @@ import os
 import re
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from confluent_kafka import AcknowledgeType, Message
+from pyspark.sql import DataFrame, SparkSession
 
-from helpers import JournalAt, read_only_dir, wait_for
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
-
-Key = tuple[str, int, int]
-
-
-def _reader(spark: Any, kafka: LocalKafka, topics: list[str], group: str,
-            journal: Path | JournalAt | None, **options: Any) -> Any:
-    r = (spark.readStream.format("kafka-share")
-         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-         .option("kafka.group.id", group)
-         .option("subscribe", ",".join(topics))
-         .option("pollTimeoutMs", 1500))
-    if isinstance(journal, JournalAt):
-        options = {**journal.source_options, **options}
-    elif journal is not None:
-        r = r.option("journalPath", str(journal))
-    for k, v in options.items():
-        r = r.option(k, v)
-    return r.load()
+from tests.fixtures.journal import JournalAt
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import (
+    Key,
+    assert_exactly_once,
+    poll_share,
+    produce_spread,
+    read_only_dir,
+    record_key,
+    run_available_now,
+    share_stream,
+    sink_keys,
+    spread_keys,
+    start_parquet,
+    wait_for,
+)
 
 
 def _data_slots(j: Journal, parts: int) -> int:
@@ -59,77 +55,30 @@ def _duplicates_recognised(j: Journal) -> bool:
     return dropped > 0 or bool(dedup)
 
 
-def _run_available_now(df: Any, out: Path, chk: Path, timeout_s: float = 240) -> Any:
-    q = (df.writeStream.format("parquet").option("path", str(out))
-         .option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
-    q.awaitTermination(timeout_s)
-    assert not q.isActive, "the AvailableNow query did not finish"
-    if q.exception() is not None:
-        raise AssertionError(f"query failed: {q.exception()}")
-    return q
-
-
-def _sink_keys(spark: Any, out: Path) -> list[Key]:
-    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
-    return [(r.topic, r.partition, r.offset) for r in rows]
-
-
-def _produced(topic: str, partitions: int, n: int) -> set[Key]:
-    """Keys produced by ``_produce_spread`` (offsets are dense per partition)."""
-    per = Counter(i % partitions for i in range(n))
-    return {(topic, p, o) for p, c in per.items() for o in range(c)}
-
-
-def _produce_spread(kafka: LocalKafka, topic: str, partitions: int, n: int,
-                    value: Callable[[int], bytes] = lambda i: b"v%d" % i) -> set[Key]:
-    kafka.produce(topic, (ProducerRecord(value=value(i), partition=i % partitions)
-                          for i in range(n)), producer_config={"batch.size": "16384"})
-    return _produced(topic, partitions, n)
-
-
-def _assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
-    dups = [k for k, c in Counter(got).items() if c > 1]
-    assert not dups, f"{len(dups)} records delivered twice, e.g. {dups[:3]}"
-    missing = expected - set(got)
-    assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
-    assert set(got) == expected
-
-
-def _remaining(kafka: LocalKafka, group: str, topics: list[str], share_consumer: Any,
-               wait_s: float = 8.0) -> list[Key]:
+def _remaining(kafka: LocalKafka, group: str, topics: list[str],
+               share_consumer: ShareConsumerFactory, wait_s: float = 8.0) -> list[Key]:
     """What a plain consumer of the group still gets (and RELEASEs back)."""
-    from confluent_kafka import AcknowledgeType
-
     c = share_consumer(group, topics)
-    seen: list[Key] = []
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        batch = c.poll(0.5)
-        for m in batch:
-            seen.append((m.topic(), m.partition(), m.offset()))
-            c.acknowledge(m, AcknowledgeType.RELEASE)
-        if len(batch):
-            c.commit_sync()
-    return seen
+    return [record_key(m) for m in poll_share(c, AcknowledgeType.RELEASE, timeout_s=wait_s)]
 
 
 # -- reading ---------------------------------------------------------------------------------
 
 
 def test_more_tasks_than_partitions_exactly_once(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
-    expected = _produce_spread(kafka, topic, 1, 20_000)
-    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=4)
+    expected = produce_spread(kafka, topic, 1, 20_000)
+    df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=4)
     from pyspark.sql.functions import spark_partition_id
 
-    _run_available_now(df.withColumn("task", spark_partition_id()), tmp_path / "out",
-                       tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    run_available_now(df.withColumn("task", spark_partition_id()), tmp_path / "out",
+                      tmp_path / "chk")
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
 
 
 def test_columns_headers_nulls_large_values_several_topics(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path
 ) -> None:
     a, b = topic_factory(2), topic_factory(1)
     big = b"x" * 500_000
@@ -139,11 +88,11 @@ def test_columns_headers_nulls_large_values_several_topics(
         ProducerRecord(value=big, key=b"big", partition=0, timestamp_ms=1_700_000_000_000),
     ])
     kafka.produce(b, [ProducerRecord(value=b"other", key=b"k")])
-    df = _reader(spark, kafka, [a, b], group, tmp_path / "journal", includeHeaders="true")
+    df = share_stream(spark, kafka, [a, b], group, tmp_path / "journal", includeHeaders="true")
     assert [f.name for f in df.schema.fields] == [
         "key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
         "headers", "deliveryCount"]
-    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    run_available_now(df, tmp_path / "out", tmp_path / "chk")
     rows = {(r.topic, r.partition, r.offset): r for r in
             spark.read.parquet(str(tmp_path / "out")).collect()}
     assert len(rows) == 4
@@ -161,15 +110,15 @@ def test_columns_headers_nulls_large_values_several_topics(
 
 
 def test_sql_over_a_temp_view_and_catalog_tables(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
-    expected = _produce_spread(kafka, topic, 1, 300)
+    expected = produce_spread(kafka, topic, 1, 300)
     # The SQL path that works: a temp view over the streaming DataFrame.
     view = f"v_{group.replace('-', '_')}"
-    _reader(spark, kafka, [topic], group, tmp_path / "journal").createOrReplaceTempView(view)
+    share_stream(spark, kafka, [topic], group, tmp_path / "journal").createOrReplaceTempView(view)
     df = spark.sql(f"SELECT topic, partition, offset FROM {view} WHERE value IS NOT NULL")
-    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     # CREATE TABLE validates its OPTIONS at once ...
     table = f"share_{group.replace('-', '_')}"
     with pytest.raises(Exception, match="journalPath"):
@@ -189,22 +138,22 @@ def test_sql_over_a_temp_view_and_catalog_tables(
 
 
 def test_max_records_per_trigger_bounds_batches(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     # One record per producer batch: the broker acquires whole batches.
     kafka.produce(topic, (b"%d" % i for i in range(600)),
                   producer_config={"batch.size": "1", "linger.ms": "0"})
-    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
-                 maxRecordsPerTrigger=100)
-    q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                      maxRecordsPerTrigger=100)
+    q = run_available_now(df, tmp_path / "out", tmp_path / "chk")
     sizes = [p.numInputRows for p in q.recentProgress if p.numInputRows]
     assert sum(sizes) == 600
     assert max(sizes) <= 100, sizes
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), _produced(topic, 1, 600))
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), spread_keys(topic, 1, 600))
 
 
 def test_a_batch_reads_the_backlog_it_was_planned_with_not_the_whole_stream(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
     tmp_path: Path
 ) -> None:
     """Under a steady stream the lag never reads 0 and records never stop arriving, so a task
@@ -230,10 +179,9 @@ def test_a_batch_reads_the_backlog_it_was_planned_with_not_the_whole_stream(
     producer.start()
     q = None
     try:
-        df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
-                     maxBatchDurationMs=60_000)
-        q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-             .option("checkpointLocation", str(tmp_path / "chk")).start())
+        df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                          maxBatchDurationMs=60_000)
+        q = start_parquet(df, tmp_path / "out", tmp_path / "chk")
         time.sleep(20)
         finished = [p for p in q.recentProgress if p.numInputRows]
         assert len(finished) >= 3, f"batches with rows finished in 20 s: {len(finished)} " \
@@ -243,42 +191,42 @@ def test_a_batch_reads_the_backlog_it_was_planned_with_not_the_whole_stream(
         producer.join(60)
     assert q is not None
     try:
-        wait_for(lambda: len(set(_sink_keys(spark, tmp_path / "out"))),
+        wait_for(lambda: len(set(sink_keys(spark, tmp_path / "out"))),
                  lambda n: n >= sent[0], 120, "the query reading the rest of the stream")
     finally:
         q.stop()
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), _produced(topic, 2, sent[0]))
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), spread_keys(topic, 2, sent[0]))
 
 
 def test_two_queries_in_one_group_split_without_overlap(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path
 ) -> None:
     topic = topic_factory(2)
-    expected = _produce_spread(kafka, topic, 2, 10_000)
+    expected = produce_spread(kafka, topic, 2, 10_000)
     queries = []
     for name in ("q1", "q2"):
-        df = _reader(spark, kafka, [topic], group, tmp_path / name / "journal", numPartitions=2)
-        queries.append(df.writeStream.format("parquet").option("path", str(tmp_path / name / "o"))
-                       .option("checkpointLocation", str(tmp_path / name / "c"))
-                       .trigger(availableNow=True).start())
+        df = share_stream(spark, kafka, [topic], group, tmp_path / name / "journal",
+                          numPartitions=2)
+        queries.append(start_parquet(df, tmp_path / name / "o", tmp_path / name / "c",
+                                     available_now=True))
     for q in queries:
         q.awaitTermination(240)
         assert q.exception() is None
-    got1 = _sink_keys(spark, tmp_path / "q1" / "o")
-    got2 = _sink_keys(spark, tmp_path / "q2" / "o")
+    got1 = sink_keys(spark, tmp_path / "q1" / "o")
+    got2 = sink_keys(spark, tmp_path / "q2" / "o")
     assert not set(got1) & set(got2), "a record went to both queries"
-    _assert_exactly_once(got1 + got2, expected)
+    assert_exactly_once(got1 + got2, expected)
 
 
 def test_at_most_once_reads_without_journal(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
-    expected = _produce_spread(kafka, topic, 1, 500)
-    df = _reader(spark, kafka, [topic], group, None, delivery="at-most-once")
+    expected = produce_spread(kafka, topic, 1, 500)
+    df = share_stream(spark, kafka, [topic], group, None, delivery="at-most-once")
     seen: list[Key] = []
     lock = threading.Lock()
 
-    def collect(batch: Any, batch_id: int) -> None:
+    def collect(batch: DataFrame, batch_id: int) -> None:
         with lock:
             seen.extend((r.topic, r.partition, r.offset) for r in batch.collect())
 
@@ -288,7 +236,7 @@ def test_at_most_once_reads_without_journal(
     while len(seen) < 500 and time.monotonic() < deadline:
         time.sleep(0.5)
     q.stop()
-    _assert_exactly_once(seen, expected)
+    assert_exactly_once(seen, expected)
 
 
 # -- failures ---------------------------------------------------------------------------------
@@ -296,8 +244,8 @@ def test_at_most_once_reads_without_journal(
 
 @pytest.mark.parametrize("point", ["fail-before-publish", "fail-before-end"])
 def test_a_failed_task_attempt_is_retried_exactly_once(
-    point: str, spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str,
-    tmp_path: Path, share_consumer: Any,
+    point: str, spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+    tmp_path: Path, share_consumer: ShareConsumerFactory,
 ) -> None:
     """Attempt 0 of a task fails before publishing a poll (it RELEASEs what it polled) or
     before END (after it yielded rows: rows go downstream while a task polls, Spark drops a
@@ -310,11 +258,11 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
     # with a 3 s lock). On Spark 4.0 AvailableNow is one batch, so they would be left for the
     # next run.
     kafka.set_group_config(group, "share.record.lock.duration.ms", 10_000)
-    expected = _produce_spread(kafka, topic, 2, 4000)
-    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
-                 _faultInjection=f"{point}:seq=1:part=0:attempt=0")
-    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    expected = produce_spread(kafka, topic, 2, 4000)
+    df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                      _faultInjection=f"{point}:seq=1:part=0:attempt=0")
+    run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=4) == []
     if point == "fail-before-end":
         log = Journal(str(tmp_path / "journal"), fsync=False).part_log(1, 0)
@@ -329,21 +277,21 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
 @pytest.mark.parametrize(("journal", "fsync"), [("local", "true"), ("local", "false"),
                                                 ("s3", "true")], indirect=["journal"])
 def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
-    fsync: str, spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
-    journal: JournalAt, share_consumer: Any,
+    fsync: str, spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    journal: JournalAt, share_consumer: ShareConsumerFactory,
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
-    expected = _produce_spread(kafka, topic, 1, 3000)
+    expected = produce_spread(kafka, topic, 1, 3000)
     # One task, so the killed task surely holds records.
-    df = _reader(spark, kafka, [topic], group, journal, numPartitions=1, journalFsync=fsync,
-                 _faultInjection="kill-after-publish:seq=1:part=0:attempt=0")
-    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    df = share_stream(spark, kafka, [topic], group, journal, numPartitions=1, journalFsync=fsync,
+                      _faultInjection="kill-after-publish:seq=1:part=0:attempt=0")
+    run_available_now(df, tmp_path / "out", tmp_path / "chk")
     # The killed attempt's journaled records were never acknowledged: once their lock expires
     # they are redelivered; a later batch must recognise and ACCEPT them without emitting them.
     time.sleep(4)
-    df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2, journalFsync=fsync)
-    _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2, journalFsync=fsync)
+    run_available_now(df2, tmp_path / "out", tmp_path / "chk")
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=6) == [], \
         "redelivered duplicates were not acknowledged"
     assert _duplicates_recognised(journal.open()), \
@@ -351,7 +299,7 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
 
 
 def test_broker_crash_between_publish_and_ack_duplicates_nothing(
-    spark: Any, tmp_path: Path
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     """The broker keeps an acquisition's delivery count in memory only: killed after a slot
     was published and before its ACCEPT, it hands those records out again as first deliveries
@@ -362,13 +310,11 @@ def test_broker_crash_between_publish_and_ack_duplicates_nothing(
         topic = own.create_topic(f"t-crash-{os.getpid()}", 1)
         group = f"g-crash-{os.getpid()}"
         own.set_group_config(group, "share.auto.offset.reset", "earliest")
-        expected = _produce_spread(own, topic, 1, 3000)
+        expected = produce_spread(own, topic, 1, 3000)
         jdir = tmp_path / "journal"
-        df = _reader(spark, own, [topic], group, jdir, numPartitions=2,
-                     _faultInjection="sleep-after-publish:seq=1:part=0:attempt=0:ms=20000")
-        q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-             .option("checkpointLocation", str(tmp_path / "chk"))
-             .trigger(availableNow=True).start())
+        df = share_stream(spark, own, [topic], group, jdir, numPartitions=2,
+                          _faultInjection="sleep-after-publish:seq=1:part=0:attempt=0:ms=20000")
+        q = start_parquet(df, tmp_path / "out", tmp_path / "chk", available_now=True)
         try:
             slot = jdir / "batches" / f"{1:012d}" / f"{0:05d}" / f"{0:06d}"
             deadline = time.monotonic() + 120
@@ -387,16 +333,16 @@ def test_broker_crash_between_publish_and_ack_duplicates_nothing(
             # The other task's retries may all fall into the outage: the query stops with
             # BrokerError, and the user restarts it from its checkpoint.
             assert "BrokerError" in str(q.exception()), q.exception()
-            df = _reader(spark, own, [topic], group, jdir, numPartitions=2)
-            _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+            df = share_stream(spark, own, [topic], group, jdir, numPartitions=2)
+            run_available_now(df, tmp_path / "out", tmp_path / "chk")
         got = spark.read.parquet(str(tmp_path / "out"))
-        _assert_exactly_once([(r.topic, r.partition, r.offset) for r in got.collect()],
-                             expected)
-        made: list[Any] = []
+        assert_exactly_once([(r.topic, r.partition, r.offset) for r in got.collect()],
+                            expected)
+        made: list[ShareConsumer] = []
 
-        def consumer(g: str, topics: list[str]) -> Any:
+        def consumer(g: str, topics: list[str], /, **conf: str) -> ShareConsumer:
             c = ShareConsumer({"bootstrap.servers": own.bootstrap_servers, "group.id": g,
-                               "share.acknowledgement.mode": "explicit"})
+                               "share.acknowledgement.mode": "explicit", **conf})
             c.subscribe(topics)
             made.append(c)
             return c
@@ -409,38 +355,37 @@ def test_broker_crash_between_publish_and_ack_duplicates_nothing(
 
 
 def test_expired_lock_releases_instead_of_publishing(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 2000)
-    expected = _produce_spread(kafka, topic, 1, 1000)
-    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
-                 _faultInjection="sleep-before-publish:seq=1:ms=2500")
+    expected = produce_spread(kafka, topic, 1, 1000)
+    df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                      _faultInjection="sleep-before-publish:seq=1:ms=2500")
     # AvailableNow must not stop on a batch that released the backlog: it reads it again.
-    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     counts = {r.deliveryCount for r in spark.read.parquet(str(tmp_path / "out")).collect()}
     assert max(counts) >= 2, "no record was released and redelivered"
 
 
 def test_available_now_waits_for_records_another_member_holds(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
-    share_consumer: Callable[..., Any],
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     """Records from before the start that another member of the group holds (an idle pooled
     consumer's fetch, another application) give a batch nothing; AvailableNow must not take
     that empty batch for the end, but read them once they are released."""
-    held = _produce_spread(kafka, topic, 1, 500)
+    held = produce_spread(kafka, topic, 1, 500)
     other = share_consumer(group, [topic])
-    got: list[Any] = []
+    got: list[Message] = []
     deadline = time.monotonic() + 30
     while not got:
         assert time.monotonic() < deadline, "the other member never got the first records"
-        got = other.poll(1.0)
-    _produce_spread(kafka, topic, 1, 2500)
-    assert {(m.topic(), m.partition(), m.offset()) for m in got} <= held
-    df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2)
-    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+        got = list(other.poll(1.0))
+    produce_spread(kafka, topic, 1, 2500)
+    assert {record_key(m) for m in got} <= held
+    df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2)
+    q = start_parquet(df, tmp_path / "out", tmp_path / "chk", available_now=True)
     try:
         # Hold the records until a batch has come back without any of them.
         wait_for(lambda: (q.isActive, [(p.batchId, p.numInputRows) for p in q.recentProgress]),
@@ -454,47 +399,50 @@ def test_available_now_waits_for_records_another_member_holds(
         with contextlib.suppress(Exception):
             q.stop()
     assert q.exception() is None, q.exception()
-    keys = _sink_keys(spark, tmp_path / "out")
+    keys = sink_keys(spark, tmp_path / "out")
     assert not stopped_early or len(keys) == 3000, \
         f"AvailableNow stopped with {3000 - len(keys)} records from before its start held"
-    _assert_exactly_once(keys, _produced(topic, 1, 3000))
+    assert_exactly_once(keys, spread_keys(topic, 1, 3000))
+
+
+def _backlog_with_3s_locks(kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+                          n: int) -> tuple[str, set[Key]]:
+    """A new topic of 2 partitions holding ``n`` records (and their keys); ``group``'s record
+    locks last 3 s, so that what a failed or stopped attempt held comes back soon."""
+    topic = topic_factory(2)
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    return topic, produce_spread(kafka, topic, 2, n)
 
 
 def test_failed_batch_restarted_from_checkpoint_replays_exactly(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
     journal: JournalAt,
 ) -> None:
-    topic = topic_factory(2)
-    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
-    expected = _produce_spread(kafka, topic, 2, 6000)
+    topic, expected = _backlog_with_3s_locks(kafka, topic_factory, group, 6000)
     # Every attempt of task 0 of batch 1 fails before END: the query dies mid-batch, after
     # both tasks may have journaled and ACCEPTed records.
-    df = _reader(spark, kafka, [topic], group, journal, numPartitions=2,
-                 _faultInjection="fail-before-end:seq=1:part=0")
-    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    df = share_stream(spark, kafka, [topic], group, journal, numPartitions=2,
+                      _faultInjection="fail-before-end:seq=1:part=0")
+    q = start_parquet(df, tmp_path / "out", tmp_path / "chk", available_now=True)
     with pytest.raises(Exception, match="injected failure: fail-before-end"):
         q.awaitTermination(240)
     assert _data_slots(journal.open(), parts=2) >= 1, \
         "nothing was journaled; the test proves nothing"
-    df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2)
-    _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2)
+    run_available_now(df2, tmp_path / "out", tmp_path / "chk")
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
 
 
 def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
-    spark: Any, kafka: LocalKafka, topic_factory: Callable[..., str], group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
     journal: JournalAt,
 ) -> None:
-    topic = topic_factory(2)
-    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
-    expected = _produce_spread(kafka, topic, 2, 4000)
+    topic, expected = _backlog_with_3s_locks(kafka, topic_factory, group, 4000)
     # Task 0 of batch 1 is held before END (after journaling and acknowledging what it read)
     # while the test stops the query.
-    df = _reader(spark, kafka, [topic], group, journal, numPartitions=2,
-                 _faultInjection="sleep-before-end:seq=1:part=0:ms=60000")
-    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "chk")).start())
+    df = share_stream(spark, kafka, [topic], group, journal, numPartitions=2,
+                      _faultInjection="sleep-before-end:seq=1:part=0:ms=60000")
+    q = start_parquet(df, tmp_path / "out", tmp_path / "chk")
     part1 = journal.open().part_log(1, 1)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and part1.scan().end is None:  # task 1 ENDed
@@ -506,32 +454,33 @@ def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
     # of finished tasks may be on disk but are not part of the table.
     assert not (tmp_path / "out" / "_spark_metadata" / "0").exists(), \
         "the batch was committed to the sink: the stop did not interrupt it"
-    df2 = _reader(spark, kafka, [topic], group, journal, numPartitions=2)
-    _run_available_now(df2, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2)
+    run_available_now(df2, tmp_path / "out", tmp_path / "chk")
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
 
 
 def test_foreach_batch_keyed_by_batch_id_is_exactly_once_across_a_crash(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
-    expected = _produce_spread(kafka, topic, 1, 2000)
+    expected = produce_spread(kafka, topic, 1, 2000)
     sink = tmp_path / "sink"
 
-    def write(batch: Any, batch_id: int) -> None:  # idempotent per batch id
+    def write(batch: DataFrame, batch_id: int) -> None:  # idempotent per batch id
         batch.select("topic", "partition", "offset").write.mode("overwrite").parquet(
             str(sink / f"batch={batch_id}"))
 
     for fault in ("kill-after-publish:seq=1:part=1:attempt=0", None):
         opts = {"_faultInjection": fault} if fault else {}
-        df = _reader(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2, **opts)
+        df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                          **opts)
         q = (df.writeStream.foreachBatch(write).option("checkpointLocation", str(tmp_path / "c"))
              .trigger(availableNow=True).start())
         q.awaitTermination(240)
         assert q.exception() is None
         time.sleep(4)
     got = [(r.topic, r.partition, r.offset) for r in spark.read.parquet(str(sink)).collect()]
-    _assert_exactly_once(got, expected)
+    assert_exactly_once(got, expected)
 
 
 # -- bad input --------------------------------------------------------------------------------
@@ -550,7 +499,7 @@ def test_foreach_batch_keyed_by_batch_id_is_exactly_once_across_a_crash(
      "kafka.bootstrap.servers"),
 ])
 def test_bad_input_fails_at_load_with_the_option_and_fix(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
     options: dict[str, str | None], message: str,
 ) -> None:
     base: dict[str, str | None] = {
@@ -574,7 +523,7 @@ def _tree(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("where", ["under-a-file", "under-proc", "read-only"])
 def test_an_unusable_journal_path_fails_at_load_before_the_query_starts(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, where: str,
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path, where: str,
 ) -> None:
     # Found by the probe in load(), not as a JournalError (or a bare FileNotFoundError) once
     # the query ran (issue 13).
@@ -594,7 +543,7 @@ def test_an_unusable_journal_path_fails_at_load_before_the_query_starts(
         before = _tree(tmp_path)
         started = time.monotonic()
         with pytest.raises(Exception, match=re.escape(f"option 'journalPath' = '{path}'")) as info:
-            _reader(spark, kafka, [topic], group, path)
+            share_stream(spark, kafka, [topic], group, path)
         assert time.monotonic() - started < 30
         assert cause in str(info.value), str(info.value)
         assert "Set journalPath to a directory that the driver and every executor" in \
@@ -605,14 +554,14 @@ def test_an_unusable_journal_path_fails_at_load_before_the_query_starts(
 
 
 def test_a_new_query_refuses_a_journal_another_query_used(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
-    _produce_spread(kafka, topic, 1, 10)
+    produce_spread(kafka, topic, 1, 10)
     journal = tmp_path / "journal"
-    _run_available_now(_reader(spark, kafka, [topic], group, journal), tmp_path / "o1",
-                       tmp_path / "c1")
+    run_available_now(share_stream(spark, kafka, [topic], group, journal), tmp_path / "o1",
+                      tmp_path / "c1")
     kafka.produce(topic, [b"more"])  # so that the second query runs a task
-    q = (_reader(spark, kafka, [topic], group, journal).writeStream.format("noop")
+    q = (share_stream(spark, kafka, [topic], group, journal).writeStream.format("noop")
          .option("checkpointLocation", str(tmp_path / "c2")).start())
     with pytest.raises(Exception, match="belongs to streaming query"):
         q.awaitTermination(90)
@@ -620,15 +569,16 @@ def test_a_new_query_refuses_a_journal_another_query_used(
 
 @pytest.mark.parametrize(("starting", "expect_old"), [("earliest", True), ("latest", False)])
 def test_starting_offsets_sets_the_new_groups_reset_policy(
-    spark: Any, kafka: LocalKafka, topic: str, tmp_path: Path, starting: str, expect_old: bool
+    spark: SparkSession, kafka: LocalKafka, topic: str, tmp_path: Path, starting: str,
+    expect_old: bool,
 ) -> None:
     group = f"g-starting-{starting}-{tmp_path.name}"  # no config yet: broker default 'latest'
-    old = _produce_spread(kafka, topic, 1, 50)
-    df = _reader(spark, kafka, [topic], group, tmp_path / "journal",
-                 startingOffsets=starting.upper())
-    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    old = produce_spread(kafka, topic, 1, 50)
+    df = share_stream(spark, kafka, [topic], group, tmp_path / "journal",
+                      startingOffsets=starting.upper())
+    run_available_now(df, tmp_path / "out", tmp_path / "chk")
     out = tmp_path / "out"
-    got = set(_sink_keys(spark, out)) if list(out.glob("*.parquet")) else set()
+    got = set(sink_keys(spark, out)) if list(out.glob("*.parquet")) else set()
     assert got == (old if expect_old else set())
     from confluent_kafka.admin import ConfigResource, ResourceType
 

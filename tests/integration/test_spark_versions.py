@@ -14,11 +14,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
+
 from pyspark_kafka_share._spark import ADMISSION_CONTROL
 from pyspark_kafka_share.harness import LocalKafka
 
 
-def _sink_keys(spark: Any, out: Path) -> list[tuple[int, int]]:
+def _sink_keys(spark: SparkSession, out: Path) -> list[tuple[int, int]]:
     # The sink lists its files in _spark_metadata: none there until a batch commits.
     if not any((out / "_spark_metadata").glob("[0-9]*")):
         return []
@@ -38,7 +40,7 @@ def _source_report(progress: Any) -> dict[str, Any]:
 
 
 def test_max_records_per_trigger_caps_every_batch_and_progress_reports_lag(
-    spark: Any, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     # One record per producer batch: the broker acquires whole batches, so the cap is exact.
     kafka.produce(topic, (b"%d" % i for i in range(600)),

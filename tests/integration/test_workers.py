@@ -14,15 +14,14 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import Message
 from pyspark import cloudpickle
+from pyspark.sql import SparkSession
 
-from helpers import read_topic
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import (
@@ -33,26 +32,18 @@ from pyspark_kafka_share.workers import (
     run_workers,
     start_workers,
 )
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import poll_share, read_topic
 
 # The worker functions below (and the helpers they call) run in Spark's Python workers, which
 # cannot import this test module: ship it by value.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 
-def _drain_share(share_consumer: Callable[..., Any], group: str, topic: str,
-                 seconds: float) -> list[Any]:
+def _drain_share(share_consumer: ShareConsumerFactory, group: str, topic: str,
+                 seconds: float) -> list[Message]:
     """What a fresh member of ``group`` receives within ``seconds`` (ACCEPTed)."""
-    c = share_consumer(group, [topic])
-    got: list[Any] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        msgs = list(c.poll(0.5))
-        for m in msgs:
-            c.acknowledge(m, AcknowledgeType.ACCEPT)
-        if msgs:
-            c.commit_sync()
-        got.extend(msgs)
-    return got
+    return poll_share(share_consumer(group, [topic]), timeout_s=seconds)
 
 
 def _calls(path: Path) -> list[dict[str, Any]]:
@@ -76,8 +67,8 @@ def _headers(m: Any) -> dict[str, bytes]:
 
 
 def test_outcomes_dead_letters_and_outputs_reach_the_broker(
-    kafka: LocalKafka, topic_factory: Callable[..., str], group: str, spark: Any,
-    share_consumer: Callable[..., Any], tmp_path: Path,
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+    share_consumer: ShareConsumerFactory, tmp_path: Path,
 ) -> None:
     src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
     records = [ProducerRecord(value=f"{kind}-{i}".encode(), key=f"k{i}".encode(),
@@ -128,7 +119,7 @@ def test_outcomes_dead_letters_and_outputs_reach_the_broker(
 
 
 def test_max_attempts_then_dead_letter_and_non_retryable_errors(
-    kafka: LocalKafka, topic: str, topic_factory: Callable[..., str], group: str, spark: Any,
+    kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str, spark: SparkSession,
     tmp_path: Path,
 ) -> None:
     dlq = topic_factory(1)
@@ -160,7 +151,7 @@ def test_max_attempts_then_dead_letter_and_non_retryable_errors(
 
 
 def test_batch_form_with_pandas_and_arrow(
-    kafka: LocalKafka, topic: str, topic_factory: Callable[..., str], group: str, spark: Any,
+    kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str, spark: SparkSession,
 ) -> None:
     out = topic_factory(1)
     kafka.produce(topic, [str(i).encode() for i in range(50)])
@@ -174,7 +165,7 @@ def test_batch_form_with_pandas_and_arrow(
                           bootstrap_servers=kafka.bootstrap_servers, batch_format="pandas",
                           output_topic=out, idle_timeout_s=5, on_progress=False)
     assert (summary.totals["accepted"], summary.totals["rejected"]) == (45, 5)
-    got = sorted(int(m.value()) for m in read_topic(kafka, out, 45))
+    got = sorted(int(m.value() or b"") for m in read_topic(kafka, out, 45))
     assert got == sorted(i * i for i in range(50) if i % 10)
 
     # Arrow: a None result accepts the whole batch.
@@ -186,7 +177,7 @@ def test_batch_form_with_pandas_and_arrow(
 
 
 def test_more_workers_than_partitions_all_get_work(
-    kafka: LocalKafka, topic: str, group: str, spark: Any, tmp_path: Path,
+    kafka: LocalKafka, topic: str, group: str, spark: SparkSession, tmp_path: Path,
 ) -> None:
     slots = spark.sparkContext.defaultParallelism
     kafka.produce(topic, [f"{i}".encode() for i in range(600)],
@@ -209,7 +200,7 @@ def test_more_workers_than_partitions_all_get_work(
 
 
 def test_killed_worker_loses_nothing(
-    kafka: LocalKafka, topic_factory: Callable[..., str], group: str, spark: Any,
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
     tmp_path: Path,
 ) -> None:
     src, out = topic_factory(2), topic_factory(1)
@@ -262,8 +253,8 @@ def test_killed_worker_loses_nothing(
 
 @pytest.mark.parametrize("how", ["stop", "ctrl_c", "time_budget", "max_records"])
 def test_stopping_releases_records_in_flight(
-    how: str, kafka: LocalKafka, topic: str, group: str, spark: Any,
-    share_consumer: Callable[..., Any],
+    how: str, kafka: LocalKafka, topic: str, group: str, spark: SparkSession,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     n = 200
     # One producer batch: the broker hands the whole batch to one poll.
@@ -301,9 +292,10 @@ def test_stopping_releases_records_in_flight(
         deadline = time.monotonic() + 60
         while job.progress().totals["processed"] < 20 and time.monotonic() < deadline:
             time.sleep(0.2)
-        summary = job.stop()
-        assert summary is not None
-        assert summary.stop_reason == "stopped by user"
+        stopped = job.stop()
+        assert stopped is not None
+        assert stopped.stop_reason == "stopped by user"
+        summary = stopped
     else:
         summary = job.wait(120)
         assert summary.stop_reason == {"time_budget": "time budget",
@@ -319,7 +311,7 @@ def test_stopping_releases_records_in_flight(
 
 
 def test_bad_arguments_fail_before_any_task(
-    kafka: LocalKafka, topic: str, group: str, spark: Any,
+    kafka: LocalKafka, topic: str, group: str, spark: SparkSession,
 ) -> None:
     common: dict[str, Any] = {"topics": topic, "group": group,
                               "bootstrap_servers": kafka.bootstrap_servers,
@@ -352,7 +344,7 @@ def test_bad_arguments_fail_before_any_task(
 
 
 def test_output_the_broker_refuses_is_never_accepted(
-    kafka: LocalKafka, topic: str, topic_factory: Callable[..., str], group: str, spark: Any,
+    kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str, spark: SparkSession,
 ) -> None:
     dlq = topic_factory(1)
     small = f"small-{uuid.uuid4().hex[:8]}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -46,9 +47,8 @@ def test_old_import_path_works_with_a_deprecation_warning() -> None:
     with pytest.warns(DeprecationWarning, match="pyspark_kafka_share.harness"):
         old = importlib.import_module("pyspark_kafka_share.localkafka")
     assert old.LocalKafka is harness.LocalKafka and old.__all__ == harness.__all__
-    from pyspark_kafka_share.localkafka.broker import LocalKafka
-
-    assert LocalKafka is harness.LocalKafka
+    old_broker = importlib.import_module("pyspark_kafka_share.localkafka.broker")
+    assert old_broker.LocalKafka is harness.LocalKafka
 
 
 # -- the jar cache, with a fake Maven ----------------------------------------------------------
@@ -146,7 +146,7 @@ def test_fetch_errors(fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_missing_maven_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(jars.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # jars.shutil is this module
     with pytest.raises(LocalKafkaError, match="'mvn' was not found"):
         jars.fetch(_ARTIFACTS, tmp_path / "j", work=tmp_path / "w")
 
@@ -180,7 +180,7 @@ def test_single_node_properties() -> None:
 
 def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(localkafka.ENV_BOOTSTRAP, raising=False)
-    monkeypatch.setattr(jars.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # jars.shutil is this module
     with pytest.raises(LocalKafkaError, match="'java' was not found") as info:
         LocalKafka().start()
     assert isinstance(info.value, KafkaShareError)

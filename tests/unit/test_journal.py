@@ -14,49 +14,22 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from helpers import JournalAt, journal_at, read_only_dir, shared_s3
 from pyspark_kafka_share._kafka.arrow import arrow_schema
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
-from pyspark_kafka_share.harness import LocalS3
 from pyspark_kafka_share.source.journal import journal as journal_module
 from pyspark_kafka_share.source.journal import probe, slots, stores
-from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, ScanResult
+from pyspark_kafka_share.source.journal.journal import Journal, ScanResult
 from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, SlotKeys
 from pyspark_kafka_share.source.options import parse_options
-
-
-@pytest.fixture(scope="session")
-def s3() -> Iterator[LocalS3]:
-    with shared_s3() as server:
-        yield server
-
-
-@pytest.fixture(params=["local", "s3"])
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> JournalAt:
-    """A fresh journal on each store: a directory under ``tmp_path``, ``s3://`` on LocalS3."""
-    server = request.getfixturevalue("s3") if request.param == "s3" else None
-    return journal_at(request.param, tmp_path, server)
-
-
-def _batch(topic: str, offsets: list[int]) -> pa.RecordBatch:
-    n = len(offsets)
-    cols = {"key": [None] * n, "value": [b"v"] * n, "topic": [topic] * n,
-            "partition": [0] * n, "offset": offsets, "timestamp": [None] * n,
-            "timestampType": [0] * n, "deliveryCount": [1] * n}
-    return pa.RecordBatch.from_pydict(cols, schema=arrow_schema(False))
-
-
-def _end(attempt: int, acked: tuple[int, ...] = ()) -> object:
-    return lambda s: EndMarker(attempt=attempt, data_slots=len(s.data_slots), records=0,
-                               acked_slots=acked)
+from tests.fixtures.journal import JournalAt, end_marker, record_batch
+from tests.helpers import read_only_dir
 
 
 def _offsets(journal: Journal, scan: ScanResult, seq: int = 1) -> list[int]:
@@ -68,13 +41,13 @@ def test_slots_are_exclusive_and_nothing_follows_end(journal: JournalAt) -> None
     a, b = j.part_log(1, 0), j.part_log(1, 0)
     a.open()
     b.open()
-    assert a.append(_batch("t", [0, 1]), attempt=1) == 0
-    assert b.append(_batch("t", [2]), attempt=2) == 1  # b found slot 0 taken, took slot 1
-    final = a.end(_end(1))
+    assert a.append(record_batch("t", [0, 1]), attempt=1) == 0
+    assert b.append(record_batch("t", [2]), attempt=2) == 1  # b found slot 0 taken, took slot 1
+    final = a.end(end_marker(1))
     assert final.data_slots == [0, 1] and final.end is not None and final.end.attempt == 1
     with pytest.raises(JournalClosed):
-        b.append(_batch("t", [3]), attempt=2)
-    assert b.end(_end(2)).end == final.end, "the first END stands"
+        b.append(record_batch("t", [3]), attempt=2)
+    assert b.end(end_marker(2)).end == final.end, "the first END stands"
     assert _offsets(j, final) == [0, 1, 2]
     assert a.writer(0) == 1 and a.writer(1) == 2
     assert j.part_log(1, 0).read(final).__next__().schema == arrow_schema(False), \
@@ -90,7 +63,7 @@ def test_concurrent_creators_exactly_one_wins_each_slot(journal: JournalAt) -> N
     def writer(i: int) -> None:
         log = j.part_log(1, 0)
         for k in range(20):
-            slot = log.append(_batch("t", [i * 100 + k]), attempt=i)
+            slot = log.append(record_batch("t", [i * 100 + k]), attempt=i)
             with lock:
                 won.append(slot)
 
@@ -116,9 +89,9 @@ def test_dedup_finds_published_keys_before_and_after_commit_and_one_query_owns_i
         journal.open().claim("query-b")
     log = j.part_log(1, 0)
     log.open()
-    log.append(_batch("t", [5, 6]), attempt=1)  # published, acknowledgement not confirmed
-    log.append(_batch("t", [7]), attempt=1)      # confirmed
-    log.end(_end(1, acked=(1,)))
+    log.append(record_batch("t", [5, 6]), attempt=1)  # published, acknowledgement not confirmed
+    log.append(record_batch("t", [7]), attempt=1)      # confirmed
+    log.end(end_marker(1, acked=(1,)))
     probe = {("t", 0, 5), ("t", 0, 7), ("t", 0, 99)}
     assert j.find_journaled(probe) == {("t", 0, 5), ("t", 0, 7)}
     j.commit(1, dedup_retention_ms=3_600_000)
@@ -135,8 +108,8 @@ def test_a_withdrawn_slot_no_longer_counts_as_journaled(journal: JournalAt) -> N
     j = journal.open()
     log = j.part_log(1, 0)
     log.open()
-    log.append(_batch("t", [1, 2]), attempt=1)
-    log.append(_batch("t", [3]), attempt=1)
+    log.append(record_batch("t", [1, 2]), attempt=1)
+    log.append(record_batch("t", [3]), attempt=1)
     probe = {("t", 0, 1), ("t", 0, 3)}
     assert j.find_journaled(probe) == probe
     log.withdraw(0)
@@ -150,7 +123,7 @@ def test_the_key_index_finds_exactly_what_the_slots_hold() -> None:
     def some(n: int) -> set[tuple[str, int, int]]:
         return {(rng.choice("ab"), rng.randrange(3), rng.randrange(5_000)) for _ in range(n)}
 
-    index, union = EMPTY_INDEX, set()
+    index, union = EMPTY_INDEX, set[tuple[str, int, int]]()
     for n in range(300):
         keys = some(rng.randrange(1, 60))
         index, union = index.plus(f"slot-{n}", SlotKeys.of(keys)), union | keys
@@ -178,13 +151,13 @@ def test_a_deleted_and_reused_journal_is_not_judged_by_keys_cached_before(
     j.check_marker(j.place_marker())
     log = j.part_log(1, 0)
     log.open()
-    log.append(_batch("t", [5]), attempt=1)
+    log.append(record_batch("t", [5]), attempt=1)
     assert j.find_journaled({("t", 0, 5)}) == {("t", 0, 5)}  # now cached in this process
     j.store.remove_tree(j.root)
     again = journal.open()
     again.check_marker(again.place_marker())  # a new run: the marker every task checks
     # Another process publishes the same slot path with other records.
-    payload = slots.data_slot(_batch("t", [6]), 2)
+    payload = slots.data_slot(record_batch("t", [6]), 2)
     again.store.makedirs(again.part_log(1, 0).dir)
     assert again.store.create_exclusive(again.part_log(1, 0).slot_path(0), payload, False)
     assert again.find_journaled({("t", 0, 5), ("t", 0, 6)}) == {("t", 0, 6)}, \
@@ -196,8 +169,8 @@ def test_cached_keys_of_committed_batches_are_dropped(journal: JournalAt) -> Non
     for seq in (1, 2):
         log = j.part_log(seq, 0)
         log.open()
-        log.append(_batch("t", [seq * 10]), attempt=seq)
-        log.end(_end(seq, acked=(0,)))
+        log.append(record_batch("t", [seq * 10]), attempt=seq)
+        log.end(end_marker(seq, acked=(0,)))
     j.find_journaled({("t", 0, 10)})
     cached = [k for k in journal_module._KEY_CACHE if k.startswith(f"{j.uri}\0")]
     assert any("/000000000001/" in k for k in cached)
@@ -213,11 +186,11 @@ def test_late_attempt_of_a_committed_batch_cannot_publish(tmp_path: Path) -> Non
     late = j.part_log(1, 0)
     late.open()  # opened while batch 1 was running
     done = j.part_log(1, 0)
-    done.append(_batch("t", [0]), attempt=1)
-    done.end(_end(1))
+    done.append(record_batch("t", [0]), attempt=1)
+    done.end(end_marker(1))
     j.commit(1, dedup_retention_ms=0)
     with pytest.raises(JournalClosed):
-        late.append(_batch("t", [1]), attempt=2)  # the directory was renamed away
+        late.append(record_batch("t", [1]), attempt=2)  # the directory was renamed away
     with pytest.raises(JournalClosed):
         j.part_log(1, 0).open()  # a new attempt sees the fence
     assert not any(p.name.isdigit() for p in (tmp_path / "batches").glob("*/*/*"))
@@ -262,7 +235,7 @@ def test_a_retried_create_reported_as_existing_is_recognised_as_ours(
         return False             # client's retry saw EEXIST (NFS) or 412 (S3)
 
     j.store.create_exclusive = retried  # type: ignore[method-assign]
-    assert log.append(_batch("t", [0]), attempt=7) == 0
+    assert log.append(record_batch("t", [0]), attempt=7) == 0
     j.store.create_exclusive = real  # type: ignore[method-assign]
     assert j.part_log(1, 0).scan().data_slots == [0], "the batch was written twice"
 
@@ -282,8 +255,8 @@ def test_dedup_entries_go_once_the_share_partition_start_offset_passes_them(
     j = Journal(str(tmp_path))
     log = j.part_log(1, 0)
     log.open()
-    log.append(_batch("t", [5, 6]), attempt=1)  # acknowledgement never confirmed
-    log.end(_end(1))
+    log.append(record_batch("t", [5, 6]), attempt=1)  # acknowledgement never confirmed
+    log.end(end_marker(1))
     old_enough_to_expire = 1  # ms: by time alone the entry would go at once
     j.commit(1, old_enough_to_expire, start_offsets={TopicPartition("t", 0): 6})
     assert j.find_journaled({("t", 0, 5), ("t", 0, 6)}) == {("t", 0, 5), ("t", 0, 6)}, \
@@ -296,8 +269,8 @@ def test_without_start_offsets_dedup_entries_expire_by_time(tmp_path: Path) -> N
     j = Journal(str(tmp_path))
     log = j.part_log(1, 0)
     log.open()
-    log.append(_batch("t", [5]), attempt=1)
-    log.end(_end(1))
+    log.append(record_batch("t", [5]), attempt=1)
+    log.end(end_marker(1))
     j.commit(1, dedup_retention_ms=3_600_000, start_offsets=None)
     assert j.find_journaled({("t", 0, 5)}) == {("t", 0, 5)}
     time.sleep(0.01)
@@ -312,11 +285,15 @@ def test_fsync_is_done_only_when_asked(tmp_path: Path, monkeypatch: pytest.Monke
 
     calls: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    def counted_fsync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted_fsync)
     log = Journal(str(tmp_path), fsync=fsync).part_log(1, 0)
     log.open()
-    log.append(_batch("t", [0]), attempt=1)
-    log.end(_end(1))
+    log.append(record_batch("t", [0]), attempt=1)
+    log.end(end_marker(1))
     assert bool(calls) is fsync
 
 
@@ -345,13 +322,13 @@ def test_scan_reads_one_listing_and_only_the_last_slot(tmp_path: Path) -> None:
     log = j.part_log(1, 0)
     log.open()
     for i in range(5):
-        log.append(_batch("t", [i]), attempt=1)
+        log.append(record_batch("t", [i]), attempt=1)
     counting = _CountingStore(j.store)
     j.store = counting  # type: ignore[assignment]
     scan = j.part_log(1, 0).scan()
     assert (scan.data_slots, scan.end, scan.next_slot) == ([0, 1, 2, 3, 4], None, 5)
     assert counting.reads == [] and counting.heads == [log.slot_path(4)]
-    log.end(_end(1))
+    log.end(end_marker(1))
     counting.reads.clear()
     counting.heads.clear()
     scan = j.part_log(1, 0).scan()
@@ -378,9 +355,9 @@ def test_a_create_reported_existing_for_an_absent_slot_is_retried(tmp_path: Path
         return bool(real(path, data, fsync))
 
     j.store.create_exclusive = conflicting  # type: ignore[method-assign]
-    assert log.append(_batch("t", [0]), attempt=1) == 0, "the slot was skipped, not retried"
+    assert log.append(record_batch("t", [0]), attempt=1) == 0, "the slot was skipped, not retried"
     assert refused == [log.slot_path(0)] * 2
-    assert log.end(_end(1)).data_slots == [0]
+    assert log.end(end_marker(1)).data_slots == [0]
 
 
 def test_commit_writes_no_dedup_keys_for_slots_of_an_already_committed_batch(
@@ -392,16 +369,16 @@ def test_commit_writes_no_dedup_keys_for_slots_of_an_already_committed_batch(
     j = Journal(str(tmp_path))
     log = j.part_log(1, 0)
     log.open()
-    log.append(_batch("t", [0]), attempt=1)
-    log.end(_end(1, acked=(0,)))
+    log.append(record_batch("t", [0]), attempt=1)
+    log.end(end_marker(1, acked=(0,)))
     j.commit(1, dedup_retention_ms=3_600_000)
     orphan_dir = tmp_path / "batches" / "000000000001" / "00000"
     orphan_dir.mkdir(parents=True)
     late = j.part_log(1, 0)
     late._next = 0
-    assert late.append(_batch("t", [7]), attempt=9) == 0  # the late attempt's slot
+    assert late.append(record_batch("t", [7]), attempt=9) == 0  # the late attempt's slot
     j.part_log(2, 0).open()
-    j.part_log(2, 0).end(_end(1))
+    j.part_log(2, 0).end(end_marker(1))
     j.commit(2, dedup_retention_ms=3_600_000)
     assert j.find_journaled({("t", 0, 7)}) == set(), "an orphan slot was taken as published"
     assert not (tmp_path / "batches" / "000000000001").exists(), "the orphan was not swept"
@@ -433,7 +410,9 @@ def test_store_options_never_appear_in_repr_or_errors() -> None:
                          journal_options=(("aws_access_key_id", "AKIDEXAMPLE"),
                                           ("aws_secret_access_key", secret)))
     assert secret not in repr(opts)
-    journal = Journal.of(opts.journal_settings())
+    settings = opts.journal_settings()
+    assert settings is not None
+    journal = Journal.of(settings)
     assert secret not in repr(journal) and secret not in repr(journal.store)
 
 
