@@ -181,14 +181,19 @@ def _reports(q: Any) -> list[dict[str, Any]]:
 
 
 def _assert_lag_and_no_trailing_empty_batch(q: Any) -> None:
-    """Parity with PLAINTEXT (issue 24): the lag is known, and AvailableNow stops at the drain
-    instead of after one more (empty, ~8 s) batch."""
+    """Parity with PLAINTEXT (issue 24): the lag is known and reaches 0, and AvailableNow stops
+    at the drain instead of after one more (empty, ~8 s) batch. Both checks are reported."""
     rows = [p.numInputRows for p in q.recentProgress]
     lags = [r.get("lag") for r in _reports(q)]
-    assert any(lag is not None for lag in lags), f"no lag in any progress report: {lags}"
     known = [lag for lag in lags if lag is not None]
-    assert known[-1] == 0, f"the lag never reached 0: {lags}"
-    assert rows and rows[-1] > 0, f"a trailing empty batch: rows per batch {rows}"
+    problems = []
+    if not known:
+        problems.append(f"no lag in any progress report: {lags}")
+    elif known[-1] != 0:
+        problems.append(f"the lag never reached 0: {lags}")
+    if not rows or rows[-1] == 0:
+        problems.append(f"a trailing empty batch: rows per batch {rows}")
+    assert not problems, "; ".join(problems)
 
 
 def _read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30) -> list[Any]:
@@ -216,6 +221,38 @@ def _read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 3
     return out
 
 
+_SENTINEL = "test_secured_e2e: capturing the driver log"
+
+
+@contextlib.contextmanager
+def _driver_log(spark: Any) -> Iterator[Callable[[], str]]:
+    """Spark's driver log (log4j root logger at INFO: plans, task failures with the executors'
+    Python tracebacks) for the duration, as text."""
+    jvm = spark.sparkContext._jvm
+    core = jvm.org.apache.logging.log4j.core
+    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    config = ctx.getConfiguration()
+    writer = jvm.java.io.StringWriter()
+    name = f"secured-e2e-{uuid.uuid4().hex[:8]}"
+    layout = core.layout.PatternLayout.newBuilder().withPattern("%d %p %c: %m%n") \
+        .withConfiguration(config).build()
+    appender = core.appender.WriterAppender.createAppender(layout, None, writer, name, False,
+                                                           True)
+    appender.start()
+    config.addAppender(appender)
+    root = config.getRootLogger()
+    root.addAppender(appender, None, None)
+    spark.sparkContext.setLogLevel("INFO")
+    jvm.org.apache.logging.log4j.LogManager.getLogger(name).info(_SENTINEL)
+    try:
+        yield lambda: str(writer.toString())
+    finally:
+        spark.sparkContext.setLogLevel("WARN")
+        root.removeAppender(name)
+        ctx.updateLoggers()
+        appender.stop()
+
+
 # -- the source, exactly once ----------------------------------------------------------------
 
 
@@ -239,7 +276,7 @@ def test_source_exactly_once_with_lag_and_no_trailing_empty_batch(
             "ssl.key.password": "alice-key-Pw5"})
         options = {}
     _settle_acls()
-    expected = _produce(secured, topic, 2000)
+    expected = _produce(secured, topic, 1000)
     df = _reader(spark, security, topic, group, tmp_path / "journal", **options)
     q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
@@ -254,16 +291,14 @@ def test_a_failed_task_attempt_over_sasl_ssl_is_retried_exactly_once(
     topic, group = _topic(secured), _group(secured)
     _grant_source(secured, ALICE, topic, group)
     _settle_acls()
-    expected = _produce(secured, topic, 2000)
+    expected = _produce(secured, topic, 1000)
     df = _reader(spark, _kafka_options(secured, ALICE, "sasl_ssl"), topic, group,
                  tmp_path / "journal", _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
-    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    with _driver_log(spark) as driver_log:
+        _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+        failures = driver_log().count("injected failure: fail-before-end")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
-    from pyspark_kafka_share.source.journal.journal import Journal
-
-    scan = Journal(str(tmp_path / "journal"), fsync=False).part_log(1, 0).scan()
-    assert scan.end is not None and scan.end.attempt >= 1, \
-        "batch 1's task 0 did not end in a retry: the fault was not injected"
+    assert failures >= 1, "no task attempt failed: the fault was not injected"
 
 
 # -- the workers -----------------------------------------------------------------------------
@@ -327,11 +362,20 @@ def _run_expecting_failure(spark: Any, security: dict[str, str], topic: str, gro
     return text, time.monotonic() - started
 
 
-def _assert_authorization_error(text: str, topic: str, operation: str) -> None:
-    assert "does not exist" not in text and "do not exist" not in text, text[-2000:]
-    assert re.search(r"authoriz", text, re.IGNORECASE), text[-2000:]
-    assert topic in text, f"the error does not name topic {topic!r}: {text[-2000:]}"
-    assert operation in text, f"the error does not name operation {operation}: {text[-2000:]}"
+def _authorization_problems(text: str, topic: str, operation: str) -> list[str]:
+    """What an authorization error's text lacks: it must say authorization, name the topic
+    and the operation, and never call the topic missing."""
+    tail = text[-1500:]
+    problems = []
+    if "does not exist" in text or "do not exist" in text:
+        problems.append(f"it calls the topic missing: {tail}")
+    if not re.search(r"authoriz", text, re.IGNORECASE):
+        problems.append(f"it does not say authorization: {tail}")
+    if topic not in text:
+        problems.append(f"it does not name topic {topic!r}")
+    if operation not in text:
+        problems.append(f"it does not name the operation {operation}: {tail}")
+    return problems
 
 
 def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
@@ -341,24 +385,27 @@ def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
     _grant_source(secured, ALICE, topic, group)
     _settle_acls()
     security = _kafka_options(secured, ALICE, "sasl_ssl")
-    first = _produce(secured, topic, 300)
+    first = _produce(secured, topic, 200)
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first)
 
     _revoke(secured, ALICE, "TOPIC", topic, "READ")
     _settle_acls()
-    second = _produce(secured, topic, 300, start=300)
+    second = _produce(secured, topic, 200, start=200)
     text, took = _run_expecting_failure(spark, security, topic, group, tmp_path)
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first)  # nothing committed
-    _assert_authorization_error(text, topic, "READ")
-    assert took < 60, f"the missing ACL took {took:.0f}s to fail the query"
+    problems = _authorization_problems(text, topic, "READ")
+    if took > 30:  # Spark's 4 task attempts, each failing the same way, took longer
+        problems.append(f"the missing ACL took {took:.0f}s to fail the query")
 
+    # the resume is checked whatever the message said; the message's problems fail the test
     secured.grant(ALICE, "TOPIC", topic, "READ")
     _settle_acls()
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first | second)
+    assert not problems, "the error without topic READ: " + "; ".join(problems)
 
 
 def test_a_topic_without_any_acl_is_not_reported_missing(
@@ -374,48 +421,17 @@ def test_a_topic_without_any_acl_is_not_reported_missing(
     expected = _produce(secured, topic, 100)
     text, _ = _run_expecting_failure(spark, security, topic, group, tmp_path)
     assert _sink_keys(spark, tmp_path / "out") == []
-    _assert_authorization_error(text, topic, "DESCRIBE")
+    problems = _authorization_problems(text, topic, "DESCRIBE")
 
     _grant_source(secured, ALICE, topic, group)
     _settle_acls()
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert not problems, "the error without any topic ACL: " + "; ".join(problems)
 
 
 # -- secrets ---------------------------------------------------------------------------------
-
-_SENTINEL = "test_secured_e2e: capturing the driver log"
-
-
-@contextlib.contextmanager
-def _driver_log(spark: Any) -> Iterator[Callable[[], str]]:
-    """Spark's driver log (log4j root logger at INFO: plans, task failures with the executors'
-    Python tracebacks) for the duration, as text."""
-    jvm = spark.sparkContext._jvm
-    core = jvm.org.apache.logging.log4j.core
-    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
-    config = ctx.getConfiguration()
-    writer = jvm.java.io.StringWriter()
-    name = f"secured-e2e-{uuid.uuid4().hex[:8]}"
-    layout = core.layout.PatternLayout.newBuilder().withPattern("%d %p %c: %m%n") \
-        .withConfiguration(config).build()
-    appender = core.appender.WriterAppender.createAppender(layout, None, writer, name, False,
-                                                           True)
-    appender.start()
-    config.addAppender(appender)
-    root = config.getRootLogger()
-    root.addAppender(appender, None, None)
-    spark.sparkContext.setLogLevel("INFO")
-    jvm.org.apache.logging.log4j.LogManager.getLogger(name).info(_SENTINEL)
-    try:
-        yield lambda: str(writer.toString())
-    finally:
-        spark.sparkContext.setLogLevel("WARN")
-        root.removeAppender(name)
-        ctx.updateLoggers()
-        appender.stop()
-
 
 def test_no_secret_in_any_log_line(
     spark: Any, secured: LocalKafka, tmp_path: Path, caplog: pytest.LogCaptureFixture,
@@ -436,12 +452,12 @@ def test_no_secret_in_any_log_line(
     sasl = _kafka_options(secured, CAROL, "sasl_ssl")
     assert sasl["kafka.sasl.password"] == CAROL_PW
     with _driver_log(spark) as driver_log:
-        expected = _produce(secured, topic, 200)
+        expected = _produce(secured, topic, 100)
         df = _reader(spark, sasl, topic, group, tmp_path / "journal",
                      _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
         q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
         progress = [p.json for p in q.recentProgress]
-        expected |= _produce(secured, topic, 50, start=200)
+        expected |= _produce(secured, topic, 30, start=100)
         df = _reader(spark, mtls, topic, group, tmp_path / "journal")
         q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
         progress += [p.json for p in q.recentProgress]
