@@ -8,7 +8,8 @@ feature ("The ACLs each feature needs"), so a test that passes also checks that 
 - the source exactly once over SASL_SSL SCRAM-SHA-512 and over mutual TLS (with an
   encrypted client key), with the lag in the progress reports and no trailing empty batch
   under ``Trigger.AvailableNow`` (both missing while the share-group protocol client spoke
-  PLAINTEXT only: issue 24);
+  PLAINTEXT only: issue 24), and the same checks on the broker's internal PLAINTEXT listener
+  as a baseline;
 - a task attempt that fails for real (the source's ``_faultInjection``) under SASL_SSL;
 - the workers with an output topic and a dead-letter topic over SASL_SSL;
 - a topic READ taken away between two runs: an authorization error that names the topic and
@@ -52,7 +53,8 @@ CAROL, CAROL_PW = "carol", "CAROLPW-t8Vn2marker"
 KEY_PW = "KEYPW-w3Rs6marker"
 SECRETS = (CAROL_PW, KEY_PW)
 
-# Spark's defaults would retry a task 4 times; one record's lock is all a test needs.
+# Long enough that no lock expires while a retried task attempt's new consumer joins (see
+# test_source.py::test_a_failed_task_attempt_is_retried_exactly_once).
 LOCK_MS = 10_000
 
 
