@@ -1,0 +1,509 @@
+"""The source and the queue workers end to end against a secured broker (issue 24).
+
+One broker for the module, with a ``SASL_SSL`` listener (SCRAM-SHA-512 here) and an ``SSL``
+listener that requires client certificates, ``StandardAuthorizer`` on and nothing allowed
+until granted. Each test's user gets only the ACLs that docs/security.md lists for the
+feature ("The ACLs each feature needs"), so a test that passes also checks that table.
+
+- the source exactly once over SASL_SSL SCRAM-SHA-512 and over mutual TLS (with an
+  encrypted client key), with the lag in the progress reports and no trailing empty batch
+  under ``Trigger.AvailableNow`` (both missing while the share-group protocol client spoke
+  PLAINTEXT only: issue 24), and the same checks on the broker's internal PLAINTEXT listener
+  as a baseline;
+- a task attempt that fails for real (the source's ``_faultInjection``) under SASL_SSL;
+- the workers with an output topic and a dead-letter topic over SASL_SSL;
+- a topic READ taken away between two runs: an authorization error that names the topic and
+  the operation (never "does not exist"), then the grant and a resume from the same checkpoint
+  with nothing lost or duplicated; a topic with no ACL at all likewise;
+- no password or key password in Python logging, this process's output or Spark's driver log.
+
+Record counts are small: the file should take a few minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from pyspark_kafka_share.workers import Record, Result, run_workers
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
+# The worker function runs in Spark's Python workers, which cannot import this module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+
+Key = tuple[str, int, int]
+
+ALICE, ALICE_PW = "alice", "alice-pw-Hq4"
+# Distinctive values, looked for in every log line (test_no_secret_in_any_log_line).
+CAROL, CAROL_PW = "carol", "CAROLPW-t8Vn2marker"
+KEY_PW = "KEYPW-w3Rs6marker"
+SECRETS = (CAROL_PW, KEY_PW)
+
+# Long enough that no lock expires while a retried task attempt's new consumer joins (see
+# test_source.py::test_a_failed_task_attempt_is_retried_exactly_once).
+LOCK_MS = 10_000
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[LocalKafka]:
+    """One broker for the module: SASL_SSL (the first listener) and mutual TLS."""
+    broker = LocalKafka(security="sasl_ssl,ssl", users={ALICE: ALICE_PW}, heap="512m")
+    with broker:
+        broker.add_user(CAROL, CAROL_PW)
+        yield broker
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _topic(kafka: LocalKafka, partitions: int = 2) -> str:
+    return kafka.create_topic(_name("sec-t"), partitions)
+
+
+def _group(kafka: LocalKafka, *, earliest: bool = True) -> str:
+    group = _name("sec-g")
+    if earliest:  # set by the harness's super user; else the source's startingOffsets does
+        kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+        kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
+    return group
+
+
+def _grant_source(kafka: LocalKafka, user: str, topic: str, group: str, *,
+                  starting_offsets: bool = False, topic_read: bool = True) -> None:
+    """The source's ACLs as docs/security.md lists them."""
+    if topic_read:
+        kafka.grant(user, "TOPIC", topic, "READ")
+    kafka.grant(user, "TOPIC", topic, "DESCRIBE")
+    for operation in ("READ", "DESCRIBE", "DESCRIBE_CONFIGS"):
+        kafka.grant(user, "GROUP", group, operation)
+    if starting_offsets:
+        kafka.grant(user, "GROUP", group, "ALTER_CONFIGS")
+
+
+def _revoke(kafka: LocalKafka, user: str, resource_type: str, name: str, operation: str) -> None:
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = kafka.admin()  # kept alive until its futures are done
+    match = AclBindingFilter(ResourceType[resource_type], name, ResourcePatternType.LITERAL,
+                             f"User:{user}", "*", AclOperation[operation],
+                             AclPermissionType.ALLOW)
+    for fut in admin.delete_acls([match]).values():
+        assert fut.result(timeout=30), f"no ACL {operation} on {resource_type} {name} to revoke"
+
+
+def _settle_acls() -> None:
+    """ACL changes reach the authorizer through the metadata log: asynchronously."""
+    time.sleep(2)
+
+
+def _kafka_options(kafka: LocalKafka, user: str, listener: str, **extra: str) -> dict[str, str]:
+    """The source's ``kafka.*`` options to connect as ``user`` (the harness's librdkafka
+    settings with the prefix)."""
+    mechanism = "SCRAM-SHA-512" if listener == "sasl_ssl" else None
+    conf = kafka.client_config(user, mechanism=mechanism, listener=listener)
+    return {f"kafka.{k}": str(v) for k, v in {**conf, **extra}.items()}
+
+
+def _reader(spark: Any, security: dict[str, str], topic: str, group: str, journal: Path,
+            **options: str) -> Any:
+    r = (spark.readStream.format("kafka-share").option("kafka.group.id", group)
+         .option("subscribe", topic).option("journalPath", str(journal))
+         .option("numPartitions", "2").option("pollTimeoutMs", "1500"))
+    for key, value in {**security, **options}.items():
+        r = r.option(key, value)
+    return r.load()
+
+
+def _start(df: Any, out: Path, chk: Path) -> Any:
+    return (df.writeStream.format("parquet").option("path", str(out))
+            .option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
+
+
+def _run_available_now(df: Any, out: Path, chk: Path, timeout_s: float = 180) -> Any:
+    q = _start(df, out, chk)
+    q.awaitTermination(timeout_s)
+    assert not q.isActive, "the AvailableNow query did not finish"
+    assert q.exception() is None, f"query failed: {q.exception()}"
+    return q
+
+
+def _produce(kafka: LocalKafka, topic: str, n: int, start: int = 0,
+             partitions: int = 2) -> set[Key]:
+    """``n`` records spread over ``partitions``; their keys, given that the first ``start``
+    records were produced the same way before."""
+    kafka.produce(topic, (ProducerRecord(value=b"v%d" % i, partition=i % partitions)
+                          for i in range(start, start + n)))
+    before = Counter(i % partitions for i in range(start))
+    after = Counter(i % partitions for i in range(start + n))
+    return {(topic, p, o) for p in after for o in range(before[p], after[p])}
+
+
+def _sink_keys(spark: Any, out: Path) -> list[Key]:
+    if not list(out.glob("*.parquet")):
+        return []
+    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
+    return [(r.topic, r.partition, r.offset) for r in rows]
+
+
+def _assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
+    dups = [k for k, c in Counter(got).items() if c > 1]
+    assert not dups, f"{len(dups)} records delivered twice, e.g. {dups[:3]}"
+    missing = expected - set(got)
+    assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
+    assert set(got) == expected
+
+
+def _reports(q: Any) -> list[dict[str, Any]]:
+    """The source's report (``latestOffset``: lag, lagByPartition, lastBatch) per progress."""
+    return [dict(json.loads(p.sources[0].latestOffset or "{}")) for p in q.recentProgress]
+
+
+def _group_lags(kafka: LocalKafka, user: str, listener: str, group: str) -> list[int | None]:
+    """Each partition's lag as the group's DescribeShareGroupOffsets gives it to ``user`` on
+    ``listener`` (the package's protocol client: what the source reads the lag with)."""
+    from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient, iter_partitions
+
+    mechanism = "SCRAM-SHA-512" if listener == "sasl_ssl" else None
+    connection = None if listener == "plaintext" else \
+        kafka.connection_config(user, mechanism=mechanism, listener=listener)
+    client = KafkaProtocolClient(kafka.secured.bootstrap(listener), connection=connection,
+                                 timeout_s=30)
+    with client:
+        return [p.lag for _, p in iter_partitions(client.describe_share_group_offsets(group))]
+
+
+def _assert_lag_and_no_trailing_empty_batch(q: Any, produced: int,
+                                            lags_after: list[int | None]) -> None:
+    """Parity with PLAINTEXT (issue 24): the progress reports the backlog the query started
+    with (``produced`` records) and the group's lag reads 0 once they are read, and
+    AvailableNow stops at the drain instead of after one more (empty, ~8 s) batch. Every
+    problem is reported. (Under AvailableNow a report shows the lag planned for its batch, so
+    the last one is not 0: the lag after the run is read from the group.)"""
+    rows = [p.numInputRows for p in q.recentProgress]
+    lags = [r.get("lag") for r in _reports(q)]
+    problems = []
+    if not lags or lags[0] is None:
+        problems.append(f"no lag in the progress reports: {lags}")
+    elif lags[0] != produced:
+        problems.append(f"the first report's lag {lags[0]} is not the {produced} records "
+                        f"produced: {lags}")
+    if not lags_after or any(lag != 0 for lag in lags_after):
+        problems.append(f"the group's lag after the run is not 0: {lags_after}")
+    if not rows or rows[-1] == 0:
+        problems.append(f"a trailing empty batch: rows per batch {rows}")
+    assert not problems, "; ".join(problems)
+
+
+def _read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30) -> list[Any]:
+    """Every record of ``topic``, read as the harness's super user over SASL_SSL."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({**kafka.client_config(), "group.id": _name("reader"),
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < expect and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                out.append(m)
+        end = time.monotonic() + 1.5  # anything beyond ``expect`` would be a duplicate
+        while time.monotonic() < end:
+            m = c.poll(0.3)
+            if m is not None and m.error() is None:
+                out.append(m)
+    finally:
+        c.close()
+    return out
+
+
+_SENTINEL = "test_secured_e2e: capturing the driver log"
+
+
+@contextlib.contextmanager
+def _driver_log(spark: Any) -> Iterator[Callable[[], str]]:
+    """Spark's driver log (log4j root logger at INFO: plans, task failures with the executors'
+    Python tracebacks) for the duration, as text."""
+    jvm = spark.sparkContext._jvm
+    core = jvm.org.apache.logging.log4j.core
+    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    config = ctx.getConfiguration()
+    writer = jvm.java.io.StringWriter()
+    name = f"secured-e2e-{uuid.uuid4().hex[:8]}"
+    layout = core.layout.PatternLayout.newBuilder().withPattern("%d %p %c: %m%n") \
+        .withConfiguration(config).build()
+    appender = core.appender.WriterAppender.createAppender(layout, None, writer, name, False,
+                                                           True)
+    appender.start()
+    config.addAppender(appender)
+    root = config.getRootLogger()
+    root.addAppender(appender, None, None)
+    spark.sparkContext.setLogLevel("INFO")
+    jvm.org.apache.logging.log4j.LogManager.getLogger(name).info(_SENTINEL)
+    try:
+        yield lambda: str(writer.toString())
+    finally:
+        spark.sparkContext.setLogLevel("WARN")
+        root.removeAppender(name)
+        ctx.updateLoggers()
+        appender.stop()
+
+
+# -- the source, exactly once ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("listener", ["plaintext", "sasl_ssl", "ssl"],
+                         ids=["plaintext-baseline", "sasl_ssl-scram512", "mtls"])
+def test_source_exactly_once_with_lag_and_no_trailing_empty_batch(
+    spark: Any, secured: LocalKafka, tmp_path: Path, listener: str
+) -> None:
+    """``plaintext-baseline``: the same broker's internal PLAINTEXT listener (no
+    authentication, no ACLs: the harness's shortcut), where the checks hold today; they must
+    hold on the secured listeners too."""
+    topic = _topic(secured)
+    if listener == "plaintext":
+        group = _group(secured)
+        security = {"kafka.bootstrap.servers": secured.secured.bootstrap("plaintext")}
+        options: dict[str, str] = {}
+    elif listener == "sasl_ssl":
+        # the group's reset policy comes from startingOffsets: group ALTER_CONFIGS needed
+        group = _group(secured, earliest=False)
+        _grant_source(secured, ALICE, topic, group, starting_offsets=True)
+        security = _kafka_options(secured, ALICE, listener)
+        options = {"startingOffsets": "earliest"}
+    else:
+        group = _group(secured)
+        _grant_source(secured, ALICE, topic, group)
+        cert, key = secured.secured.client_cert(ALICE, key_password="alice-key-Pw5")
+        security = _kafka_options(secured, ALICE, listener, **{
+            "ssl.certificate.location": str(cert), "ssl.key.location": str(key),
+            "ssl.key.password": "alice-key-Pw5"})
+        options = {}
+    _settle_acls()
+    expected = _produce(secured, topic, 1000)
+    df = _reader(spark, security, topic, group, tmp_path / "journal", **options)
+    q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    _assert_lag_and_no_trailing_empty_batch(q, len(expected),
+                                            _group_lags(secured, ALICE, listener, group))
+
+
+def test_a_failed_task_attempt_over_sasl_ssl_is_retried_exactly_once(
+    spark: Any, secured: LocalKafka, tmp_path: Path
+) -> None:
+    """Attempt 0 of task 0 of the first batch fails after it journaled and yielded rows
+    (``fail-before-end``); Spark retries it and the retry replays the journal."""
+    topic, group = _topic(secured), _group(secured)
+    _grant_source(secured, ALICE, topic, group)
+    _settle_acls()
+    expected = _produce(secured, topic, 1000)
+    df = _reader(spark, _kafka_options(secured, ALICE, "sasl_ssl"), topic, group,
+                 tmp_path / "journal", _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
+    with _driver_log(spark) as driver_log:
+        _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+        failures = driver_log().count("injected failure: fail-before-end")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert failures >= 1, "no task attempt failed: the fault was not injected"
+
+
+# -- the workers -----------------------------------------------------------------------------
+
+
+def _triage(record: Record) -> Result:
+    value = (record.value or b"").decode()
+    if value.startswith("poison"):
+        return Result.reject("unparseable")
+    return Result.accept(f"{value}:done")
+
+
+def test_workers_over_sasl_ssl_with_output_and_dead_letter_topics(
+    spark: Any, secured: LocalKafka
+) -> None:
+    src, out, dlq = _topic(secured), _topic(secured, 1), _topic(secured, 1)
+    group = _group(secured)
+    kafka_conf = secured.client_config(ALICE, mechanism="SCRAM-SHA-512")
+    bootstrap = kafka_conf.pop("bootstrap.servers")
+    secured.grant(ALICE, "TOPIC", src, "READ")
+    for operation in ("READ", "DESCRIBE", "DESCRIBE_CONFIGS"):
+        secured.grant(ALICE, "GROUP", group, operation)
+    for topic in (out, dlq):
+        secured.grant(ALICE, "TOPIC", topic, "WRITE")
+    _settle_acls()
+    secured.produce(src, [f"{kind}-{i}".encode() for i in range(10) for kind in ("ok", "poison")])
+    summary = run_workers(spark, _triage, topics=src, group=group, bootstrap_servers=bootstrap,
+                          consumer_config=kafka_conf, workers=2, output_topic=out,
+                          dead_letter_topic=dlq, idle_timeout_s=5, on_progress=False)
+    t = summary.totals
+    assert (t["accepted"], t["rejected"], t["dead_lettered"], t["outputs"]) == \
+        (10, 10, 10, 10), str(summary)
+    outputs = Counter((m.value() or b"").decode() for m in _read_topic(secured, out, 10))
+    assert outputs == Counter(f"ok-{i}:done" for i in range(10))
+    dead = Counter((m.value() or b"").decode() for m in _read_topic(secured, dlq, 10))
+    assert dead == Counter(f"poison-{i}" for i in range(10))
+
+
+# -- missing ACLs ------------------------------------------------------------------------------
+
+
+def _run_expecting_failure(spark: Any, security: dict[str, str], topic: str, group: str,
+                           tmp_path: Path, timeout_s: float = 150) -> tuple[str, float]:
+    """Start the query (same journal, sink and checkpoint as the other runs); it must fail,
+    at ``load()`` or while it runs. Returns the error's text and how long it took."""
+    started = time.monotonic()
+    try:
+        df = _reader(spark, security, topic, group, tmp_path / "journal")
+    except Exception as exc:  # noqa: BLE001 - failing at load() is the better outcome
+        return f"{exc}\n{exc.__cause__ or ''}", time.monotonic() - started
+    q = _start(df, tmp_path / "out", tmp_path / "chk")
+    with contextlib.suppress(Exception):  # q.exception() has it
+        q.awaitTermination(timeout_s)
+    active = q.isActive
+    with contextlib.suppress(Exception):
+        q.stop()
+    assert not active, f"the query neither failed nor finished within {timeout_s}s"
+    error = q.exception()
+    assert error is not None, "the query succeeded without the ACL"
+    text = str(error)
+    return text, time.monotonic() - started
+
+
+def _authorization_problems(text: str, topic: str, operation: str) -> list[str]:
+    """What an authorization error's text lacks: it must say authorization, name the topic
+    and the operation, and never call the topic missing."""
+    tail = text[-1500:]
+    problems = []
+    if "does not exist" in text or "do not exist" in text:
+        problems.append(f"it calls the topic missing: {tail}")
+    if not re.search(r"authoriz", text, re.IGNORECASE):
+        problems.append(f"it does not say authorization: {tail}")
+    if topic not in text:
+        problems.append(f"it does not name topic {topic!r}")
+    if operation not in text:
+        problems.append(f"it does not name the operation {operation}: {tail}")
+    return problems
+
+
+def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
+    spark: Any, secured: LocalKafka, tmp_path: Path
+) -> None:
+    topic, group = _topic(secured), _group(secured)
+    _grant_source(secured, ALICE, topic, group)
+    _settle_acls()
+    security = _kafka_options(secured, ALICE, "sasl_ssl")
+    first = _produce(secured, topic, 200)
+    df = _reader(spark, security, topic, group, tmp_path / "journal")
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first)
+
+    _revoke(secured, ALICE, "TOPIC", topic, "READ")
+    _settle_acls()
+    second = _produce(secured, topic, 200, start=200)
+    text, took = _run_expecting_failure(spark, security, topic, group, tmp_path)
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first)  # nothing committed
+    problems = _authorization_problems(text, topic, "READ")
+    if took > 30:  # Spark's 4 task attempts, each failing the same way, took longer
+        problems.append(f"the missing ACL took {took:.0f}s to fail the query")
+
+    # the resume is checked whatever the message said; the message's problems fail the test
+    secured.grant(ALICE, "TOPIC", topic, "READ")
+    _settle_acls()
+    df = _reader(spark, security, topic, group, tmp_path / "journal")
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first | second)
+    assert not problems, "the error without topic READ: " + "; ".join(problems)
+
+
+def test_a_topic_without_any_acl_is_not_reported_missing(
+    spark: Any, secured: LocalKafka, tmp_path: Path
+) -> None:
+    """No ACL on the topic at all (no DESCRIBE either): the broker hides it from metadata, but
+    the error must still be about authorization, not a missing topic."""
+    topic, group = _topic(secured), _group(secured)
+    _grant_source(secured, ALICE, topic, group, topic_read=False)
+    _revoke(secured, ALICE, "TOPIC", topic, "DESCRIBE")
+    _settle_acls()
+    security = _kafka_options(secured, ALICE, "sasl_ssl")
+    expected = _produce(secured, topic, 100)
+    text, _ = _run_expecting_failure(spark, security, topic, group, tmp_path)
+    assert _sink_keys(spark, tmp_path / "out") == []
+    problems = _authorization_problems(text, topic, "DESCRIBE")
+
+    _grant_source(secured, ALICE, topic, group)
+    _settle_acls()
+    df = _reader(spark, security, topic, group, tmp_path / "journal")
+    _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert not problems, "the error without any topic ACL: " + "; ".join(problems)
+
+
+# -- secrets ---------------------------------------------------------------------------------
+
+def test_no_secret_in_any_log_line(
+    spark: Any, secured: LocalKafka, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Carol's SASL password and an encrypted client key's password, as the source takes them,
+    through a run with a failed task attempt (its traceback reaches the driver log) and a run
+    over mutual TLS."""
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="pyspark_kafka_share")
+    topic, group = _topic(secured), _group(secured)
+    _grant_source(secured, CAROL, topic, group)
+    _settle_acls()
+    cert, key = secured.secured.client_cert(CAROL, key_password=KEY_PW)
+    mtls = _kafka_options(secured, CAROL, "ssl", **{
+        "ssl.certificate.location": str(cert), "ssl.key.location": str(key),
+        "ssl.key.password": KEY_PW})
+    sasl = _kafka_options(secured, CAROL, "sasl_ssl")
+    assert sasl["kafka.sasl.password"] == CAROL_PW
+    with _driver_log(spark) as driver_log:
+        expected = _produce(secured, topic, 100)
+        df = _reader(spark, sasl, topic, group, tmp_path / "journal",
+                     _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
+        q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+        progress = [p.json for p in q.recentProgress]
+        expected |= _produce(secured, topic, 30, start=100)
+        df = _reader(spark, mtls, topic, group, tmp_path / "journal")
+        q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
+        progress += [p.json for p in q.recentProgress]
+        time.sleep(0.5)  # late log lines
+        driver = driver_log()
+    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert _SENTINEL in driver, "Spark's driver log was not captured"
+    assert "injected failure" in driver, "no task failure reached the driver log"
+    out, err = capfd.readouterr()
+    seen = {
+        "Python logging": "\n".join(f"{r.name} {r.levelname} {r.getMessage()}"
+                                    for r in caplog.records),
+        "Spark driver log": driver, "stdout": out, "stderr": err,
+        "progress": "\n".join(progress),
+    }
+    leaks = [f"{secret} in {where}" for where, text in seen.items() for secret in SECRETS
+             if secret in text]
+    assert not leaks, "secrets shown: " + "; ".join(leaks)
