@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 
 from pyspark_kafka_share._kafka.group import inspect_broker, read_backlog, set_group_configs
+from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient
 from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.cli import main
 from pyspark_kafka_share.errors import (
     AuthenticationError,
     AuthorizationError,
+    ErrorCode,
     KafkaConnectionError,
     SecurityProtocolMismatchError,
     TlsError,
@@ -259,6 +261,22 @@ def test_group_without_describe_configs_names_the_acl(kafka: LocalKafka, topic: 
                        AuthorizationError, "DESCRIBE_CONFIGS")
     assert "4.2" not in text  # never a Kafka-version hint for an ACL problem
     assert f"--group '{group}'" in text and "User:alice" in text
+
+
+def test_group_without_read_is_refused_at_start(kafka: LocalKafka, topic: str,
+                                                group: str) -> None:
+    """Share consumers need READ on the group: checked before any task starts."""
+    kafka.grant(ALICE, "TOPIC", topic, "READ")
+    kafka.grant(ALICE, "GROUP", group, "DESCRIBE_CONFIGS")
+    text = _fails_fast(lambda: inspect_broker(_alice(kafka, group), [topic]),
+                       AuthorizationError, r"READ group")
+    assert f"--operation READ --group '{group}'" in text and "User:alice" in text
+    kafka.grant(ALICE, "GROUP", group, "READ")
+    inspect_broker(_alice(kafka, group), [topic])  # granted: the same settings now pass
+    with KafkaProtocolClient(kafka.secured.bootstrap("sasl_ssl"), timeout_s=5,
+                             connection=kafka.connection_config(ALICE)) as client:
+        assert client.check_share_group_access(group) in (
+            ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND)
 
 
 def test_starting_offsets_without_alter_configs_names_the_acl(kafka: LocalKafka, topic: str,

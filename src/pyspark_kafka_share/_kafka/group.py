@@ -10,6 +10,7 @@ a subscribed topic that is gone is an :class:`UnknownTopicError`, never "no data
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -26,6 +27,7 @@ from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient
 from pyspark_kafka_share._kafka.protocol.codec import ApiKey
 from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share.errors import (
+    AuthorizationError,
     BrokerError,
     ErrorCode,
     LagUnavailableError,
@@ -49,6 +51,7 @@ __all__ = [
     "write_group_configs",
 ]
 
+_log = logging.getLogger(__name__)
 _LAG_TIMEOUT_CAP_S = 5.0  # a lag read is an optimisation: never wait long for it
 
 
@@ -159,6 +162,7 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
     if versions is not None:
         _check_share_support(settings.bootstrap_servers, versions)
     configs = _group_configs(settings, admin)
+    _check_group_access(settings)
     if "share.record.lock.duration.ms" not in configs:
         raise BrokerError(
             f"the broker at {settings.bootstrap_servers} has no share-group configs: share "
@@ -217,6 +221,31 @@ def _denied_exc(exc: BaseException) -> bool:
     """A client exception (``KafkaException`` of a ``KafkaError``) that is a denial."""
     err: Any = exc.args[0] if exc.args else None
     return callable(getattr(err, "name", None)) and _denied(err)
+
+
+def _check_group_access(settings: ClientSettings) -> None:
+    """READ on the group, which every share consumer needs, tried before any task starts
+    (then a denial fails load()/start_workers(), not every task); and the group's offsets
+    (DESCRIBE on the group and topics): without them lag is unknown, said once."""
+    group = settings.group_id
+    try:
+        with _protocol_client(settings) as client:
+            client.check_share_group_access(group)
+    except AuthorizationError:
+        raise authorization_error(settings, "group", group, ("READ",),
+                                  f"joining share group {group!r}") from None
+    except Exception:  # noqa: BLE001 - the consumers report any other problem themselves
+        return
+    try:
+        _read_group_offsets(settings)
+    except AuthorizationError as exc:
+        _log.warning(
+            "share group %r: lag is unknown (%s): progress shows no lag, batches are not "
+            "bounded by it, and tasks end by pollTimeoutMs instead of when the group is "
+            "drained. Grant DESCRIBE on the group and its topics to restore it",
+            group, exc)
+    except Exception:  # noqa: BLE001 - not an ACL: later reads say more, or go on unknown
+        return
 
 
 def _group_configs(settings: ClientSettings, admin: Any) -> dict[str, Any]:
