@@ -109,12 +109,13 @@ def read_group_configs(admin: Any, group: str, timeout_s: float) -> dict[str, An
 
 
 def write_group_configs(admin: Any, group: str, configs: Mapping[str, str | int],
-                        timeout_s: float) -> None:
+                        timeout_s: float, *, validate_only: bool = False) -> None:
     """Set group configs (``incrementalAlterConfigs`` SET); raises the client's error.
 
     Returns once a DescribeConfigs shows them (at most ``timeout_s``): the controller
     confirms a change before the brokers apply it, and a share consumer joining in between
-    would still get the old value (e.g. ``share.auto.offset.reset``).
+    would still get the old value (e.g. ``share.auto.offset.reset``). ``validate_only``: the
+    broker checks the request (ALTER_CONFIGS on the group, the values) and changes nothing.
     """
     from confluent_kafka.admin import (
         AlterConfigOpType,
@@ -126,8 +127,11 @@ def write_group_configs(admin: Any, group: str, configs: Mapping[str, str | int]
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
         ConfigEntry(key, str(value), incremental_operation=AlterConfigOpType.SET)
         for key, value in configs.items()])
-    for fut in admin.incremental_alter_configs([resource], request_timeout=timeout_s).values():
+    for fut in admin.incremental_alter_configs([resource], request_timeout=timeout_s,
+                                               validate_only=validate_only).values():
         fut.result(timeout=timeout_s)
+    if validate_only:
+        return
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         seen = read_group_configs(admin, group, timeout_s)
@@ -264,11 +268,12 @@ def _group_configs(settings: ClientSettings, admin: Any) -> dict[str, Any]:
 
 
 def set_group_configs(settings: ClientSettings, configs: Mapping[str, str], *,
-                      option: str) -> None:
-    """Set the group's configs on behalf of ``option`` (named in the error)."""
+                      option: str, validate_only: bool = False) -> None:
+    """Set the group's configs on behalf of ``option`` (named in the error); with
+    ``validate_only``, only check that the principal may (ALTER_CONFIGS) and the values."""
     try:
         write_group_configs(admin_client(settings), settings.group_id, configs,
-                            settings.timeout_s)
+                            settings.timeout_s, validate_only=validate_only)
     except Exception as exc:
         if _denied_exc(exc):
             raise authorization_error(

@@ -1,5 +1,5 @@
-"""The admin API, the CLI and the broker checks of the source and the workers against a
-secured broker: SASL_SSL (SCRAM) and mutual TLS with ``StandardAuthorizer``.
+"""The admin API, the CLI, the source's ``load()`` and ``start_workers`` against a secured
+broker: SASL_SSL (SCRAM) and mutual TLS with ``StandardAuthorizer``.
 
 Every misconfiguration (credentials, certificates, the security protocol, a refused port, an
 unknown host) must fail with its cause named within 5 s, and every missing ACL with the
@@ -291,3 +291,70 @@ def test_starting_offsets_without_alter_configs_names_the_acl(kafka: LocalKafka,
                                                  option="startingOffsets"),
                        AuthorizationError, "ALTER_CONFIGS")
     assert "'startingOffsets'" in text and f"--group '{group}'" in text
+
+
+# -- the same at load() and start_workers (Spark) ---------------------------------------------
+
+
+def _load(spark: Any, config: dict[str, Any], topic: str, group: str,
+          **options: str) -> Any:
+    reader = spark.readStream.format("kafka-share").option("subscribe", topic) \
+        .option("kafka.group.id", group).option("delivery", "at-most-once")
+    for key, value in {**config, **options}.items():
+        reader = reader.option(key if key in options else f"kafka.{key}", str(value))
+    return reader.load()
+
+
+@pytest.fixture(scope="module")
+def warm_spark(spark: Any, kafka: LocalKafka) -> Any:
+    """A session whose first load() (Python worker start, imports: ~10 s) is behind it, so
+    that the checks' own time is measured."""
+    kafka.create_topic("warm-up", 1)
+    _load(spark, kafka.client_config(), "warm-up", "warm-up")
+    return spark
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_load_fails_fast(warm_spark: Any, kafka: LocalKafka, topic: str, group: str,
+                         case: str) -> None:
+    spark = warm_spark
+    config, _error, match = _bad_cases(kafka)[case]
+    text = _fails_fast(lambda: _load(spark, config, topic, group), Exception, match)
+    assert "kafka.bootstrap.servers" in text
+    _no_secret(text, kafka.secured.users[ADMIN], "wrong-Pw-123")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_start_workers_fails_fast(spark: Any, kafka: LocalKafka, topic: str, group: str,
+                                  case: str) -> None:
+    from pyspark_kafka_share.workers import start_workers
+
+    config, error, match = _bad_cases(kafka)[case]
+    bootstrap = config.pop("bootstrap.servers")
+    text = _fails_fast(lambda: start_workers(spark, lambda record: None, topics=[topic],
+                                             group=group, bootstrap_servers=bootstrap,
+                                             consumer_config=config),
+                       error, match)
+    assert "'bootstrap_servers'" in text
+    if "ssl." in match or "sasl." in match:
+        assert "consumer_config[" in text
+    _no_secret(text, kafka.secured.users[ADMIN], "wrong-Pw-123")
+
+
+@pytest.mark.parametrize(("grants", "match"), [
+    ((), r"DESCRIBE/READ topic"),
+    ((("TOPIC", "READ"), ("GROUP", "DESCRIBE_CONFIGS")), r"READ group"),
+    ((("TOPIC", "READ"), ("GROUP", "READ")), r"DESCRIBE_CONFIGS group"),
+    ((("TOPIC", "READ"), ("GROUP", "READ"), ("GROUP", "DESCRIBE_CONFIGS")),
+     r"'startingOffsets'.*ALTER_CONFIGS group"),
+])
+def test_load_names_the_missing_acl(warm_spark: Any, kafka: LocalKafka, topic: str,
+                                    group: str, grants: tuple[tuple[str, str], ...],
+                                    match: str) -> None:
+    spark = warm_spark
+    for resource, operation in grants:
+        kafka.grant(ALICE, resource, topic if resource == "TOPIC" else group, operation)
+    text = _fails_fast(lambda: _load(spark, kafka.client_config(ALICE), topic, group,
+                                     startingOffsets="earliest"), Exception, match)
+    assert "kafka-acls.sh" in text and "User:alice" in text
+    assert "does not exist" not in text and "4.2" not in text
