@@ -358,3 +358,28 @@ def test_load_names_the_missing_acl(warm_spark: Any, kafka: LocalKafka, topic: s
                                      startingOffsets="earliest"), Exception, match)
     assert "kafka-acls.sh" in text and "User:alice" in text
     assert "does not exist" not in text and "4.2" not in text
+
+
+def test_consumer_refused_at_run_time_names_the_acl(kafka: LocalKafka, topic: str,
+                                                    group: str) -> None:
+    """What a task or a worker sees when READ on the group is missing (revoked after the
+    start): an AuthorizationError naming the group and the grant, within seconds. Spark
+    retries a failed task (spark.task.maxFailures); each attempt fails as fast."""
+    from pyspark_kafka_share._kafka.share import BrokerWatch, ShareSession
+
+    kafka.grant(ALICE, "TOPIC", topic, "READ")
+    settings = _alice(kafka, group)
+    session = ShareSession.open(settings.consumer(client_id="refused"), [topic], 5.0)
+    watch = BrokerWatch(settings, [topic], limit_s=30.0)
+
+    def poll_until_refused() -> None:
+        deadline = time.monotonic() + 2 * FAIL_WITHIN_S
+        while time.monotonic() < deadline:
+            msgs, _ = session.poll(0.2)
+            watch.observe(session.take_errors(), bool(msgs))
+
+    try:
+        text = _fails_fast(poll_until_refused, AuthorizationError, r"READ group")
+    finally:
+        session.close()
+    assert f"--operation READ --group '{group}'" in text and "User:alice" in text
