@@ -76,6 +76,9 @@ SHARE_GROUP_CONFIGS = (
 )
 """The per-group configs that shape a share group's queue behaviour (see docs/operations.md)."""
 
+ADMIN_NAMES = OptionNames("{}", "{}", "bootstrap_servers", "group", "topics", "config")
+"""What the admin's errors call its settings: librdkafka's keys, as given in ``config``."""
+
 ResetTarget = Literal["earliest", "latest"] | datetime
 Topics = Sequence[str] | Mapping[str, Sequence[int] | None]
 """Topic names (every partition), or ``{topic: partitions}`` (``None``: every partition)."""
@@ -112,6 +115,8 @@ class ShareGroupAdmin:
         timeout_s: bound on each operation (coordinator moves are retried within it).
         security_protocol: ``PLAINTEXT`` or ``SSL`` without ``config``; kept for
             compatibility (``config={"security.protocol": ...}`` says the same).
+        names: what errors call the settings (default: the argument names; the CLI: its
+            flags).
 
     The first operation probes the bootstrap servers: a wrong password or certificate, the
     wrong security protocol, a refused connection or an unknown host fail within seconds.
@@ -119,7 +124,7 @@ class ShareGroupAdmin:
 
     def __init__(self, bootstrap_servers: str, *, config: Mapping[str, Any] | None = None,
                  connection: ConnectionConfig | None = None, timeout_s: float = 30.0,
-                 security_protocol: str = "PLAINTEXT") -> None:
+                 security_protocol: str = "PLAINTEXT", names: OptionNames = ADMIN_NAMES) -> None:
         if config is not None and connection is not None:
             raise OptionError("connection", connection, "give config or connection, not both")
         settings = dict(connection.client_settings() if connection is not None else
@@ -131,8 +136,7 @@ class ShareGroupAdmin:
         self.timeout_s = timeout_s
         self._settings = ClientSettings(
             bootstrap_servers, group_id="", timeout_s=timeout_s, token_provider=token,
-            extra=tuple(sorted((str(k), str(v)) for k, v in settings.items())),
-            names=OptionNames("{}", "{}", "bootstrap_servers", "group", "topics", "config"))
+            extra=tuple(sorted((str(k), str(v)) for k, v in settings.items())), names=names)
         self.connection = connection if connection is not None else \
             ConnectionConfig.from_client_settings({**settings, "oauth_cb": token})
         self._protocol = KafkaProtocolClient(bootstrap_servers, timeout_s=timeout_s,
@@ -141,7 +145,8 @@ class ShareGroupAdmin:
 
     @classmethod
     def from_properties_file(cls, bootstrap_servers: str, path: str | os.PathLike[str], *,
-                             timeout_s: float = 30.0) -> ShareGroupAdmin:
+                             timeout_s: float = 30.0,
+                             names: OptionNames = ADMIN_NAMES) -> ShareGroupAdmin:
         """An admin configured by a Kafka client properties file, as Kafka's
         ``kafka-share-groups.sh --command-config`` takes it (``sasl.jaas.config`` for PLAIN
         and SCRAM is translated; Java-only settings raise an :class:`OptionError` naming the
@@ -153,7 +158,7 @@ class ShareGroupAdmin:
                               f"cannot read it ({exc.strerror or exc}): give the path of a "
                               "Java properties file of client settings") from None
         _connection, settings = ConnectionConfig.from_properties(text)
-        return cls(bootstrap_servers, config=settings, timeout_s=timeout_s)
+        return cls(bootstrap_servers, config=settings, timeout_s=timeout_s, names=names)
 
     @property
     def _client(self) -> KafkaProtocolClient:
