@@ -383,3 +383,30 @@ def test_consumer_refused_at_run_time_names_the_acl(kafka: LocalKafka, topic: st
     finally:
         session.close()
     assert f"--operation READ --group '{group}'" in text and "User:alice" in text
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_source_lag_and_drain_on_a_secured_listener(warm_spark: Any, kafka: LocalKafka,
+                                                    group: str, listener: str,
+                                                    tmp_path: Path) -> None:
+    """Parity with PLAINTEXT: lag in progress, and AvailableNow ends at the drain (no
+    trailing empty batch waiting out pollTimeoutMs)."""
+    import json
+
+    topic = f"t-parity-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, 2)
+    kafka.produce(topic, [f"v{i}".encode() for i in range(2000)])
+    df = _load(warm_spark, kafka.client_config(listener=listener), topic, group,
+               startingOffsets="earliest", journalPath=str(tmp_path / "journal"),
+               delivery="exactly-once")
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True)
+         .start())
+    q.awaitTermination(240)
+    assert not q.isActive and q.exception() is None
+    rows = [p.numInputRows for p in q.recentProgress]
+    assert sum(rows) == 2000
+    assert 0 not in rows, rows  # no trailing empty batch
+    lags = [json.loads(p.sources[0].latestOffset or "{}").get("lag") for p in q.recentProgress]
+    assert lags and all(lag is not None for lag in lags), lags
+    assert warm_spark.read.parquet(str(tmp_path / "out")).count() == 2000
