@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from helpers import fails_within
 from pyspark_kafka_share._kafka.group import inspect_broker, read_backlog, set_group_configs
 from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient
 from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
@@ -70,12 +71,7 @@ def _settings(config: dict[str, Any], group: str = "g", *, timeout_s: float = 30
 
 
 def _fails_fast(call: Callable[[], object], error: type[Exception], match: str) -> str:
-    start = time.monotonic()
-    with pytest.raises(error, match=match) as info:
-        call()
-    elapsed = time.monotonic() - start
-    assert elapsed < FAIL_WITHIN_S, f"took {elapsed:.1f}s: {info.value}"
-    return str(info.value)
+    return fails_within(call, error, match, FAIL_WITHIN_S)
 
 
 def _no_secret(text: str, *secrets: str) -> None:
