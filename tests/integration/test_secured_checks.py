@@ -406,3 +406,19 @@ def test_source_lag_and_drain_on_a_secured_listener(warm_spark: Any, kafka: Loca
     lags = [json.loads(p.sources[0].latestOffset or "{}").get("lag") for p in q.recentProgress]
     assert lags and all(lag is not None for lag in lags), lags
     assert warm_spark.read.parquet(str(tmp_path / "out")).count() == 2000
+
+
+def test_start_workers_names_the_missing_group_read(warm_spark: Any, kafka: LocalKafka,
+                                                    topic: str, group: str) -> None:
+    from pyspark_kafka_share.workers import start_workers
+
+    kafka.grant(ALICE, "TOPIC", topic, "READ")
+    kafka.grant(ALICE, "GROUP", group, "DESCRIBE_CONFIGS")
+    config = kafka.client_config(ALICE)
+    bootstrap = config.pop("bootstrap.servers")
+    text = _fails_fast(lambda: start_workers(warm_spark, lambda record: None, topics=[topic],
+                                             group=group, bootstrap_servers=bootstrap,
+                                             consumer_config=config),
+                       AuthorizationError, r"READ group")
+    assert f"--operation READ --group '{group}'" in text
+    _no_secret(text, ALICE_PW)
