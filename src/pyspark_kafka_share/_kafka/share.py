@@ -35,7 +35,7 @@ from pyspark_kafka_share._kafka.group import admin_client, waiting_partitions
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import SOURCE_NAMES, ClientSettings
-from pyspark_kafka_share.errors import BrokerError, ErrorCode
+from pyspark_kafka_share.errors import BrokerError, ErrorCode, from_client_error
 
 __all__ = [
     "ACQUIRE_MARGIN_S",
@@ -265,7 +265,7 @@ class ShareSession:
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if err is None or getattr(err, "name", lambda: "")() not in _DENIALS:
-                raise BrokerError(f"share consumer poll failed: {exc}") from exc
+                raise from_client_error(exc, "share consumer poll failed") from exc
             self.errors.append(err)  # the caller's BrokerWatch names the ACL
             msgs = []
         self.last_poll_start, self.last_poll = start, time.monotonic()

@@ -106,7 +106,7 @@ class WorkerConfig:
     @classmethod
     def create(cls, **options: Any) -> WorkerConfig:
         """Validate the keyword arguments of :func:`run_workers` into a config."""
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls)} - {"token_provider"}  # consumer_config's
         for key, value in options.items():
             if key not in names:
                 close = difflib.get_close_matches(key, sorted(names), n=1)
