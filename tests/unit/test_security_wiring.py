@@ -144,3 +144,14 @@ def test_every_group_command_takes_command_config(command: str) -> None:
 def test_broker_takes_a_security_mode() -> None:
     assert build_parser().parse_args(["broker", "--security", "sasl_ssl"]).security == \
         "sasl_ssl"
+
+
+def test_a_certificate_principal_is_read_from_the_certificate(tmp_path: Path) -> None:
+    from pyspark_kafka_share.harness.security import CertificateAuthority
+
+    cert, key = CertificateAuthority(tmp_path).issue("alice")
+    mtls = ClientSettings("h:9093", "g", (("security.protocol", "SSL"),
+                                          ("ssl.certificate.location", str(cert)),
+                                          ("ssl.key.location", str(key))))
+    text = str(authorization_error(mtls, "group", "g", ("READ",), "joining"))
+    assert "--allow-principal 'User:CN=alice" in text and "ssl.principal.mapping.rules" in text

@@ -108,12 +108,28 @@ def principal_of(connection: ConnectionConfig | None) -> str | None:
     return None
 
 
-def _principal_hint(connection: ConnectionConfig | None) -> str:
+def _certificate_subject(path: str) -> str | None:
+    """The subject of a PEM certificate (RFC 4514, as Kafka's default principal builder
+    writes it), if the optional ``cryptography`` package can read it."""
+    try:
+        from cryptography import x509
+
+        with open(path, "rb") as f:
+            return str(x509.load_pem_x509_certificate(f.read()).subject.rfc4514_string())
+    except Exception:  # noqa: BLE001 - only a hint: absent package, unreadable file
+        return None
+
+
+def _principal_hint(connection: ConnectionConfig | None) -> tuple[str, str]:
+    """A principal for the grant where the broker derives it, and a note saying how."""
     if connection is not None and connection.security_protocol == "SSL":
-        return "User:<the client certificate's name, as ssl.principal.mapping.rules map it>"
+        subject = _certificate_subject(connection.cert_file) if connection.cert_file else None
+        return (f"User:{subject or '<the client certificate subject>'}",
+                " (the certificate's subject; if the broker's ssl.principal.mapping.rules "
+                "map it to a shorter name, such as User:alice, use that)")
     if connection is not None and connection.sasl_mechanism == "OAUTHBEARER":
-        return "User:<the token's subject>"
-    return "User:<principal>"
+        return "User:<the token's subject>", ""
+    return "User:<principal>", ""
 
 
 def acl_command(principal: str, resource: str, name: str, operations: tuple[str, ...]) -> str:
@@ -131,7 +147,8 @@ def authorization_error(settings: ClientSettings, resource: str, name: str,
     connection = settings.connection
     principal = principal_of(connection)
     who = f"principal {principal!r}" if principal else "this client's principal"
-    grant = acl_command(principal or _principal_hint(connection), resource, name, operations)
+    hint, note = ("", "") if principal else _principal_hint(connection)
+    grant = acl_command(principal or hint, resource, name, operations) + note
     return AuthorizationError(
         code, f"{what}: {who} is not allowed to {'/'.join(operations)} {resource} {name!r} "
         "(an ACL denies it, or none allows it)",
