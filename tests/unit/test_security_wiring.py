@@ -155,3 +155,17 @@ def test_a_certificate_principal_is_read_from_the_certificate(tmp_path: Path) ->
                                           ("ssl.key.location", str(key))))
     text = str(authorization_error(mtls, "group", "g", ("READ",), "joining"))
     assert "--allow-principal 'User:CN=alice" in text and "ssl.principal.mapping.rules" in text
+
+
+def test_an_expired_broker_certificate_is_named_as_such() -> None:
+    import ssl
+
+    from pyspark_kafka_share._kafka.protocol.transport import tls_error
+    from pyspark_kafka_share.errors import TlsError
+
+    exc = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    exc.verify_code, exc.verify_message = 10, "certificate has expired"
+    err = tls_error(exc, "h:9093", ConnectionConfig(security_protocol="SSL"), handshake=True)
+    assert isinstance(err, TlsError)
+    assert "has expired" in str(err) and "renew" in str(err)
+    assert "set ssl.ca.location" not in str(err)
