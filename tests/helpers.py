@@ -11,6 +11,7 @@
   :func:`assert_exactly_once` (the sink against what was produced).
 - :func:`read_only_dir`: a directory the current user cannot create files in.
 - :func:`wait_for`: poll a value until a condition holds, failing with the last value.
+- :func:`fails_within`: a call must raise a given error, matching a pattern, within a time.
 - :class:`TierReport`, :func:`tier_hooks`: a tier that runs in a pytest process of its own
   and prints what it saw again in the terminal summary.
 
@@ -85,6 +86,17 @@ def wait_for(get: Callable[[], T], ok: Callable[[T], bool], timeout_s: float = 3
         time.sleep(0.3)
         value = get()
     return value
+
+
+def fails_within(call: Callable[[], object], error: type[Exception], match: str,
+                 seconds: float = 5.0) -> str:
+    """Run ``call``; it must raise ``error`` matching ``match`` within ``seconds``; its text."""
+    start = time.monotonic()
+    with pytest.raises(error, match=match) as info:
+        call()
+    elapsed = time.monotonic() - start
+    assert elapsed < seconds, f"took {elapsed:.1f}s: {info.value}"
+    return str(info.value)
 
 
 @dataclass

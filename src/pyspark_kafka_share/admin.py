@@ -1,8 +1,9 @@
 """Administer Kafka share groups (KIP-932): list, describe, lag, reset, delete, configs.
 
 confluent-kafka's ``AdminClient`` has no share-group APIs, so the group operations speak the
-Kafka protocol directly (:mod:`pyspark_kafka_share._kafka.protocol`, plaintext only); group configs
-and the offset look-ups of :meth:`ShareGroupAdmin.reset` use confluent-kafka::
+Kafka protocol directly (:mod:`pyspark_kafka_share._kafka.protocol`); group configs and the
+offset look-ups of :meth:`ShareGroupAdmin.reset` use confluent-kafka. Both connect with the
+same security settings (librdkafka's keys, or a Kafka ``--command-config`` properties file)::
 
     from pyspark_kafka_share.admin import ShareGroupAdmin
 
@@ -11,6 +12,11 @@ and the offset look-ups of :meth:`ShareGroupAdmin.reset` use confluent-kafka::
         print(admin.describe("workers"))
         print(admin.total_lag("workers"))
         admin.reset("workers", "earliest")          # the group must have no members
+
+    secured = ShareGroupAdmin("broker:9093", config={
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice", "sasl.password": "...", "ssl.ca.location": "ca.pem"})
+    same = ShareGroupAdmin.from_properties_file("broker:9093", "client.properties")
 
 Errors are :class:`~pyspark_kafka_share.errors.BrokerError` subclasses, from
 :mod:`pyspark_kafka_share.errors`; :class:`~pyspark_kafka_share.errors.GroupNotEmptyError` is
@@ -23,12 +29,16 @@ look-ups (``_kafka.group``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from pyspark_kafka_share._kafka.access import probe_broker
+from pyspark_kafka_share._kafka.connection import ConnectionConfig
 from pyspark_kafka_share._kafka.group import (
     admin_client,
     list_offsets,
@@ -38,7 +48,7 @@ from pyspark_kafka_share._kafka.group import (
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.progress import PartitionOffset, group_offsets, total_lag
 from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient
-from pyspark_kafka_share._kafka.settings import ClientSettings
+from pyspark_kafka_share._kafka.settings import ClientSettings, OptionNames
 from pyspark_kafka_share.errors import (
     BrokerError,
     ErrorCode,
@@ -66,6 +76,9 @@ SHARE_GROUP_CONFIGS = (
 )
 """The per-group configs that shape a share group's queue behaviour (see docs/operations.md)."""
 
+ADMIN_NAMES = OptionNames("{}", "{}", "bootstrap_servers", "group", "topics", "config")
+"""What the admin's errors call its settings: librdkafka's keys, as given in ``config``."""
+
 ResetTarget = Literal["earliest", "latest"] | datetime
 Topics = Sequence[str] | Mapping[str, Sequence[int] | None]
 """Topic names (every partition), or ``{topic: partitions}`` (``None``: every partition)."""
@@ -91,21 +104,69 @@ class GroupDescription:
 
 
 class ShareGroupAdmin:
-    """Share-group administration for one cluster. Plaintext only; not thread-safe.
+    """Share-group administration for one cluster, over any listener; not thread-safe.
 
     Args:
         bootstrap_servers: ``host:port[,host:port...]``.
+        config: librdkafka-style client settings: ``security.protocol``, ``sasl.*``
+            (``oauth_cb`` for OAUTHBEARER tokens), ``ssl.*`` (PEM files); used by the protocol
+            client and the confluent-kafka ``AdminClient`` alike. Secrets are never shown.
+        connection: a :class:`ConnectionConfig` instead of ``config``.
         timeout_s: bound on each operation (coordinator moves are retried within it).
-        security_protocol: must be ``PLAINTEXT``; anything else raises
-            :class:`UnsupportedSecurityProtocolError`.
+        security_protocol: ``PLAINTEXT`` or ``SSL`` without ``config``; kept for
+            compatibility (``config={"security.protocol": ...}`` says the same).
+        names: what errors call the settings (default: the argument names; the CLI: its
+            flags).
+
+    The first operation probes the bootstrap servers: a wrong password or certificate, the
+    wrong security protocol, a refused connection or an unknown host fail within seconds.
     """
 
-    def __init__(self, bootstrap_servers: str, *, timeout_s: float = 30.0,
-                 security_protocol: str = "PLAINTEXT") -> None:
+    def __init__(self, bootstrap_servers: str, *, config: Mapping[str, Any] | None = None,
+                 connection: ConnectionConfig | None = None, timeout_s: float = 30.0,
+                 security_protocol: str = "PLAINTEXT", names: OptionNames = ADMIN_NAMES) -> None:
+        if config is not None and connection is not None:
+            raise OptionError("connection", connection, "give config or connection, not both")
+        settings = dict(connection.client_settings() if connection is not None else
+                        config or {})
+        if "security.protocol" not in settings and security_protocol.upper() != "PLAINTEXT":
+            settings["security.protocol"] = security_protocol
+        token = settings.pop("oauth_cb", None)
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
-        self._client = KafkaProtocolClient(bootstrap_servers, timeout_s=timeout_s,
-                                           security_protocol=security_protocol)
+        self._settings = ClientSettings(
+            bootstrap_servers, group_id="", timeout_s=timeout_s, token_provider=token,
+            extra=tuple(sorted((str(k), str(v)) for k, v in settings.items())), names=names)
+        self.connection = connection if connection is not None else \
+            ConnectionConfig.from_client_settings({**settings, "oauth_cb": token})
+        self._protocol = KafkaProtocolClient(bootstrap_servers, timeout_s=timeout_s,
+                                             connection=self.connection)
+        self._probed = False
+
+    @classmethod
+    def from_properties_file(cls, bootstrap_servers: str, path: str | os.PathLike[str], *,
+                             timeout_s: float = 30.0,
+                             names: OptionNames = ADMIN_NAMES) -> ShareGroupAdmin:
+        """An admin configured by a Kafka client properties file, as Kafka's
+        ``kafka-share-groups.sh --command-config`` takes it (``sasl.jaas.config`` for PLAIN
+        and SCRAM is translated; Java-only settings raise an :class:`OptionError` naming the
+        librdkafka equivalent)."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise OptionError("command-config", str(path),
+                              f"cannot read it ({exc.strerror or exc}): give the path of a "
+                              "Java properties file of client settings") from None
+        _connection, settings = ConnectionConfig.from_properties(text)
+        return cls(bootstrap_servers, config=settings, timeout_s=timeout_s, names=names)
+
+    @property
+    def _client(self) -> KafkaProtocolClient:
+        """The protocol client, after one probe of the bootstrap servers (errors in seconds)."""
+        if not self._probed:
+            probe_broker(self._settings)
+            self._probed = True
+        return self._protocol
 
     def __enter__(self) -> ShareGroupAdmin:
         return self
@@ -116,7 +177,7 @@ class ShareGroupAdmin:
 
     def close(self) -> None:
         """Close the protocol sockets (the confluent-kafka client is shared per process)."""
-        self._client.close()
+        self._protocol.close()
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -301,8 +362,8 @@ class ShareGroupAdmin:
     # -- helpers -----------------------------------------------------------------------------
 
     def _admin_client(self) -> Any:
-        return admin_client(ClientSettings(self.bootstrap_servers, group_id="",
-                                           timeout_s=self.timeout_s))
+        self._client  # noqa: B018 - probes once: errors in seconds, not the timeout
+        return admin_client(self._settings)
 
     def _topic_partitions(self, topics: dict[str, list[int] | None]) -> list[TopicPartition]:
         """The partitions of the selection; unknown topics and partitions raise

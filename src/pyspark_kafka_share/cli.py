@@ -24,6 +24,7 @@ from pyspark_kafka_share.errors import (
 
 if TYPE_CHECKING:
     from pyspark_kafka_share.admin import GroupDescription, PartitionOffset, ShareGroupAdmin
+    from pyspark_kafka_share.harness import LocalKafka
 
 __all__ = [
     "ENV_BOOTSTRAP_SERVERS",
@@ -94,16 +95,32 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
     if not os.environ.get(ENV_BOOTSTRAP):
         ensure_jars(quiet=False)  # a first run downloads for a minute or two: show progress
-    kafka = LocalKafka(lock_duration_ms=args.lock_duration_ms)
+    kafka = LocalKafka(lock_duration_ms=args.lock_duration_ms, security=args.security)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with kafka:
-        print(kafka.bootstrap_servers, flush=True)
+        print(kafka.client_config()["bootstrap.servers"], flush=True)
+        if args.security != "plaintext":
+            _print_client_files(kafka)
         if kafka.log_path is not None:
             print(f"# broker log: {kafka.log_path}; Ctrl-C stops the broker", file=sys.stderr)
         stop.wait()
     return EXIT_OK
+
+
+def _print_client_files(kafka: LocalKafka) -> None:
+    """Where a secured local broker's client settings are: a properties file for
+    ``--command-config`` and the same as librdkafka keys (for the source and the workers)."""
+    path = kafka.command_config_file()
+    settings = {k: v for k, v in kafka.client_config().items() if k != "bootstrap.servers"}
+    rd = path.with_suffix(".librdkafka.json")
+    rd.write_text(json.dumps(settings, indent=2) + "\n")
+    rd.chmod(0o600)
+    print(f"# {kafka.security} listener, as the super user 'admin' (a secret: both files are "
+          f"readable by you only)\n# kafka-share groups ... --command-config {path}\n"
+          f"# librdkafka settings (kafka.* source options, consumer_config): {rd}",
+          file=sys.stderr)
 
 
 def _cmd_fetch_jars(args: argparse.Namespace) -> int:
@@ -117,9 +134,14 @@ def _cmd_fetch_jars(args: argparse.Namespace) -> int:
 
 
 def _group_admin(args: argparse.Namespace) -> ShareGroupAdmin:
+    from pyspark_kafka_share._kafka.settings import OptionNames
     from pyspark_kafka_share.admin import ShareGroupAdmin
 
-    return ShareGroupAdmin(args.bootstrap_server, timeout_s=args.timeout)
+    names = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic", "--command-config")
+    if args.command_config:
+        return ShareGroupAdmin.from_properties_file(args.bootstrap_server, args.command_config,
+                                                    timeout_s=args.timeout, names=names)
+    return ShareGroupAdmin(args.bootstrap_server, timeout_s=args.timeout, names=names)
 
 
 def _print_json(value: object) -> None:
@@ -433,8 +455,12 @@ def _common_options() -> argparse.ArgumentParser:
     default_bootstrap = _default_bootstrap()
     common.add_argument("--bootstrap-server", default=default_bootstrap,
                         required=default_bootstrap is None, metavar="HOST:PORT",
-                        help=f"broker(s), plaintext only (default: ${ENV_BOOTSTRAP_SERVERS}, "
+                        help=f"broker(s) (default: ${ENV_BOOTSTRAP_SERVERS}, "
                         f"else ${_ENV_BOOTSTRAP_FALLBACK})")
+    common.add_argument("--command-config", metavar="FILE",
+                        help="client security settings in Kafka's properties format, as "
+                        "kafka-share-groups.sh takes them (security.protocol, sasl.*, ssl.* "
+                        "with PEM files)")
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="bound on each broker operation (default: 30)")
@@ -504,6 +530,11 @@ def build_parser() -> argparse.ArgumentParser:
     broker = sub.add_parser("broker", help="run a local Kafka broker in the foreground")
     broker.add_argument("--lock-duration-ms", type=int, default=30_000,
                         help="broker default acquisition lock (share.record.lock.duration.ms)")
+    broker.add_argument("--security", default="plaintext",
+                        choices=("plaintext", "sasl_ssl", "ssl", "sasl_plaintext"),
+                        help="the client listener: TLS and SASL (SCRAM, PLAIN) with ACLs, "
+                        "mutual TLS, or SASL without TLS; writes a client properties file "
+                        "and says where (needs pip install 'pyspark-kafka-share[local]')")
     broker.set_defaults(func=_cmd_broker)
     jars = sub.add_parser("fetch-jars", help="download the broker jars into the cache (once)")
     jars.set_defaults(func=_cmd_fetch_jars)

@@ -237,7 +237,11 @@ class _Facts:
 
 _COORDINATOR_MOVING = _Facts(True, CoordinatorNotAvailableError,
                              "The group coordinator is unavailable or moving; retry later")
-_AUTHORIZATION = _Facts(False, AuthorizationError)
+_AUTHORIZATION = _Facts(
+    False, AuthorizationError,
+    "An ACL is missing: grant the principal the operation with kafka-acls.sh --add "
+    "--allow-principal User:<name> --operation <OPERATION> --topic <name> | --group <name> "
+    "(docs/security.md lists the ACLs each feature needs)")
 
 _FACTS: dict[ErrorCode, _Facts] = {
     ErrorCode.UNKNOWN_SERVER_ERROR: _Facts(),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from helpers import fails_within
 from pyspark_kafka_share._kafka.connection import ConnectionConfig
 from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient
 from pyspark_kafka_share.errors import (
@@ -53,12 +54,7 @@ def _client(kafka: LocalKafka, config: ConnectionConfig, bootstrap: str | None =
 
 def _fails_fast(call: Callable[[], object], error: type[Exception], match: str) -> str:
     """Run ``call``; it must raise ``error`` matching ``match`` within FAIL_WITHIN_S."""
-    start = time.monotonic()
-    with pytest.raises(error, match=match) as info:
-        call()
-    elapsed = time.monotonic() - start
-    assert elapsed < FAIL_WITHIN_S, f"took {elapsed:.1f}s: {info.value}"
-    return str(info.value)
+    return fails_within(call, error, match, FAIL_WITHIN_S)
 
 
 # -- the protocol client, each way in -------------------------------------------------------

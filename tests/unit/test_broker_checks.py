@@ -24,14 +24,12 @@ KAFKA_4_0_EARLY_ACCESS = {18: (0, 4), 76: (0, 0), 78: (0, 0)}
 def test_a_broker_without_ga_share_groups_is_refused(
     monkeypatch: pytest.MonkeyPatch, versions: dict[int, tuple[int, int]]
 ) -> None:
-    monkeypatch.setattr(_broker, "api_versions", lambda host, port, timeout: versions)
     with pytest.raises(BrokerError, match=r"4\.2 or newer"):
-        _broker._check_share_support(OPTS.client, MD, 1.0)
+        _broker._check_share_support("h:9092", versions)
 
 
 def test_a_share_group_broker_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_broker, "api_versions", lambda host, port, timeout: KAFKA_4_3)
-    _broker._check_share_support(OPTS.client, MD, 1.0)
+    _broker._check_share_support("h:9092", KAFKA_4_3)
 
 
 def _watch(monkeypatch: pytest.MonkeyPatch, answers: list[bool]) -> Any:

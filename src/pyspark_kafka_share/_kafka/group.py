@@ -10,6 +10,7 @@ a subscribed topic that is gone is an :class:`UnknownTopicError`, never "no data
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -17,16 +18,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark_kafka_share._kafka.access import authorization_error, probe_broker
 from pyspark_kafka_share._kafka.clientconf import client_config_error
 from pyspark_kafka_share._kafka.logs import ClientLog, client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.progress import PartitionOffset, group_offsets
-from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient, api_versions
+from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient
 from pyspark_kafka_share._kafka.protocol.codec import ApiKey
 from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share.errors import (
+    AuthorizationError,
     BrokerError,
     ErrorCode,
+    LagUnavailableError,
     UnknownTopicError,
     from_client_error,
 )
@@ -47,6 +51,7 @@ __all__ = [
     "write_group_configs",
 ]
 
+_log = logging.getLogger(__name__)
 _LAG_TIMEOUT_CAP_S = 5.0  # a lag read is an optimisation: never wait long for it
 
 
@@ -104,12 +109,13 @@ def read_group_configs(admin: Any, group: str, timeout_s: float) -> dict[str, An
 
 
 def write_group_configs(admin: Any, group: str, configs: Mapping[str, str | int],
-                        timeout_s: float) -> None:
+                        timeout_s: float, *, validate_only: bool = False) -> None:
     """Set group configs (``incrementalAlterConfigs`` SET); raises the client's error.
 
     Returns once a DescribeConfigs shows them (at most ``timeout_s``): the controller
     confirms a change before the brokers apply it, and a share consumer joining in between
-    would still get the old value (e.g. ``share.auto.offset.reset``).
+    would still get the old value (e.g. ``share.auto.offset.reset``). ``validate_only``: the
+    broker checks the request (ALTER_CONFIGS on the group, the values) and changes nothing.
     """
     from confluent_kafka.admin import (
         AlterConfigOpType,
@@ -121,8 +127,11 @@ def write_group_configs(admin: Any, group: str, configs: Mapping[str, str | int]
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
         ConfigEntry(key, str(value), incremental_operation=AlterConfigOpType.SET)
         for key, value in configs.items()])
-    for fut in admin.incremental_alter_configs([resource], request_timeout=timeout_s).values():
+    for fut in admin.incremental_alter_configs([resource], request_timeout=timeout_s,
+                                               validate_only=validate_only).values():
         fut.result(timeout=timeout_s)
+    if validate_only:
+        return
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         seen = read_group_configs(admin, group, timeout_s)
@@ -137,12 +146,15 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
     """Check reachability, topics and share-group support; read the group's lock settings.
 
     ``bootstrap_name``/``topics_name``: what errors call those settings (option or argument;
-    default: the settings' :class:`OptionNames`).
+    default: the settings' :class:`OptionNames`). Credentials, certificates, the security
+    protocol and the address are probed first (:func:`probe_broker`: seconds, not the broker
+    timeout); a topic or group the principal may not use raises :class:`AuthorizationError`.
     """
     timeout = settings.timeout_s
-    admin = admin_client(settings)
     bootstrap_name = bootstrap_name or settings.names.bootstrap
     topics_name = topics_name or settings.names.topics
+    versions = probe_broker(settings, bootstrap_name)
+    admin = admin_client(settings)
     try:
         md = admin.list_topics(timeout=timeout)
     except Exception as exc:
@@ -150,20 +162,11 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
             exc, f"option {bootstrap_name!r} = {settings.bootstrap_servers!r}: no broker "
             f"answered within {timeout:.0f}s{_last_problem(settings)}",
             "Check the address, the network and the security settings") from exc
-    missing = _missing(md, topics)
-    if missing:
-        raise UnknownTopicError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            f"option {topics_name!r} = {','.join(topics)!r}: topic(s) {missing} do not "
-            f"exist on {settings.bootstrap_servers}. Create them first (share consumers do "
-            "not create topics)", from_broker=False)
-    _check_share_support(settings, md, timeout)
-    try:
-        configs = read_group_configs(admin, settings.group_id, timeout)
-    except Exception as exc:
-        raise from_client_error(
-            exc, f"cannot read the configs of share group {settings.group_id!r}",
-            "share groups need Apache Kafka 4.2 or newer") from exc
+    _check_topics(settings, admin, md, topics, topics_name)
+    if versions is not None:
+        _check_share_support(settings.bootstrap_servers, versions)
+    configs = _group_configs(settings, admin)
+    _check_group_access(settings)
     if "share.record.lock.duration.ms" not in configs:
         raise BrokerError(
             f"the broker at {settings.bootstrap_servers} has no share-group configs: share "
@@ -177,29 +180,106 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
     )
 
 
-def _check_share_support(settings: ClientSettings, md: Any, timeout: float) -> None:
-    if not settings.plaintext:
-        return  # the raw ApiVersions probe speaks plaintext only; the config check follows
-    broker = next(iter(md.brokers.values()))
-    try:
-        versions = api_versions(broker.host, broker.port, timeout)
-    except (OSError, BrokerError):
-        return  # reachability was proven above; the group-config check decides
+def _check_share_support(bootstrap: str, versions: Mapping[int, tuple[int, int]]) -> None:
     if ApiKey.SHARE_FETCH not in versions or ApiKey.SHARE_GROUP_HEARTBEAT not in versions \
             or versions[ApiKey.SHARE_FETCH][1] < 1:
         raise BrokerError(
-            f"the broker at {broker.host}:{broker.port} does not support share groups "
+            f"the broker at {bootstrap} does not support share groups "
             "(no ShareFetch v1 / ShareGroupHeartbeat API): Apache Kafka 4.2 or newer is needed"
         )
 
 
+def _check_topics(settings: ClientSettings, admin: Any, md: Any, topics: Sequence[str],
+                  topics_name: str) -> None:
+    """Every subscribed topic exists and may be described; a topic the principal may not
+    see (absent from the full listing) is asked for by name: the broker then answers
+    TOPIC_AUTHORIZATION_FAILED, never "does not exist"."""
+    denied = [t for t in topics if t in md.topics and _denied(md.topics[t].error)]
+    for t in _missing(md, topics):
+        try:
+            one = admin.list_topics(topic=t, timeout=settings.timeout_s)
+        except Exception:  # noqa: BLE001 - the listing above decides
+            continue
+        if t in one.topics and _denied(one.topics[t].error):
+            denied.append(t)
+    if denied:
+        raise authorization_error(
+            settings, "topic", denied[0], ("DESCRIBE", "READ"),
+            f"option {topics_name!r} = {','.join(topics)!r}",
+            code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    missing = _missing(md, topics)
+    if missing:
+        raise UnknownTopicError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"option {topics_name!r} = {','.join(topics)!r}: topic(s) {missing} do not "
+            f"exist on {settings.bootstrap_servers}. Create them first (share consumers do "
+            "not create topics)", from_broker=False)
+
+
+def _denied(error: Any) -> bool:
+    """A client error (``KafkaError``, or None) that is an authorization failure."""
+    return error is not None and "AUTHORIZATION_FAILED" in str(error.name())
+
+
+def _denied_exc(exc: BaseException) -> bool:
+    """A client exception (``KafkaException`` of a ``KafkaError``) that is a denial."""
+    err: Any = exc.args[0] if exc.args else None
+    return callable(getattr(err, "name", None)) and _denied(err)
+
+
+def _check_group_access(settings: ClientSettings) -> None:
+    """READ on the group, which every share consumer needs, tried before any task starts
+    (then a denial fails load()/start_workers(), not every task); and the group's offsets
+    (DESCRIBE on the group and topics): without them lag is unknown, said once."""
+    group = settings.group_id
+    try:
+        with _protocol_client(settings) as client:
+            client.check_share_group_access(group)
+    except AuthorizationError:
+        raise authorization_error(settings, "group", group, ("READ",),
+                                  f"joining share group {group!r}") from None
+    except Exception:  # noqa: BLE001 - the consumers report any other problem themselves
+        return
+    try:
+        _read_group_offsets(settings)
+    except AuthorizationError as exc:
+        _log.warning(
+            "share group %r: lag is unknown (%s): progress shows no lag, batches are not "
+            "bounded by it, and tasks end by pollTimeoutMs instead of when the group is "
+            "drained. Grant DESCRIBE on the group and its topics to restore it",
+            group, exc)
+    except Exception:  # noqa: BLE001 - not an ACL: later reads say more, or go on unknown
+        return
+
+
+def _group_configs(settings: ClientSettings, admin: Any) -> dict[str, Any]:
+    """The group's configs; a denial names the ACL (DESCRIBE_CONFIGS) that allows it."""
+    try:
+        return read_group_configs(admin, settings.group_id, settings.timeout_s)
+    except Exception as exc:
+        if _denied_exc(exc):
+            raise authorization_error(
+                settings, "group", settings.group_id, ("DESCRIBE_CONFIGS",),
+                f"reading the configs of share group {settings.group_id!r} (lock duration, "
+                "delivery limit)") from None
+        raise from_client_error(
+            exc, f"cannot read the configs of share group {settings.group_id!r}",
+            "share groups need Apache Kafka 4.2 or newer") from exc
+
+
 def set_group_configs(settings: ClientSettings, configs: Mapping[str, str], *,
-                      option: str) -> None:
-    """Set the group's configs on behalf of ``option`` (named in the error)."""
+                      option: str, validate_only: bool = False) -> None:
+    """Set the group's configs on behalf of ``option`` (named in the error); with
+    ``validate_only``, only check that the principal may (ALTER_CONFIGS) and the values."""
     try:
         write_group_configs(admin_client(settings), settings.group_id, configs,
-                            settings.timeout_s)
+                            settings.timeout_s, validate_only=validate_only)
     except Exception as exc:
+        if _denied_exc(exc):
+            raise authorization_error(
+                settings, "group", settings.group_id, ("ALTER_CONFIGS",),
+                f"option {option!r}: setting share.auto.offset.reset of share group "
+                f"{settings.group_id!r}") from None
         shown = ", ".join(f"{k}={v}" for k, v in configs.items())
         raise from_client_error(
             exc, f"option {option!r}: could not set {shown} on group "
@@ -299,20 +379,25 @@ class TopicWatch:
             ensure_topics(self.settings, self.topics)
 
 
-# -- the share group's progress (the protocol client; plaintext listeners only) ---------------
+# -- the share group's progress (the protocol client, over the settings' security) ------------
 
-_PROTOCOL_CLIENTS: dict[tuple[str, float], KafkaProtocolClient] = {}
+_PROTOCOL_CLIENTS: dict[tuple[Any, ...], KafkaProtocolClient] = {}
 _PROTOCOL_CLIENTS_LOCK = threading.Lock()
 
 
 @contextmanager
 def _protocol_client(settings: ClientSettings) -> Iterator[KafkaProtocolClient]:
-    """A protocol client kept open per process (its connections are reused); dropped and
-    closed after any error, so the next call reconnects."""
-    key = (settings.bootstrap_servers, min(settings.timeout_s, _LAG_TIMEOUT_CAP_S))
+    """A protocol client kept open per process and connection settings (its connections are
+    reused); dropped and closed after any error, so the next call reconnects."""
+    connection = settings.connection
+    if connection is None:
+        raise LagUnavailableError("the protocol client cannot use these security settings")
+    timeout = min(settings.timeout_s, _LAG_TIMEOUT_CAP_S)
+    key = (settings.bootstrap_servers, timeout, settings.extra, settings.token_provider)
     with _PROTOCOL_CLIENTS_LOCK:  # the client is not thread-safe: one caller at a time
         client = _PROTOCOL_CLIENTS.pop(key, None) or \
-            KafkaProtocolClient(key[0], timeout_s=key[1])
+            KafkaProtocolClient(settings.bootstrap_servers, timeout_s=timeout,
+                                connection=connection)
         try:
             yield client
         except BaseException:
@@ -379,8 +464,6 @@ def read_backlog(settings: ClientSettings, topics: Sequence[str],
         partitions = _partitions(settings, topics)
         if partitions is None:
             return UNKNOWN_BACKLOG
-    if not settings.plaintext:  # no lag, but the partitions (for the tasks' topic checks)
-        return Backlog(None, dict.fromkeys(partitions))
     try:
         offsets = _read_group_offsets(settings)
     except Exception:  # noqa: BLE001 - unknown backlog: go on, polls report errors
@@ -453,8 +536,6 @@ def _unfetched_logs(settings: ClientSettings,
 def waiting_partitions(settings: ClientSettings, topics: Sequence[str]) -> str:
     """The subscribed partitions with records waiting and the group's start offset there, for
     an error message (``"orders-0 from offset 41"``); "" when they cannot be read."""
-    if not settings.plaintext:
-        return ""
     try:
         offsets = _read_group_offsets(settings)
     except Exception:  # noqa: BLE001 - only decorates an error message
@@ -466,9 +547,7 @@ def waiting_partitions(settings: ClientSettings, topics: Sequence[str]) -> str:
 
 def read_start_offsets(settings: ClientSettings) -> dict[TopicPartition, int] | None:
     """The group's share-partition start offsets, or None when they cannot be read
-    (non-plaintext listener, no share state yet, any error)."""
-    if not settings.plaintext:
-        return None
+    (no share state yet, security settings the protocol client cannot use, any error)."""
     try:
         offsets = _read_group_offsets(settings)
     except Exception:  # noqa: BLE001 - unknown: keep entries until the time limit instead

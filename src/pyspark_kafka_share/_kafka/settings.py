@@ -10,14 +10,19 @@ has librdkafka judge every setting before anything starts.
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_kafka_share._kafka.clientconf import client_config_error
+from pyspark_kafka_share._kafka.connection import ConnectionConfig, TokenProvider
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share.errors import OptionError
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "CLIENT_OPTIONS_REJECTED",
@@ -85,7 +90,9 @@ class ClientSettings:
     """How to reach one Kafka cluster and which share group to act for.
 
     ``extra``: the user's pass-through client settings (security, tuning); values may be
-    secrets, so they are kept out of ``repr``. ``names``: what errors call the settings.
+    secrets, so they are kept out of ``repr``. ``token_provider``: an OAUTHBEARER token
+    callback (confluent-kafka's ``oauth_cb``), passed to every client as it is.
+    ``names``: what errors call the settings.
     """
 
     bootstrap_servers: str
@@ -93,20 +100,26 @@ class ClientSettings:
     extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout_s: float = 30.0
     names: OptionNames = SOURCE_NAMES
+    token_provider: TokenProvider | None = field(default=None, repr=False, compare=False)
 
     @property
-    def plaintext(self) -> bool:
-        """True on a PLAINTEXT listener (the protocol client speaks nothing else)."""
-        return dict(self.extra).get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT"
+    def connection(self) -> ConnectionConfig | None:
+        """How the protocol client connects: the same security settings as every
+        confluent-kafka client (derived once per distinct settings). None when they use a
+        feature the protocol client lacks (see :func:`protocol_connection`)."""
+        return protocol_connection(self.extra, self.token_provider, self.names)
+
+    def _security(self) -> dict[str, Any]:
+        return {"oauth_cb": self.token_provider} if self.token_provider is not None else {}
 
     def consumer(self, *, client_id: str, max_poll_records: int | None = None) \
-            -> dict[str, str]:
+            -> dict[str, Any]:
         """An explicit-mode ``ShareConsumer``'s configuration.
 
         ``max_poll_records`` caps the user's (or the default) value; it is sent as ShareFetch
         MaxRecords, and the broker still hands out whole producer batches.
         """
-        conf = dict(self.extra)
+        conf: dict[str, Any] = {**dict(self.extra), **self._security()}
         conf.update({"bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
                      "share.acknowledgement.mode": "explicit"})
         conf.setdefault("client.id", client_id)
@@ -115,9 +128,10 @@ class ClientSettings:
             conf["max.poll.records"] = str(min(max_poll_records, int(conf["max.poll.records"])))
         return conf
 
-    def admin(self) -> dict[str, str]:
+    def admin(self) -> dict[str, Any]:
         """An ``AdminClient``'s configuration (security settings pass through)."""
-        conf = {k: v for k, v in self.extra if k not in _CONSUMER_ONLY}
+        conf: dict[str, Any] = {k: v for k, v in self.extra if k not in _CONSUMER_ONLY}
+        conf.update(self._security())
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf.setdefault("socket.timeout.ms", str(int(self.timeout_s * 1000)))
         return conf
@@ -128,11 +142,36 @@ class ClientSettings:
         flush timeout callers use (``timeout_s + 5``), so an unreported record has failed.
         Its log lines go through Python logging (``_kafka.logs``)."""
         shared = {k: v for k, v in self.extra if k.startswith(_CONNECTION_PREFIXES)}
-        conf: dict[str, Any] = {"linger.ms": 5, **shared, **dict(overrides or {})}
+        conf: dict[str, Any] = {"linger.ms": 5, **shared, **self._security(),
+                                **dict(overrides or {})}
         conf.update({"bootstrap.servers": self.bootstrap_servers, "acks": "all",
                      "enable.idempotence": True})
         conf.setdefault("message.timeout.ms", int(self.timeout_s * 1000))
         return client_config(conf)
+
+
+@functools.lru_cache(maxsize=64)
+def protocol_connection(extra: tuple[tuple[str, str], ...], token_provider: TokenProvider | None,
+                        names: OptionNames = SOURCE_NAMES) -> ConnectionConfig | None:
+    """The :class:`ConnectionConfig` of librdkafka settings ``extra`` (and ``oauth_cb``).
+
+    None, with one WARNING naming what is lost and the fix, when they use a feature the
+    protocol client lacks (PEM strings, keystores, Kerberos): confluent-kafka clients still
+    connect, but lag, the drain probe, exact dedup expiry and the share-group admin calls are
+    off. Bad values were refused by librdkafka before (:func:`check_client_config`).
+    """
+    settings: dict[str, Any] = dict(extra)
+    if token_provider is not None:
+        settings["oauth_cb"] = token_provider
+    try:
+        return ConnectionConfig.from_client_settings(settings)
+    except OptionError as exc:
+        _log.warning(
+            "%s: the share-group protocol client cannot connect with %s = %r (%s); without it "
+            "lag in progress, lag-bounded batches, the drain probe and exact dedup expiry are "
+            "off (records are still read exactly once)", names.settings, names.of(exc.option),
+            exc.value, exc.fix)
+        return None
 
 
 def check_client_config(settings: ClientSettings,

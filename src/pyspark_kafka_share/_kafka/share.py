@@ -30,11 +30,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark_kafka_share._kafka.access import authorization_error
 from pyspark_kafka_share._kafka.group import admin_client, waiting_partitions
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import SOURCE_NAMES, ClientSettings
-from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.errors import BrokerError, ErrorCode, from_client_error
 
 __all__ = [
     "ACQUIRE_MARGIN_S",
@@ -81,12 +82,28 @@ def raise_client_errors(errors: Sequence[Any], settings: ClientSettings | None =
         if size:
             raise _too_large(int(size[1]), int(size[2]), settings, topics)
     bad = [e for e in errors if e.fatal() or e.name() in _FAILING_ERRORS]
+    if bad and settings is not None and bad[0].name() in _DENIALS:
+        raise _denial(bad[0], settings, topics)
     if bad:
         others = [e for e in errors if all(e is not b for b in bad)]
         cause = f"; before that it reported {others[-1].name()}: {others[-1].str()}" \
             if others else ""
         raise BrokerError(f"the share consumer reported {bad[0].name()}: {bad[0].str()}"
                           f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}{cause}")
+
+
+_DENIALS = {"GROUP_AUTHORIZATION_FAILED": "group", "TOPIC_AUTHORIZATION_FAILED": "topic"}
+
+
+def _denial(error: Any, settings: ClientSettings, topics: Sequence[str]) -> BrokerError:
+    """A share consumer's authorization failure, naming the ACL (READ) that fixes it."""
+    resource = _DENIALS[error.name()]
+    name = settings.group_id if resource == "group" else (topics[0] if topics else "?")
+    return authorization_error(
+        settings, resource, name, ("READ",),
+        f"the share consumer of group {settings.group_id!r} was refused "
+        f"({error.name()}: {error.str()})",
+        code=ErrorCode[error.name()])
 
 
 def _too_large(size: int, limit: int, settings: ClientSettings | None,
@@ -238,10 +255,19 @@ class ShareSession:
         A record with an error raises :class:`BrokerError`, after the poll's other records
         were RELEASEd (best effort: they come back when their locks expire otherwise).
         """
+        from confluent_kafka import KafkaException
+
         start = time.monotonic()
         acquired = (self.last_poll_start if self.fetch_pending and
                     self.last_poll_start is not None else start) - ACQUIRE_MARGIN_S
-        msgs = list(self.consumer.poll(wait_s))
+        try:
+            msgs = list(self.consumer.poll(wait_s))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if err is None or getattr(err, "name", lambda: "")() not in _DENIALS:
+                raise from_client_error(exc, "share consumer poll failed") from exc
+            self.errors.append(err)  # the caller's BrokerWatch names the ACL
+            msgs = []
         self.last_poll_start, self.last_poll = start, time.monotonic()
         self.fetch_pending = not msgs
         bad = [m for m in msgs if m.error() is not None]

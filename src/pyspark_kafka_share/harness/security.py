@@ -54,8 +54,9 @@ def _crypto() -> Any:
     try:
         from cryptography import x509
     except ImportError:  # pragma: no cover - the dev extra installs it
-        raise SetupError("LocalKafka(security=...) generates certificates with the "
-                         "'cryptography' package: pip install cryptography") from None
+        raise SetupError("LocalKafka(security=...) and kafka-share broker --security generate "
+                         "certificates with the 'cryptography' package: pip install "
+                         "'pyspark-kafka-share[local]'") from None
     return x509
 
 

@@ -63,7 +63,11 @@ class KafkaShareDataSource(DataSource):
 
     def schema(self) -> str:
         # Called at load(): fail there, before any query starts, if the broker is unusable.
-        inspect_broker(self.parsed.client, self.parsed.topics)
+        opts = self.parsed
+        inspect_broker(opts.client, opts.topics)
+        if opts.starting_offsets is not None:  # may it? (set when the query starts)
+            set_group_configs(opts.client, {"share.auto.offset.reset": opts.starting_offsets},
+                              option="startingOffsets", validate_only=True)
         return spark_schema_ddl(self.parsed.include_headers)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

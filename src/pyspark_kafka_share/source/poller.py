@@ -41,7 +41,7 @@ class DrainProbe:
 
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
-        self.enabled = spec.partitions is not None and spec.options.client.plaintext
+        self.enabled = spec.partitions is not None
         self.last_check = 0.0
 
     def drained(self, last_record: float) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict
 
 from pyspark_kafka_share._kafka.clientconf import shown
+from pyspark_kafka_share._kafka.connection import TokenProvider
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
     WORKER_NAMES,
@@ -99,11 +100,13 @@ class WorkerConfig:
     control_port: int = 0
     """The driver port workers report to: 0 picks a free one; else this port or one of the
     next ``spark.port.maxRetries`` (like ``spark.driver.port``), for firewalled clusters."""
+    token_provider: TokenProvider | None = field(default=None, repr=False, compare=False)
+    """``consumer_config['oauth_cb']``: the OAUTHBEARER token callback, kept as it is."""
 
     @classmethod
     def create(cls, **options: Any) -> WorkerConfig:
         """Validate the keyword arguments of :func:`run_workers` into a config."""
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls)} - {"token_provider"}  # consumer_config's
         for key, value in options.items():
             if key not in names:
                 close = difflib.get_close_matches(key, sorted(names), n=1)
@@ -112,6 +115,8 @@ class WorkerConfig:
                 # consumer_config or producer_config may hold passwords.
                 safe = shown(key, value) if isinstance(value, str) else "<not shown>"
                 raise OptionError(key, safe, f"unknown argument; {hint}see run_workers")
+        consumer = dict(options.get("consumer_config") or {})
+        token_provider = consumer.pop("oauth_cb", None)  # a callable: kept, not stringified
         topics = options.get("topics")
         listed = topics if topics is None or isinstance(topics, str) else ",".join(topics)
         values = {**options,
@@ -121,7 +126,8 @@ class WorkerConfig:
                                                        "bootstrap_servers"),
                   "starting_offsets": offset_reset(options.get("starting_offsets"),
                                                    "starting_offsets"),
-                  "consumer_config": _settings(options.get("consumer_config")),
+                  "consumer_config": _settings(consumer),
+                  "token_provider": token_provider,
                   "producer_config": _settings(options.get("producer_config"))}
         config = cls(**values)
         config._check()
@@ -180,7 +186,7 @@ class WorkerConfig:
         """How the workers' clients reach the cluster (``consumer_config`` carries security
         settings to the producer too)."""
         return ClientSettings(self.bootstrap_servers, self.group, self.consumer_config,
-                              self.broker_timeout_s, WORKER_NAMES)
+                              self.broker_timeout_s, WORKER_NAMES, self.token_provider)
 
     def producer_settings(self) -> dict[str, Any]:
         """The output / dead-letter producer's configuration."""

@@ -11,6 +11,7 @@ Metadata                      3        11-13 (all flexible)
 FindCoordinator               10       3-6 (3: one key; 4+: CoordinatorKeys batch)
 ListGroups                    16       5 (TypesFilter)
 DeleteGroups                  42       0-2 (flexible from 2)
+ShareGroupHeartbeat           76       1 (a leave only: the READ check at start)
 ShareGroupDescribe            77       1
 DescribeShareGroupOffsets     90       0-1 (1 adds Lag)
 AlterShareGroupOffsets        91       0
@@ -36,9 +37,11 @@ The client is not thread-safe.
 
 from __future__ import annotations
 
+import base64
 import ssl
 import struct
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 
@@ -465,6 +468,24 @@ class KafkaProtocolClient:
             for g in self._retrying(deadline, "ListGroups", attempt):
                 seen[g.group_id] = g
         return sorted(seen.values(), key=lambda g: g.group_id)
+
+    def check_share_group_access(self, group: str) -> int:
+        """Whether this principal may consume in ``group`` (READ), changing nothing: a
+        ShareGroupHeartbeat that leaves the group as a member it does not have (a random
+        member id). The broker checks READ first (:class:`AuthorizationError`), then answers
+        UNKNOWN_MEMBER_ID or GROUP_ID_NOT_FOUND; that code is returned."""
+        member = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        raised = (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.NOT_COORDINATOR,
+                  ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+        def check(result: tuple[int, str | None]) -> None:
+            if result[0] in raised:
+                _check(result[0], f"joining share group {group!r}", result[1])
+
+        return self._coordinated(
+            group, ApiKey.SHARE_GROUP_HEARTBEAT,
+            lambda v: msg.encode_share_group_heartbeat_request(v, group, member, -1),
+            msg.decode_share_group_heartbeat_response, check)[0]
 
     def describe_share_group(self, group: str) -> DescribedShareGroup:
         """ShareGroupDescribe for one group; raises for group-level errors."""

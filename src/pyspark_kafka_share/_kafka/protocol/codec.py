@@ -51,6 +51,7 @@ API_SPECS: dict[ApiKey, _ApiSpec] = {
     ApiKey.FIND_COORDINATOR: _ApiSpec("FindCoordinator", 3, 6, 3),
     ApiKey.LIST_GROUPS: _ApiSpec("ListGroups", 5, 5, 3),
     ApiKey.DELETE_GROUPS: _ApiSpec("DeleteGroups", 0, 2, 2),
+    ApiKey.SHARE_GROUP_HEARTBEAT: _ApiSpec("ShareGroupHeartbeat", 1, 1, 0),
     ApiKey.SHARE_GROUP_DESCRIBE: _ApiSpec("ShareGroupDescribe", 1, 1, 0),
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: _ApiSpec("DescribeShareGroupOffsets", 0, 1, 0),
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: _ApiSpec("AlterShareGroupOffsets", 0, 0, 0),
@@ -233,6 +234,10 @@ class Reader:
         for _ in range(self.uvarint()):
             self.uvarint()  # tag
             self._take(self.uvarint())
+
+    def skip_rest(self) -> None:
+        """Skip what is left of the message (fields a caller does not read)."""
+        self.pos = len(self.data)
 
     def expect_end(self, what: str) -> None:
         if self.remaining():

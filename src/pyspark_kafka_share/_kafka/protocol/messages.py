@@ -247,6 +247,24 @@ def decode_delete_groups_response(version: int, r: Reader) -> dict[str, int]:
     return out
 
 
+def encode_share_group_heartbeat_request(version: int, group_id: str, member_id: str,
+                                         member_epoch: int,
+                                         topics: Sequence[str] | None = None) -> bytes:
+    w = _writer(ApiKey.SHARE_GROUP_HEARTBEAT, version)
+    w.string(group_id).string(member_id).int32(member_epoch)
+    w.string(None).string_array(topics)  # RackId, SubscribedTopicNames
+    return w.tags().getvalue()
+
+
+def decode_share_group_heartbeat_response(version: int, r: Reader) -> tuple[int, str | None]:
+    """``(ErrorCode, ErrorMessage)``; the member id, epoch, interval and assignment that follow
+    are not read (a leave needs none)."""
+    r.int32()  # ThrottleTimeMs
+    code, message = r.int16(), r.nullable_string()
+    r.skip_rest()
+    return code, message
+
+
 def encode_share_group_describe_request(version: int, groups: Sequence[str],
                                         include_authorized_operations: bool = False) -> bytes:
     w = _writer(ApiKey.SHARE_GROUP_DESCRIBE, version)

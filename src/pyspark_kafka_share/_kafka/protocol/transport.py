@@ -34,6 +34,7 @@ __all__ = ["check_not_tls_alert", "open_socket", "ssl_context", "tls_error"]
 
 _HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
 _IP_MISMATCH = 64  # X509_V_ERR_IP_ADDRESS_MISMATCH
+_NOT_YET_VALID, _EXPIRED = 9, 10  # X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_CERT_HAS_EXPIRED
 
 
 def ssl_context(config: ConnectionConfig) -> ssl.SSLContext:
@@ -138,6 +139,11 @@ def tls_error(exc: BaseException, address: str, config: ConnectionConfig,
                 "with a host name the certificate names (the broker's advertised listener), or "
                 "set "
                 "ssl.endpoint.identification.algorithm=none to skip the check" + detail)
+        if exc.verify_code in (_NOT_YET_VALID, _EXPIRED):
+            return TlsError(
+                f"the certificate of broker {address} (or of a CA in its chain) "
+                f"{'has expired' if exc.verify_code == _EXPIRED else 'is not valid yet'}: "
+                "renew the broker's certificate, or check this machine's clock" + detail)
         where = f"ssl.ca.location={config.ca_file!r}" if config.ca_file else \
             "the system's trust store (ssl.ca.location is not set)"
         return TlsError(
