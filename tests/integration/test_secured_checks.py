@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from helpers import fails_within
 from pyspark_kafka_share._kafka.group import inspect_broker, read_backlog, set_group_configs
 from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient
 from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
@@ -33,6 +32,7 @@ from pyspark_kafka_share.errors import (
 )
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.harness.security import ADMIN
+from tests.helpers import fails_within
 
 pytestmark = pytest.mark.broker
 

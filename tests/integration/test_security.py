@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from helpers import fails_within
 from pyspark_kafka_share._kafka.connection import ConnectionConfig
 from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient
 from pyspark_kafka_share.errors import (
@@ -27,6 +26,7 @@ from pyspark_kafka_share.errors import (
     TlsError,
 )
 from pyspark_kafka_share.harness import LocalKafka
+from tests.helpers import fails_within
 
 pytestmark = pytest.mark.broker
 
