@@ -20,7 +20,12 @@ from pyspark_kafka_share._kafka.protocol.codec import (
     common_version,
     decode_response_header,
 )
-from pyspark_kafka_share.errors import ProtocolDecodeError, UnsupportedVersionError
+from pyspark_kafka_share.errors import (
+    LocalKafkaError,
+    ProtocolDecodeError,
+    UnsupportedVersionError,
+)
+from pyspark_kafka_share.harness import LocalKafka, jars
 
 RECORDED: dict[str, Any] = json.loads(
     (Path(__file__).parent / "kafka_api_versions.json").read_text())["brokers"]
@@ -140,3 +145,28 @@ def test_a_feature_tag_of_the_wrong_size_is_a_decode_error() -> None:
     decode_response_header(ApiKey.API_VERSIONS, 3, r)
     with pytest.raises(ProtocolDecodeError, match="tagged field 2"):
         msg.decode_api_versions_answer(3, r)
+
+
+# -- the harness's broker version ------------------------------------------------------------
+
+
+def test_the_harness_runs_the_version_the_environment_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(jars.ENV_KAFKA_VERSION, raising=False)
+    assert LocalKafka().version == jars.KAFKA_VERSION == jars.kafka_version()
+    assert jars.KAFKA_VERSION in jars.KAFKA_VERSIONS
+    monkeypatch.setenv(jars.ENV_KAFKA_VERSION, "4.4.0")
+    assert LocalKafka().version == "4.4.0"
+    assert LocalKafka(version="4.2.2").version == "4.2.2"  # an explicit version wins
+
+
+@pytest.mark.parametrize("value", ["4.1.2", "latest", "4.4", "3.9.1"])
+def test_a_version_without_share_groups_is_refused_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(jars.ENV_KAFKA_VERSION, value)
+    with pytest.raises(LocalKafkaError, match=rf"{jars.ENV_KAFKA_VERSION}='{value}'.*4\.2\.0"):
+        LocalKafka()
+
+
+def test_the_recorded_lines_are_the_harness_lines() -> None:
+    assert sorted(RECORDED) == sorted(jars.KAFKA_VERSIONS)
