@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from pyspark_kafka_share._kafka.dlq import check_one_dead_letter_topic
 from pyspark_kafka_share._kafka.group import inspect_broker, set_group_configs
 from pyspark_kafka_share._spark import check_spark_python, require_pandas
 from pyspark_kafka_share.errors import OptionError, from_client_error
@@ -406,6 +407,7 @@ def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
             f"config share.delivery.count.limit of {config.group!r}), so it would never reach "
             f"attempt {config.max_attempts}. Lower max_attempts or raise the group's limit")
     _check_out_topics(config)
+    check_one_dead_letter_topic(config.client, "dead_letter_topic", config.dead_letter_topic)
     if config.starting_offsets is not None:
         set_group_configs(config.client, {"share.auto.offset.reset": config.starting_offsets},
                           option="starting_offsets")
