@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from pyspark_kafka_share._kafka.connection import ConnectionConfig
 from pyspark_kafka_share._kafka.protocol import messages as msg
+from pyspark_kafka_share._kafka.protocol import sasl
 from pyspark_kafka_share._kafka.protocol.client import BrokerConnection
 from pyspark_kafka_share._kafka.protocol.codec import (
     API_SPECS,
@@ -21,6 +23,7 @@ from pyspark_kafka_share._kafka.protocol.codec import (
     decode_response_header,
 )
 from pyspark_kafka_share.errors import (
+    AuthenticationError,
     LocalKafkaError,
     ProtocolDecodeError,
     UnsupportedVersionError,
@@ -170,3 +173,29 @@ def test_a_version_without_share_groups_is_refused_naming_the_variable(
 
 def test_the_recorded_lines_are_the_harness_lines() -> None:
     assert sorted(RECORDED) == sorted(jars.KAFKA_VERSIONS)
+
+
+@pytest.mark.parametrize("handshake, authenticate", [((0, 0), (0, 2)), ((0, 1), (3, 4)),
+                                                      ((0, 1), None)])
+def test_sasl_versions_without_a_common_one_fail_before_sending(
+        handshake: tuple[int, int], authenticate: tuple[int, int] | None) -> None:
+    versions = {sasl.SASL_HANDSHAKE: handshake}
+    if authenticate is not None:
+        versions[sasl.SASL_AUTHENTICATE] = authenticate
+    config = ConnectionConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                              username="u", password="p")
+
+    def roundtrip(name: str, payload: bytes, deadline: float) -> bytes:
+        raise AssertionError(f"{name} sent")
+
+    with pytest.raises(AuthenticationError, match="SaslHandshake v1 and SaslAuthenticate v0-2"):
+        sasl.authenticate(roundtrip, config, versions, client_id="c", address="broker:9092",
+                          deadline=1e12)
+
+
+def test_every_line_offers_the_sasl_versions_the_client_sends() -> None:
+    """SaslHandshake v1 and SaslAuthenticate v2 (the highest the client speaks)."""
+    for broker in RECORDED:
+        versions = _answer(broker, 0).versions
+        assert versions[sasl.SASL_HANDSHAKE][0] <= 1 <= versions[sasl.SASL_HANDSHAKE][1]
+        assert versions[sasl.SASL_AUTHENTICATE][0] <= 2 <= versions[sasl.SASL_AUTHENTICATE][1]
