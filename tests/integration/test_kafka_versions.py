@@ -25,9 +25,12 @@ from pyspark import cloudpickle
 from helpers import read_topic, wait_for
 from pyspark_kafka_share import cli
 from pyspark_kafka_share._kafka.dlq import DLQ_TOPIC_ENABLE
+from pyspark_kafka_share._kafka.group import inspect_broker
 from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient
 from pyspark_kafka_share._kafka.protocol.codec import API_SPECS, ApiKey
-from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share._kafka.settings import ClientSettings
+from pyspark_kafka_share.admin import ShareGroupAdmin
+from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import KAFKA_VERSIONS, LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, run_workers, start_workers
 
@@ -197,3 +200,24 @@ def test_a_reject_lands_once_in_the_brokers_dead_letter_topic(
     assert sorted(origins.values()) == [1] * 10, f"not each REJECT once: {origins}"
     assert all(dict(m.headers() or [])["__dlq.errors.topic"] == src.encode() for m in dead)
     assert read_topic(kafka, own_dlq, 0, timeout_s=5) == []
+
+
+# -- the delivery limit: a group config from 4.3, the broker's alone on 4.2 --------------------
+
+
+def test_the_delivery_limit_is_the_groups_or_on_4_2_the_brokers(
+    kafka: LocalKafka, topic: str, group: str,
+) -> None:
+    if _line(kafka.version) >= (4, 3):
+        kafka.set_group_config(group, "share.delivery.count.limit", 3)
+        facts = inspect_broker(ClientSettings(kafka.bootstrap_servers, group_id=group), [topic])
+        assert facts.delivery_limit == 3
+        return
+    with ShareGroupAdmin(kafka.bootstrap_servers) as admin, \
+            pytest.raises(BrokerError, match=r"share\.delivery\.count\.limit"):
+        admin.set_config(group, "share.delivery.count.limit", 3)  # no such group config
+    with LocalKafka(version=kafka.version, delivery_count_limit=3) as own:
+        own_topic = own.create_topic("limited", 1)
+        facts = inspect_broker(ClientSettings(own.bootstrap_servers, group_id="limited"),
+                               [own_topic])
+    assert facts.delivery_limit == 3  # the broker's group.share.delivery.count.limit

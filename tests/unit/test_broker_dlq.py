@@ -1,13 +1,16 @@
 """The broker's dead-letter queue (KIP-1191): detection from a group's configs and the feature
-level, and the workers' own dead-letter topic refused when the broker dead-letters too."""
+level, and the workers' own dead-letter topic refused when the broker dead-letters too; the
+delivery limit on Kafka 4.2, which has no group config for it."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from confluent_kafka.admin import ResourceType
 
-from pyspark_kafka_share._kafka import dlq
+from pyspark_kafka_share._kafka import dlq, lines
 from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share.errors import OptionError
 
@@ -55,3 +58,45 @@ def test_the_workers_dead_letter_topic_is_refused_when_the_broker_dead_letters(
     off = dlq.BrokerDeadLetterQueue(2, True, None, False)
     monkeypatch.setattr(dlq, "group_dead_letter_queue", lambda settings: off)
     assert dlq.check_one_dead_letter_topic(settings, "dead_letter_topic", "my-dlq") is off
+
+
+# -- what differs between lines: the delivery limit ---------------------------------------------
+
+
+class _Admin:
+    """A confluent-kafka AdminClient's describe_configs for one broker resource."""
+
+    def __init__(self, broker_configs: dict[str, str] | Exception) -> None:
+        self.broker_configs = broker_configs
+        self.asked: list[Any] = []
+
+    def describe_configs(self, resources: list[Any], request_timeout: float) -> dict[Any, Any]:
+        self.asked.extend(resources)
+        configs = self.broker_configs
+
+        class Future:
+            def result(self, timeout: float) -> dict[str, Any]:
+                if isinstance(configs, Exception):
+                    raise configs
+                return {k: SimpleNamespace(value=v) for k, v in configs.items()}
+
+        return {resources[0]: Future()}
+
+
+MD = SimpleNamespace(brokers={1: object()})
+
+
+def test_the_groups_delivery_limit_wins_on_4_3_and_later() -> None:
+    admin = _Admin({"group.share.delivery.count.limit": "7"})
+    configs = {"share.delivery.count.limit": SimpleNamespace(value="3")}
+    assert lines.delivery_limit(admin, MD, configs, 5) == 3
+    assert admin.asked == []
+
+
+def test_on_4_2_the_brokers_delivery_limit_applies() -> None:
+    """Kafka 4.2 has no group config share.delivery.count.limit: the broker's is the limit."""
+    admin = _Admin({"group.share.delivery.count.limit": "7"})
+    assert lines.delivery_limit(admin, MD, CONFIGS_4_3, 5) == 7
+    assert [(r.restype, r.name) for r in admin.asked] == [(ResourceType.BROKER, "1")]
+    denied = _Admin(PermissionError("no DescribeConfigs on the cluster"))
+    assert lines.delivery_limit(denied, MD, CONFIGS_4_3, 5) == 5  # Kafka's default
