@@ -194,6 +194,8 @@ def test_a_reject_lands_once_in_the_brokers_dead_letter_topic(
     summary = run_workers(spark, _poison, **options)
 
     assert (summary.totals["accepted"], summary.totals["rejected"]) == (10, 10), str(summary)
+    assert summary.broker_dead_letter_topic == dlq_topic
+    assert f"the broker dead-lettered the 10 rejected to {dlq_topic!r}" in str(summary)
     dead = read_topic(kafka, dlq_topic, 10, timeout_s=60)
     origins = Counter((h["__dlq.errors.partition"], h["__dlq.errors.offset"])
                       for h in ({k: v for k, v in (m.headers() or [])} for m in dead))

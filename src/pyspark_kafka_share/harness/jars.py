@@ -44,7 +44,7 @@ __all__ = [
     "kafka_version",
 ]
 
-KAFKA_VERSION = "4.3.1"
+KAFKA_VERSION = "4.4.0"
 """The Apache Kafka version the harness runs by default (share groups are GA from 4.2)."""
 
 KAFKA_VERSIONS = ("4.2.2", "4.3.1", "4.4.0")
