@@ -81,6 +81,13 @@ def _sink(spark: Any, out: Path) -> list[tuple[str, int, int]]:
     return [(r.topic, r.partition, r.offset) for r in rows]
 
 
+def _written(spark: Any, out: Path, query: Any) -> int:
+    """Rows in the query's sink; the query's own error at once if it failed."""
+    if query.exception() is not None:
+        raise AssertionError(f"the query failed: {query.exception()}")
+    return len(_sink(spark, out))
+
+
 def _produce(kafka: LocalKafka, topics: list[str], start: int, n: int) -> None:
     for topic in topics:
         kafka.produce(topic, [ProducerRecord(value=b"%d" % i, partition=i % 2)
@@ -115,12 +122,12 @@ def test_rolling_upgrade_under_load_loses_and_duplicates_nothing(
                             bootstrap_servers=kafka.bootstrap_servers, workers=1,
                             chunk_size=20, output_topic=out_topic, on_progress=False)
         try:
-            wait_for(lambda: len(_sink(spark, out)), lambda c: c > 0, 120, "a first batch")
+            wait_for(lambda: _written(spark, out, query), lambda c: c > 0, 120, "a first batch")
             kafka.restart(version=UPGRADE_TO)  # graceful stop of the old release, same data
             assert kafka.version == UPGRADE_TO
             assert _features(kafka)["share.version"] == 1  # binaries alone change no feature
             _produce(kafka, [q_topic, w_topic], n, n)
-            wait_for(lambda: len(_sink(spark, out)), lambda c: c >= 2 * n, 240,
+            wait_for(lambda: _written(spark, out, query), lambda c: c >= 2 * n, 240,
                      "every record in the query's sink")
             outputs = read_topic(kafka, out_topic, 2 * n, timeout_s=240)
         finally:
