@@ -529,7 +529,7 @@ def _add_groups_parser(sub: Any) -> None:
     target.add_argument("--off", action="store_true", help="no dead-letter topic")
     cmd.add_argument("--copy-record", choices=("true", "false"),
                      help="copy the records too, not only the context headers")
-    _add_execute_or_dry_run(cmd, "set it")
+    _add_execute_or_dry_run(cmd, "apply --topic, --off or --copy-record")
 
 
 def build_parser() -> argparse.ArgumentParser:
