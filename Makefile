@@ -20,7 +20,28 @@ OLDEST_K ?= more_tasks_than_partitions or worker_killed_after_publish or failed_
 	or outcomes_dead_letters or batch_form_with_pandas or killed_worker_loses_nothing \
 	or lag_after_accepting or reset_to_earliest
 
-.PHONY: demo demo-workers test test-cluster test-spark-oldest chaos chaos-long unit lint typecheck jars bench clean help
+# The oldest and the newest Apache Kafka line (make test-kafka-versions; docs/compatibility.md).
+# The newest is the harness's default broker, so `make test` runs everything on it; the tier
+# runs the subset on the other lines (KAFKA_TIER_LINES) and the upgrade from oldest to newest.
+KAFKA_OLDEST ?= 4.2.2
+KAFKA_NEWEST ?= 4.4.0
+KAFKA_TIER_LINES ?= $(KAFKA_OLDEST)
+# The end-to-end subset run on each: the source exactly-once through failures, the workers with
+# their dead-letter topic, admin and every CLI command, lag; then the rolling upgrade between.
+KAFKA_VERSIONS_TESTS := tests/integration/test_kafka_versions.py tests/integration/test_source.py \
+	tests/integration/test_workers.py tests/integration/test_admin.py tests/integration/test_cli.py
+# The journal on S3 is no broker matter: its variants are left out.
+KAFKA_VERSIONS_K ?= (test_kafka_versions or test_admin or test_cli \
+	or more_tasks_than_partitions or failed_task_attempt or worker_killed_after_publish \
+	or broker_crash_between_publish or query_stopped_mid_batch \
+	or outcomes_dead_letters or max_attempts_then_dead_letter or killed_worker_loses_nothing) \
+	and not s3
+# Tests of what Kafka 4.2 lacks: a group's own share.delivery.count.limit (4.3+; on 4.2 the
+# broker's applies: test_kafka_versions.py checks that instead).
+KAFKA_4_3_ONLY := group_configs_read_and_set
+KAFKA_VERSIONS_TIMEOUT ?= 480# seconds per broker line: SIGINT (pytest tears down), then KILL
+
+.PHONY: demo demo-workers test test-cluster test-spark-oldest test-kafka-versions chaos chaos-long unit lint typecheck jars bench clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
@@ -28,6 +49,7 @@ help:
 	@echo "make test   - lint, type-check and run all tests (real broker, local Spark)"
 	@echo "make test-cluster - the cluster tier: a Spark standalone cluster on loopback"
 	@echo "make test-spark-oldest - an end-to-end subset on PySpark $(SPARK_OLDEST) (own venv)"
+	@echo "make test-kafka-versions - an end-to-end subset on Kafka $(KAFKA_TIER_LINES), an upgrade to $(KAFKA_NEWEST)"
 	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5 min; CHAOS_SEED=)"
 	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~15 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
@@ -82,6 +104,21 @@ $(VENV_OLDEST)/.installed-$(SPARK_OLDEST): pyproject.toml
 
 test-spark-oldest: $(VENV_OLDEST)/.installed-$(SPARK_OLDEST) jars
 	$(VENV_OLDEST)/bin/python -m pytest $(OLDEST_TESTS) -k "$(OLDEST_K)" $(PYTEST_ARGS)
+
+# Each line in a pytest process of its own (PYSPARK_KAFKA_SHARE_KAFKA_VERSION selects the
+# broker the fixtures start), time-boxed; then the rolling upgrade from the oldest to the newest.
+# KAFKA_TIER_LINES="4.2.2 4.3.1 4.4.0" runs the subset on each line.
+test-kafka-versions: $(STAMP)
+	set -e; for v in $(KAFKA_TIER_LINES); do \
+		only43=""; case $$v in 4.2.*) only43=" and not $(KAFKA_4_3_ONLY)";; esac; \
+		PYSPARK_KAFKA_SHARE_KAFKA_VERSION=$$v $(VENV)/bin/kafka-share fetch-jars; \
+		PYSPARK_KAFKA_SHARE_KAFKA_VERSION=$$v timeout -s INT -k 60 $(KAFKA_VERSIONS_TIMEOUT) \
+			$(PY) -m pytest $(KAFKA_VERSIONS_TESTS) \
+			-k "$(KAFKA_VERSIONS_K) and not rolling_upgrade$$only43" $(PYTEST_ARGS); \
+	done
+	KAFKA_UPGRADE_FROM=$(KAFKA_OLDEST) KAFKA_UPGRADE_TO=$(KAFKA_NEWEST) timeout -s INT -k 60 \
+		$(KAFKA_VERSIONS_TIMEOUT) $(PY) -m pytest tests/integration/test_kafka_versions.py \
+		-k rolling_upgrade $(PYTEST_ARGS)
 
 demo: $(STAMP) jars
 	$(PY) demo/demo.py $(if $(JOURNAL),--journal $(JOURNAL))

@@ -39,6 +39,12 @@ from typing import Any, Literal
 
 from pyspark_kafka_share._kafka.access import probe_broker
 from pyspark_kafka_share._kafka.connection import ConnectionConfig
+from pyspark_kafka_share._kafka.dlq import (
+    DLQ_COPY_RECORD,
+    DLQ_TOPIC,
+    BrokerDeadLetterQueue,
+    broker_dead_letter_queue,
+)
 from pyspark_kafka_share._kafka.group import (
     admin_client,
     list_offsets,
@@ -358,6 +364,35 @@ class ShareGroupAdmin:
             write_group_configs(self._admin_client(), group, {key: value}, self.timeout_s)
         except Exception as exc:
             raise from_client_error(exc, f"cannot set {key}={value} on group {group!r}") from exc
+
+    # -- the broker's dead-letter queue (KIP-1191, Kafka 4.4+; docs/compatibility.md) ------
+
+    def dead_letter_queue(self, group: str) -> BrokerDeadLetterQueue:
+        """Whether and where the broker dead-letters ``group``'s REJECTed records."""
+        try:
+            entries = read_group_configs(self._admin_client(), group, self.timeout_s)
+        except Exception as exc:
+            raise from_client_error(exc, f"cannot read the configs of group {group!r}") from exc
+        return broker_dead_letter_queue(entries, self._client.finalized_features())
+
+    def set_dead_letter_queue(self, group: str, topic: str | None, *,
+                              copy_record: bool | None = None) -> BrokerDeadLetterQueue:
+        """Point the broker's dead-letter queue of ``group`` at ``topic`` (``None``: off);
+        ``copy_record``: copy the records too, not only the context headers. The topic needs
+        ``errors.deadletterqueue.group.enable=true`` (and, by default, a name ``dlq.*``)."""
+        current = self.dead_letter_queue(group)
+        if not current.supported:
+            raise OptionError("topic", topic, f"the broker's dead-letter queue is "
+                              f"{current.describe()}")
+        configs: dict[str, str] = {DLQ_TOPIC: topic or ""}
+        if copy_record is not None:
+            configs[DLQ_COPY_RECORD] = "true" if copy_record else "false"
+        try:
+            write_group_configs(self._admin_client(), group, configs, self.timeout_s)
+        except Exception as exc:
+            raise from_client_error(
+                exc, f"cannot set the dead-letter queue of group {group!r} to {topic!r}") from exc
+        return self.dead_letter_queue(group)
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -392,6 +392,31 @@ def _cmd_groups_reset(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_groups_dlq(args: argparse.Namespace) -> int:
+    """Show, or (with --topic/--off) set, the broker's dead-letter queue of a group."""
+    change = args.topic is not None or args.off or args.copy_record is not None
+    with _group_admin(args) as admin:
+        dlq = admin.dead_letter_queue(args.group)
+        if change and args.execute:
+            topic = None if args.off else (args.topic if args.topic is not None else dlq.topic)
+            copy = None if args.copy_record is None else args.copy_record == "true"
+            dlq = admin.set_dead_letter_queue(args.group, topic, copy_record=copy)
+    if args.json:
+        _print_json({"group": args.group, "share_version": dlq.share_version,
+                     "supported": dlq.supported, "active": dlq.active, "topic": dlq.topic,
+                     "copy_record": dlq.copy_record, "executed": bool(change and args.execute)})
+    else:
+        print(f"share group {args.group!r}: the broker's dead-letter queue is {dlq.describe()}")
+        if change and not args.execute:
+            planned = "off" if args.off else f"topic {args.topic or dlq.topic!r}"
+            print(f"# plan only: set it {planned}"
+                  + ("" if args.copy_record is None else f", copy records {args.copy_record}")
+                  + "; nothing was changed")
+    if change:
+        _not_executed(args, f"set the dead-letter queue of share group {args.group!r}")
+    return EXIT_OK
+
+
 def _delete_topics(args: argparse.Namespace) -> list[str] | None:
     topics = _topic_selection(args.topic)
     if topics is None:
@@ -521,6 +546,16 @@ def _add_groups_parser(sub: Any) -> None:
                      help="delete only the group's offsets for this topic, on all of its "
                           "partitions (repeatable)")
     _add_execute_or_dry_run(cmd, "delete")
+    cmd = _add_command(gsub, "dlq", common, "show or set the broker's dead-letter queue of a "
+                       "share group (Apache Kafka 4.4+, share.version 2)", _cmd_groups_dlq)
+    cmd.add_argument("group")
+    target = cmd.add_mutually_exclusive_group()
+    target.add_argument("--topic", metavar="TOPIC", help="dead-letter REJECTed records to "
+                        "this topic (it needs errors.deadletterqueue.group.enable=true)")
+    target.add_argument("--off", action="store_true", help="no dead-letter topic")
+    cmd.add_argument("--copy-record", choices=("true", "false"),
+                     help="copy the records too, not only the context headers")
+    _add_execute_or_dry_run(cmd, "apply --topic, --off or --copy-record")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyspark_kafka_share._kafka.access import authorization_error, probe_broker
 from pyspark_kafka_share._kafka.clientconf import client_config_error
+from pyspark_kafka_share._kafka.lines import delivery_limit
 from pyspark_kafka_share._kafka.logs import ClientLog, client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.progress import PartitionOffset, group_offsets
@@ -172,11 +173,10 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
             f"the broker at {settings.bootstrap_servers} has no share-group configs: share "
             "groups need Apache Kafka 4.2 or newer (or share.version=1 enabled on 4.0/4.1)"
         )
-    limit_entry = configs.get("share.delivery.count.limit")
     return BrokerFacts(
         partitions={t: len(md.topics[t].partitions) for t in topics},
         lock_ms=int(configs["share.record.lock.duration.ms"].value),
-        delivery_limit=int(limit_entry.value) if limit_entry is not None else 5,
+        delivery_limit=delivery_limit(admin, md, configs, timeout),
     )
 
 

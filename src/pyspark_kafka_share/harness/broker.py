@@ -46,6 +46,7 @@ from pyspark_kafka_share.harness.jars import (
     KAFKA_VERSION,
     cache_dir,
     ensure_jars,
+    kafka_version,
     require_tool,
 )
 from pyspark_kafka_share.harness.security import ADMIN, BrokerSecurity
@@ -77,6 +78,7 @@ _TOOL_CLASSES = {
     "ConfigCommand": "kafka.admin.ConfigCommand",
     "TopicCommand": "org.apache.kafka.tools.TopicCommand",
     "GetOffsetShell": "org.apache.kafka.tools.GetOffsetShell",
+    "FeatureCommand": "org.apache.kafka.tools.FeatureCommand",
 }
 
 # The broker logs to stdout (its broker.log); Kafka's coordinators are chatty at INFO.
@@ -187,6 +189,9 @@ class LocalKafka(_process.Harness):
         extra_config: more ``server.properties`` entries, overriding the above.
         start_timeout_s: how long :meth:`start` and :meth:`restart` wait for the broker.
         heap: the JVM's ``-Xmx``.
+        version: the Apache Kafka release run (jars from Maven Central, cached); by default
+            ``$PYSPARK_KAFKA_SHARE_KAFKA_VERSION`` or :data:`KAFKA_VERSION`. ``restart(version=)``
+            brings the same data back on another release (a rolling upgrade).
         security: the client listener: ``"plaintext"`` (default), ``"ssl"`` (mutual TLS),
             ``"sasl_ssl"`` or ``"sasl_plaintext"`` (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER),
             with ACLs (see :mod:`pyspark_kafka_share.harness.security`).
@@ -201,7 +206,7 @@ class LocalKafka(_process.Harness):
     extra_config: Mapping[str, str] = field(default_factory=dict)
     start_timeout_s: float = 90.0
     heap: str = "1g"
-    version: str = KAFKA_VERSION
+    version: str = field(default_factory=kafka_version)
     security: str = "plaintext"
     users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
 
@@ -349,8 +354,13 @@ class LocalKafka(_process.Harness):
         if proc is not None:
             _process.end_process_groups([proc], graceful=False)
 
-    def restart(self) -> LocalKafka:
+    def restart(self, version: str | None = None) -> LocalKafka:
         """Start the broker again with the same data, cluster id and ports; wait until ready.
+
+        ``version``: come back on that Apache Kafka release (its jars are fetched before the
+        broker stops): a rolling upgrade, as an operator does it: the finalized feature levels
+        (``metadata.version``, ``share.version``) stay until raised with Kafka's feature tool
+        (``run_tool("FeatureCommand", ...)``).
 
         After :meth:`kill` this starts a new JVM, which recovers the logs as after a crash.
         While the broker runs, it is first stopped cleanly (SIGTERM, data kept): a rolling
@@ -360,6 +370,9 @@ class LocalKafka(_process.Harness):
         data is kept, and :class:`LocalKafkaError` says why; restart() may be called again.
         """
         self._check_own("restart")
+        if version is not None:
+            ensure_jars(version)
+            self.version = version
         proc, self._proc = self._proc, None
         if proc is not None:
             _process.end_process_groups([proc], graceful=True)

@@ -30,7 +30,9 @@ from pyspark_kafka_share.errors import ArtifactNotFoundError, LocalKafkaError
 
 __all__ = [
     "ENV_CACHE",
+    "ENV_KAFKA_VERSION",
     "KAFKA_VERSION",
+    "KAFKA_VERSIONS",
     "Artifact",
     "ArtifactNotFoundError",
     "Jar",
@@ -39,10 +41,20 @@ __all__ = [
     "ensure_jars",
     "fetch",
     "kafka_artifacts",
+    "kafka_version",
 ]
 
-KAFKA_VERSION = "4.3.1"
-"""The Apache Kafka version the harness runs (share groups are GA from 4.2)."""
+KAFKA_VERSION = "4.4.0"
+"""The Apache Kafka version the harness runs by default (share groups are GA from 4.2)."""
+
+KAFKA_VERSIONS = ("4.2.2", "4.3.1", "4.4.0")
+"""The newest release of each Apache Kafka line tested (docs/compatibility.md)."""
+
+ENV_KAFKA_VERSION = "PYSPARK_KAFKA_SHARE_KAFKA_VERSION"
+"""Environment variable: the Apache Kafka version :class:`LocalKafka` runs (default
+:data:`KAFKA_VERSION`); ``make test-kafka-versions`` sets it per broker line."""
+
+_VERSION_RE = re.compile(r"4\.(?:[2-9]|[1-9][0-9])\.[0-9]+")
 
 ENV_CACHE = "PYSPARK_KAFKA_SHARE_CACHE"
 """Environment variable: directory holding the downloaded jars."""
@@ -136,12 +148,30 @@ def cached(name: str, fill: Callable[[Path], str], *,
     return root, text
 
 
-def ensure_jars(version: str = KAFKA_VERSION, *, quiet: bool = True) -> Path:
+def kafka_version() -> str:
+    """The Apache Kafka version to run: ``$PYSPARK_KAFKA_SHARE_KAFKA_VERSION``, else
+    :data:`KAFKA_VERSION`. Raises :class:`LocalKafkaError` for a value that names no Kafka
+    release with share groups (4.2.0 or newer, written ``major.minor.patch``)."""
+    value = os.environ.get(ENV_KAFKA_VERSION, "").strip()
+    if not value:
+        return KAFKA_VERSION
+    if not _VERSION_RE.fullmatch(value):
+        raise LocalKafkaError(
+            f"{ENV_KAFKA_VERSION}={value!r} is no Apache Kafka release with share groups: "
+            f"give a version 4.2.0 or newer as major.minor.patch (tested: "
+            f"{', '.join(KAFKA_VERSIONS)}), or unset it for {KAFKA_VERSION}")
+    return value
+
+
+def ensure_jars(version: str | None = None, *, quiet: bool = True) -> Path:
     """Fetch the broker and tools jars from Maven Central once; return the directory of jars.
 
+    ``version``: by default :func:`kafka_version` (``$PYSPARK_KAFKA_SHARE_KAFKA_VERSION``).
     With ``quiet=False``, progress goes to stderr (a first fetch takes a minute or two).
     Safe to call concurrently from several processes (a file lock serialises the download).
     """
+
+    version = kafka_version() if version is None else version
 
     def fill(root: Path) -> str:
         fetch(kafka_artifacts(version), root / "libs", work=root, quiet=quiet,

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from pyspark_kafka_share._kafka.dlq import check_one_dead_letter_topic
 from pyspark_kafka_share._kafka.group import inspect_broker, set_group_configs
 from pyspark_kafka_share._spark import check_spark_python, require_pandas
 from pyspark_kafka_share.errors import OptionError, from_client_error
@@ -100,6 +101,8 @@ class WorkerSummary:
     stop_reason: str
     totals: dict[str, int]
     workers: list[dict[str, Any]] = field(default_factory=list)
+    broker_dead_letter_topic: str | None = None
+    """Where the broker dead-lettered the ``rejected`` records (its own queue, KIP-1191)."""
 
     @property
     def records_per_s(self) -> float:
@@ -113,6 +116,9 @@ class WorkerSummary:
             f"  accepted={t['accepted']} released={t['released']} rejected={t['rejected']} "
             f"dead-lettered={t['dead_lettered']} outputs={t['outputs']} "
             f"gave-up={t['exhausted']}",
+            *([f"  the broker dead-lettered the {t['rejected']} rejected to "
+               f"{self.broker_dead_letter_topic!r} (its dead-letter queue)"]
+              if self.broker_dead_letter_topic else []),
             f"  released unprocessed: on stop={t['released_on_stop']} "
             f"at lock deadline={t['released_lock_deadline']}; produce failures="
             f"{t['produce_failures']} acknowledgement failures={t['ack_failures']}",
@@ -286,7 +292,8 @@ class WorkerJob:
         reason = self._server.stop_reason or (own.most_common(1)[0][0] if own else "job ended")
         return WorkerSummary(elapsed_s=time.monotonic() - self._start,
                              stop_reason=reason,
-                             totals=_totals(workers), workers=workers)
+                             totals=_totals(workers), workers=workers,
+                             broker_dead_letter_topic=self._spec.broker_dead_letter_topic)
 
 
 def _attempts(results: list[dict[str, Any]],
@@ -406,11 +413,14 @@ def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
             f"config share.delivery.count.limit of {config.group!r}), so it would never reach "
             f"attempt {config.max_attempts}. Lower max_attempts or raise the group's limit")
     _check_out_topics(config)
+    broker_dlq = check_one_dead_letter_topic(config.client, "dead_letter_topic",
+                                             config.dead_letter_topic)
     if config.starting_offsets is not None:
         set_group_configs(config.client, {"share.auto.offset.reset": config.starting_offsets},
                           option="starting_offsets")
     return WorkerSpec(config=config, lock_ms=facts.lock_ms, delivery_limit=facts.delivery_limit,
-                      job_id=uuid.uuid4().hex[:12])
+                      job_id=uuid.uuid4().hex[:12],
+                      broker_dead_letter_topic=broker_dlq.topic if broker_dlq.active else None)
 
 
 def _task_slots(spark: Any) -> int | None:

@@ -212,6 +212,7 @@ class WorkerSpec:
     job_id: str = ""
     control: Endpoint | None = None  # the driver's control server
     report_interval_s: float = 1.0
+    broker_dead_letter_topic: str | None = None  # the broker dead-letters REJECTs (KIP-1191)
 
     @property
     def attempts_allowed(self) -> int:

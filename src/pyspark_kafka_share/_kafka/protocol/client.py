@@ -6,7 +6,7 @@ directly over a plaintext TCP socket. It implements, per Kafka's message JSON sc
 ============================  =======  ==========================================
 API                           key      versions (flexible from)
 ============================  =======  ==========================================
-ApiVersions                   18       0 (request header v1, response header v0)
+ApiVersions                   18       0-4 (0 first; 3+: feature levels; header v0 back)
 Metadata                      3        11-13 (all flexible)
 FindCoordinator               10       3-6 (3: one key; 4+: CoordinatorKeys batch)
 ListGroups                    16       5 (TypesFilter)
@@ -54,6 +54,7 @@ from pyspark_kafka_share._kafka.protocol.codec import (
     ApiKey,
     Reader,
     T,
+    common_version,
     decode_response_header,
     encode_request_header,
     is_flexible,
@@ -175,18 +176,33 @@ class BrokerConnection:
         self._reauth_at = sasl.session_deadline(lifetime_ms)
 
     def version_for(self, api_key: ApiKey) -> int:
-        """The highest version both the broker (after :meth:`negotiate`) and this module speak."""
+        """The highest version both the broker (after :meth:`negotiate`) and this module speak
+        (:func:`common_version`); :class:`UnsupportedVersionError` when there is none."""
         spec = API_SPECS[api_key]
-        lo, hi = self.versions.get(api_key, (-1, -1))
-        best = min(hi, spec.max_version)
-        if lo < 0 or best < max(lo, spec.min_version):
-            theirs = "not at all" if lo < 0 else f"v{lo}-{hi}"
+        theirs = self.versions.get(api_key)
+        best = common_version(api_key, theirs)
+        if best is None:
+            shown = "not at all" if theirs is None else f"v{theirs[0]}-{theirs[1]}"
             raise UnsupportedVersionError(
                 ErrorCode.UNSUPPORTED_VERSION,
                 f"{spec.name} (API key {int(api_key)}): the broker at {self.address} supports "
-                f"it {theirs}; this client speaks v{spec.min_version}-{spec.max_version}",
+                f"it {shown}; this client speaks v{spec.min_version}-{spec.max_version}",
                 from_broker=False)
         return best
+
+    def features(self, deadline: float) -> msg.ApiVersionsAnswer | None:
+        """The broker's feature levels (``share.version`` etc.): ApiVersions v3 or newer, as
+        negotiated; ``None`` from a broker that does not report features."""
+        version = common_version(ApiKey.API_VERSIONS, self.versions.get(ApiKey.API_VERSIONS))
+        if version is None or version < 3:
+            return None
+        r = self.send(ApiKey.API_VERSIONS, version,
+                      msg.encode_api_versions_request(version), deadline)
+        answer = msg.decode_api_versions_answer(version, r)
+        r.expect_end(f"ApiVersions v{answer.version} response")
+        if answer.error_code:
+            raise error_for(answer.error_code, f"ApiVersions v{version} to {self.address}")
+        return answer
 
     def send(self, api_key: ApiKey, version: int, body: bytes, deadline: float) -> Reader:
         """Send one request, wait for its response; return a Reader positioned at the body."""
@@ -427,6 +443,22 @@ class KafkaProtocolClient:
         deadline = self._deadline()
         return dict(self._retrying(deadline, "ApiVersions",
                                    lambda: self._any_connection(deadline)).versions)
+
+    def finalized_features(self) -> dict[str, int] | None:
+        """The bootstrap broker's feature levels in force, e.g. ``{"share.version": 2}``
+        (ApiVersions v3+); ``None`` from a broker too old to report them."""
+        deadline = self._deadline()
+
+        def attempt() -> dict[str, int] | None:
+            conn = self._any_connection(deadline)
+            try:
+                answer = conn.features(deadline)
+            except BrokerError:
+                self._drop(conn)
+                raise
+            return None if answer is None else dict(answer.finalized)
+
+        return self._retrying(deadline, "ApiVersions (features)", attempt)
 
     def brokers(self) -> tuple[BrokerNode, ...]:
         """Every broker of the cluster (Metadata for no topics)."""

@@ -46,7 +46,7 @@ class _ApiSpec:
 
 
 API_SPECS: dict[ApiKey, _ApiSpec] = {
-    ApiKey.API_VERSIONS: _ApiSpec("ApiVersions", 0, 0, 3),
+    ApiKey.API_VERSIONS: _ApiSpec("ApiVersions", 0, 4, 3),
     ApiKey.METADATA: _ApiSpec("Metadata", 11, 13, 9),
     ApiKey.FIND_COORDINATOR: _ApiSpec("FindCoordinator", 3, 6, 3),
     ApiKey.LIST_GROUPS: _ApiSpec("ListGroups", 5, 5, 3),
@@ -246,6 +246,21 @@ class Reader:
 
 def is_flexible(api_key: ApiKey, version: int) -> bool:
     return version >= API_SPECS[api_key].flexible_from
+
+
+def common_version(api_key: ApiKey, theirs: tuple[int, int] | None) -> int | None:
+    """The highest version of ``api_key`` that both this module (:data:`API_SPECS`) and a
+    broker offering ``theirs`` (its ApiVersions ``(min, max)``) speak; ``None`` when there is
+    none, or when ``theirs`` is no valid range (missing, negative, or min above max): a range
+    that makes no sense is never trusted to pick a schema."""
+    spec = API_SPECS[api_key]
+    if theirs is None:
+        return None
+    lo, hi = theirs
+    if lo < 0 or hi < lo:
+        return None
+    best = min(hi, spec.max_version)
+    return best if best >= max(lo, spec.min_version) else None
 
 
 # -- headers -----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pyspark_kafka_share import __version__
 from pyspark_kafka_share._kafka.protocol.codec import (
     API_SPECS,
     GROUP_KEY_TYPE,
@@ -142,18 +143,83 @@ def _writer(api_key: ApiKey, version: int) -> Writer:
     return Writer(flexible=is_flexible(api_key, version))
 
 
+CLIENT_SOFTWARE = ("pyspark-kafka-share", __version__)
+"""ApiVersions v3+ ``ClientSoftwareName`` and ``ClientSoftwareVersion`` (KIP-511)."""
+
+_UNSUPPORTED_VERSION = 35
+
+
+@dataclass(frozen=True)
+class ApiVersionsAnswer:
+    """An ApiVersions response. ``version``: the schema it was decoded with (0 when the broker
+    did not know the version asked for and answered UNSUPPORTED_VERSION in v0, as it must).
+    ``finalized``: feature levels in force (``{"share.version": 2}``); ``supported``: the
+    ``(min, max)`` levels the broker could run (before v4 a broker leaves out features whose
+    minimum is 0, KIP-1022); both empty before v3."""
+
+    version: int
+    error_code: int
+    versions: dict[int, tuple[int, int]]
+    finalized: dict[str, int]
+    supported: dict[str, tuple[int, int]]
+
+
 def encode_api_versions_request(version: int = 0) -> bytes:
-    return _writer(ApiKey.API_VERSIONS, version).getvalue()  # v0 has no fields
+    w = _writer(ApiKey.API_VERSIONS, version)  # v0-v2 have no fields
+    if version >= 3:
+        w.string(CLIENT_SOFTWARE[0]).string(CLIENT_SOFTWARE[1]).tags()
+    return w.getvalue()
 
 
 def decode_api_versions_response(version: int, r: Reader) -> tuple[int, dict[int, tuple[int, int]]]:
     """``(error_code, {api_key: (min, max)})``; UNSUPPORTED_VERSION still carries the list."""
+    answer = decode_api_versions_answer(version, r)
+    return answer.error_code, answer.versions
+
+
+def decode_api_versions_answer(version: int, r: Reader) -> ApiVersionsAnswer:
+    """Any ApiVersions response to a v``version`` request. A broker that does not know that
+    version answers UNSUPPORTED_VERSION in the v0 schema (whatever was asked): that answer is
+    read as v0, never with the schema of the version asked for."""
     code = r.int16()
+    if code == _UNSUPPORTED_VERSION:
+        version = 0
+    r.flexible = is_flexible(ApiKey.API_VERSIONS, version)
     out: dict[int, tuple[int, int]] = {}
     for _ in range(r.array_length()):
         key, lo, hi = r.int16(), r.int16(), r.int16()
+        r.skip_tags()
         out[key] = (lo, hi)
-    return code, out
+    if version >= 1:
+        r.int32()  # ThrottleTimeMs
+    finalized: dict[str, int] = {}
+    supported: dict[str, tuple[int, int]] = {}
+    if r.flexible:
+        _feature_tags(r, finalized, supported)
+    return ApiVersionsAnswer(version, code, out, finalized, supported)
+
+
+def _feature_tags(r: Reader, finalized: dict[str, int],
+                  supported: dict[str, tuple[int, int]]) -> None:
+    """ApiVersions v3's tagged fields: 0 SupportedFeatures, 2 FinalizedFeatures (others
+    skipped: 1 FinalizedFeaturesEpoch, 3 ZkMigrationReady, any later tag)."""
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        end = r.pos + size
+        if tag in (0, 2):
+            for _ in range(r.array_length()):
+                name, a, b = r.string(), r.int16(), r.int16()
+                r.skip_tags()
+                if tag == 0:
+                    supported[name] = (a, b)  # MinVersion, MaxVersion
+                else:
+                    finalized[name] = a  # MaxVersionLevel (then MinVersionLevel)
+            if r.pos != end:
+                raise ProtocolDecodeError(f"ApiVersions tagged field {tag} is not {size} bytes")
+        else:
+            r.pos = end
+        if r.pos > len(r.data):
+            raise ProtocolDecodeError("truncated ApiVersions tagged fields")
 
 
 def encode_metadata_request(version: int) -> bytes:

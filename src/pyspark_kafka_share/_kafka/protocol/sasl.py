@@ -301,11 +301,13 @@ def authenticate(roundtrip: Roundtrip, config: ConnectionConfig,
     check (never a secret).
     """
     mech_name = config.sasl_mechanism or ""
-    _lo, hi = versions.get(SASL_AUTHENTICATE, (-1, -1))
-    if hi < 0 or versions.get(SASL_HANDSHAKE, (-1, -1))[1] < 1:
-        raise AuthenticationError(f"the broker at {address} does not offer SaslHandshake v1 "
-                                  "and SaslAuthenticate (Kafka 1.0+ does)")
-    version = min(hi, 2)
+    lo, hi = versions.get(SASL_AUTHENTICATE, (-1, -1))
+    hs_lo, hs_hi = versions.get(SASL_HANDSHAKE, (-1, -1))
+    if hi < 0 or not hs_lo <= 1 <= hs_hi or lo > 2:
+        raise AuthenticationError(
+            f"the broker at {address} does not offer SaslHandshake v1 and SaslAuthenticate "
+            f"v0-2 (it offers v{hs_lo}-{hs_hi} and v{lo}-{hi}; Kafka 1.0 to 4.4 do)")
+    version = min(hi, 2)  # the highest both sides speak
     ex = _Exchange(roundtrip, client_id, address)
     ex.handshake(mech_name, deadline)
     mech = mechanism_for(config, max(deadline - time.monotonic(), 0.1))
