@@ -187,6 +187,7 @@ class LocalKafka(_process.Harness):
         extra_config: more ``server.properties`` entries, overriding the above.
         start_timeout_s: how long :meth:`start` and :meth:`restart` wait for the broker.
         heap: the JVM's ``-Xmx``.
+        port: the client listener's port on 127.0.0.1 (None: a free one).
         security: the client listener: ``"plaintext"`` (default), ``"ssl"`` (mutual TLS),
             ``"sasl_ssl"`` or ``"sasl_plaintext"`` (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER),
             with ACLs (see :mod:`pyspark_kafka_share.harness.security`).
@@ -204,6 +205,7 @@ class LocalKafka(_process.Harness):
     version: str = KAFKA_VERSION
     security: str = "plaintext"
     users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
+    port: int | None = None
 
     _bootstrap: str | None = field(default=None, init=False, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -294,7 +296,7 @@ class LocalKafka(_process.Harness):
         workdir = _process.make_workdir(_WORKDIR_PREFIX)
         self._workdir = workdir
         try:
-            port, controller_port = _process.free_port(), _process.free_port()
+            port, controller_port = self.port or _process.free_port(), _process.free_port()
             if self.security.lower() != "plaintext":
                 self._security = BrokerSecurity.create(
                     self.security, workdir / "tls", port, self.users)
