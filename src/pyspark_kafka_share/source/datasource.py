@@ -43,6 +43,7 @@ if TYPE_CHECKING or ADMISSION_CONTROL:  # Spark >= 4.2
 
 __all__ = ["KafkaShareDataSource", "KafkaShareStreamReader"]
 
+REFRESH = "refresh"  # the key that marks an offset of _idle (Spark < 4.2)
 _LOG = logging.getLogger("pyspark_kafka_share.source")
 # The reader runs in a Python process that Spark starts, where no application configures
 # logging: its notices go to that process's stderr, which Spark shows as its own.
@@ -187,13 +188,14 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         the last batch finished), this returns ``start`` with them refreshed, under the same
         ``seq``: Spark runs it as one empty micro-batch without tasks (``partitions``), and
         progress shows lag 0 and the last batch's counters. Once, until they change again.
+        Marked ``REFRESH``: its commit leaves the journal alone.
         """
         if ADMISSION_CONTROL:
             return start  # Spark >= 4.2 asks reportLatestOffset on every trigger
         report = self.reportLatestOffset() or {}
         if all(start.get(key) == value for key, value in report.items()):
             return start
-        refreshed = {**start, **report}
+        refreshed = {**start, **report, REFRESH: True}
         self.seen = refreshed
         return refreshed
 
@@ -303,9 +305,12 @@ class KafkaShareStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, Any]) -> None:
         self._see(end)
-        if self.journal is not None:
+        # A refresh offset (_idle) repeats the seq of a batch whose journal the next data
+        # batch's commit cleans up, as without it: the journal is left as it was.
+        if self.journal is not None and not end.get(REFRESH):
             starts = read_start_offsets(self.options.client)
-            self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms, starts)
+            self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms,
+                                starts)
 
     def stop(self) -> None:
         """Spark may never call this; nothing depends on it."""
