@@ -9,16 +9,27 @@ QUICK ?=
 BENCH_ARGS ?=
 JOURNAL ?=# make demo JOURNAL=s3: the demo's journal on a local S3 server (LocalS3)
 
-# The oldest supported PySpark line, in a venv of its own (make test-spark-oldest).
-SPARK_OLDEST ?= 4.0.5
-VENV_OLDEST := .venv-spark-oldest
-# The end-to-end subset run there: the source exactly-once through failures, workers, admin.
+# The older PySpark lines, each in a venv of its own (make test-spark-lines; CI runs it):
+# the same end-to-end subset on each, plus the progress recipe and the Delta Lake example
+# with the delta-spark release that fits the line (DELTA_<major.minor>; none: no Delta test).
+SPARK_LINES ?= 4.0.5 4.1.4
+SPARK_OLDEST ?= $(firstword $(SPARK_LINES))
+DELTA_4.0 ?= 4.0.1
+DELTA_4.1 ?= 4.4.0
+# Each line's run is bounded (seconds): measured 4-6 min on 2 shared cores.
+SPARK_LINE_TIMEOUT ?= 900
+# The end-to-end subset run there: the source exactly-once through failures, workers, admin,
+# the docs' progress recipe and the Delta Lake example.
 OLDEST_TESTS := tests/integration/test_spark_versions.py tests/integration/test_source.py \
-	tests/integration/test_workers.py tests/integration/test_admin.py
+	tests/integration/test_workers.py tests/integration/test_admin.py \
+	tests/integration/test_progress_lines.py tests/integration/test_delta.py
 OLDEST_K ?= more_tasks_than_partitions or worker_killed_after_publish or failed_task_attempt \
 	or query_stopped_mid_batch or bad_input_fails_at_load or max_records_per_trigger_caps \
 	or outcomes_dead_letters or batch_form_with_pandas or killed_worker_loses_nothing \
-	or lag_after_accepting or reset_to_earliest
+	or lag_after_accepting or reset_to_earliest or progress_recipe or delta_pipeline
+# make demo SINK=delta: the Delta Lake example, on this line's venv (Delta has no Spark 4.3).
+DELTA_LINE ?= 4.1.4
+SINK ?=
 
 # The oldest and the newest Apache Kafka line (make test-kafka-versions; docs/compatibility.md).
 # The newest is the harness's default broker, so `make test` runs everything on it; the tier
@@ -41,14 +52,15 @@ KAFKA_VERSIONS_K ?= (test_kafka_versions or test_admin or test_cli \
 KAFKA_4_3_ONLY := group_configs_read_and_set
 KAFKA_VERSIONS_TIMEOUT ?= 480# seconds per broker line: SIGINT (pytest tears down), then KILL
 
-.PHONY: demo demo-workers test test-cluster test-spark-oldest test-kafka-versions chaos chaos-long unit lint typecheck jars bench clean help
+.PHONY: demo demo-workers demo-delta test test-cluster test-spark-lines test-spark-oldest test-kafka-versions chaos chaos-long unit lint typecheck jars bench clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
+	@echo "make demo SINK=delta - kafka-share -> from_json -> Delta Lake (PySpark $(DELTA_LINE))"
 	@echo "make demo-workers - queue workers scoring records (ACCEPT/RELEASE/REJECT, DLQ)"
 	@echo "make test   - lint, type-check and run all tests (real broker, local Spark)"
 	@echo "make test-cluster - the cluster tier: a Spark standalone cluster on loopback"
-	@echo "make test-spark-oldest - an end-to-end subset on PySpark $(SPARK_OLDEST) (own venv)"
+	@echo "make test-spark-lines - an end-to-end subset on PySpark $(SPARK_LINES) (a venv each)"
 	@echo "make test-kafka-versions - an end-to-end subset on Kafka $(KAFKA_TIER_LINES), an upgrade to $(KAFKA_NEWEST)"
 	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5 min; CHAOS_SEED=)"
 	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~15 min)"
@@ -96,14 +108,17 @@ chaos-long: $(STAMP) jars
 	CHAOS_RECORDS=$${CHAOS_RECORDS:-100000} CHAOS_FAULTS=$${CHAOS_FAULTS:-24} \
 		$(PY) -m pytest -m chaos tests/chaos $(PYTEST_ARGS)
 
-$(VENV_OLDEST)/.installed-$(SPARK_OLDEST): pyproject.toml
-	test -x $(VENV_OLDEST)/bin/python || $(PYTHON) -m venv $(VENV_OLDEST)
-	$(VENV_OLDEST)/bin/python -m pip install -q --upgrade pip
-	$(VENV_OLDEST)/bin/python -m pip install -q -e '.[dev]' 'pyspark==$(SPARK_OLDEST)'
+# .venv-spark-<version>: that PySpark, the package (editable) and the fitting delta-spark.
+.venv-spark-%/.installed: pyproject.toml
+	test -x .venv-spark-$*/bin/python || $(PYTHON) -m venv .venv-spark-$*
+	.venv-spark-$*/bin/python -m pip install -q --upgrade pip
+	.venv-spark-$*/bin/python -m pip install -q -e '.[dev]' 'pyspark==$*' \
+		$(if $(DELTA_$(basename $*)),'delta-spark==$(DELTA_$(basename $*))')
 	touch $@
 
-test-spark-oldest: $(VENV_OLDEST)/.installed-$(SPARK_OLDEST) jars
-	$(VENV_OLDEST)/bin/python -m pytest $(OLDEST_TESTS) -k "$(OLDEST_K)" $(PYTEST_ARGS)
+test-spark-line-%: .venv-spark-%/.installed jars
+	timeout $(SPARK_LINE_TIMEOUT) .venv-spark-$*/bin/python -m pytest $(OLDEST_TESTS) \
+		-k "$(OLDEST_K)" $(PYTEST_ARGS)
 
 # Each line in a pytest process of its own (PYSPARK_KAFKA_SHARE_KAFKA_VERSION selects the
 # broker the fixtures start), time-boxed; then the rolling upgrade from the oldest to the newest.
@@ -120,8 +135,21 @@ test-kafka-versions: $(STAMP)
 		$(KAFKA_VERSIONS_TIMEOUT) $(PY) -m pytest tests/integration/test_kafka_versions.py \
 		-k rolling_upgrade $(PYTEST_ARGS)
 
+.PRECIOUS: .venv-spark-%/.installed
+
+test-spark-lines: $(addprefix test-spark-line-,$(SPARK_LINES))
+
+test-spark-oldest: test-spark-line-$(SPARK_OLDEST)
+
+demo-delta: .venv-spark-$(DELTA_LINE)/.installed jars
+	.venv-spark-$(DELTA_LINE)/bin/python demo/delta_pipeline.py
+
+ifeq ($(SINK),delta)
+demo: demo-delta
+else
 demo: $(STAMP) jars
 	$(PY) demo/demo.py $(if $(JOURNAL),--journal $(JOURNAL))
+endif
 
 # make bench QUICK=1 for the quick mode; BENCH_ARGS="--only share-*,kafka --rounds 1" etc.
 bench: $(BENCH_STAMP) jars
@@ -133,4 +161,4 @@ demo-workers: $(STAMP) jars
 	$(PY) demo/workers_demo.py
 
 clean:
-	rm -rf $(VENV) $(VENV_OLDEST) .pytest_cache .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) .venv-spark-* .pytest_cache .mypy_cache .ruff_cache build dist

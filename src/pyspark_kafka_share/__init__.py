@@ -5,6 +5,8 @@
 - :mod:`pyspark_kafka_share.workers`: queue workers on Spark executors; user code decides each
   record's outcome (ACCEPT, RELEASE, REJECT, dead-letter topic).
 - :mod:`pyspark_kafka_share.admin`: share-group admin (describe, lag, reset).
+- :func:`progress`: the source's lag and last-batch counters from a query's progress, the same
+  on every Spark line.
 - :mod:`pyspark_kafka_share.harness`: a real local Kafka broker for development and tests.
 
 Importing this package is cheap: PySpark is imported only when ``DefaultSource`` is used.
@@ -21,6 +23,7 @@ from pyspark_kafka_share.errors import (
     LocalKafkaError,
     OptionError,
 )
+from pyspark_kafka_share.query_progress import SourceProgress, progress
 
 __version__ = "0.1.0"
 
@@ -32,7 +35,9 @@ __all__ = [
     "KafkaShareError",
     "LocalKafkaError",
     "OptionError",
+    "SourceProgress",
     "__version__",
+    "progress",
 ]
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "check_spark_python",
     "query_id",
     "require_pandas",
+    "spark_version",
     "task_context",
 ]
 
@@ -31,6 +32,15 @@ ADMISSION_CONTROL: bool = importlib.util.find_spec("pyspark") is not None and \
 WORKER_MODULES = ("pyspark_kafka_share", "pyarrow", "pandas")
 _PROBE = ("import importlib.util, sys; "
           "print(','.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
+
+
+def spark_version() -> str:
+    """This PySpark's version ("" without PySpark)."""
+    try:
+        from pyspark import __version__
+    except ImportError:  # pragma: no cover
+        return ""
+    return str(__version__)
 
 
 def task_context() -> Any:

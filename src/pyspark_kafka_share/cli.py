@@ -38,6 +38,10 @@ __all__ = [
     "main",
 ]
 
+DESCRIPTION = """\
+kafka-share: watch and manage Kafka share groups (queues), and run a local Kafka broker
+for development. Each command has its own --help."""
+
 ENV_BOOTSTRAP_SERVERS = "KAFKA_SHARE_BOOTSTRAP_SERVERS"
 """Environment variable: the default of ``--bootstrap-server`` (``host:port[,...]``)."""
 _ENV_BOOTSTRAP_FALLBACK = "PYSPARK_KAFKA_SHARE_BOOTSTRAP"
@@ -95,11 +99,15 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
     if not os.environ.get(ENV_BOOTSTRAP):
         ensure_jars(quiet=False)  # a first run downloads for a minute or two: show progress
-    kafka = LocalKafka(lock_duration_ms=args.lock_duration_ms, security=args.security)
+    kafka = LocalKafka(lock_duration_ms=args.lock_duration_ms, security=args.security,
+                       port=args.port)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with kafka:
+        for name, partitions in _new_topics(args.topic):
+            kafka.create_topic(name, partitions)
+            print(f"# topic {name}: {partitions} partition(s)", file=sys.stderr)
         print(kafka.client_config()["bootstrap.servers"], flush=True)
         if args.security != "plaintext":
             _print_client_files(kafka)
@@ -121,6 +129,29 @@ def _print_client_files(kafka: LocalKafka) -> None:
           f"readable by you only)\n# kafka-share groups ... --command-config {path}\n"
           f"# librdkafka settings (kafka.* source options, consumer_config): {rd}",
           file=sys.stderr)
+
+
+def _new_topic_arg(text: str) -> tuple[str, int]:
+    """``NAME`` (one partition) or ``NAME:PARTITIONS``, for ``broker --topic``."""
+    name, sep, count = text.rpartition(":")
+    if not sep:
+        name, count = text, "1"
+    if not name or not count.isdigit() or int(count) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give NAME or NAME:PARTITIONS with a partition count of 1 or more, "
+            "e.g. orders:3")
+    return name, int(count)
+
+
+def _new_topics(given: Sequence[tuple[str, int]] | None) -> list[tuple[str, int]]:
+    """Repeated ``broker --topic`` values; a name given twice must agree on its count."""
+    out: dict[str, int] = {}
+    for name, partitions in given or ():
+        if out.setdefault(name, partitions) != partitions:
+            raise OptionError("--topic", f"{name}:{partitions}",
+                              f"topic {name!r} is given twice, with {out[name]} and "
+                              f"{partitions} partitions: give it once")
+    return list(out.items())
 
 
 def _cmd_fetch_jars(args: argparse.Namespace) -> int:
@@ -478,18 +509,35 @@ def _default_bootstrap() -> str | None:
 def _common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     default_bootstrap = _default_bootstrap()
-    common.add_argument("--bootstrap-server", default=default_bootstrap,
-                        required=default_bootstrap is None, metavar="HOST:PORT",
-                        help=f"broker(s) (default: ${ENV_BOOTSTRAP_SERVERS}, "
-                        f"else ${_ENV_BOOTSTRAP_FALLBACK})")
+    now = f"; now: {default_bootstrap}" if default_bootstrap else "; neither is set now"
+    common.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
+                        help=f"the broker(s) to connect to; optional when the environment "
+                        f"variable {ENV_BOOTSTRAP_SERVERS} (or {_ENV_BOOTSTRAP_FALLBACK}) is "
+                        f"set{now}")
     common.add_argument("--command-config", metavar="FILE",
                         help="client security settings in Kafka's properties format, as "
                         "kafka-share-groups.sh takes them (security.protocol, sasl.*, ssl.* "
                         "with PEM files)")
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="bound on each broker operation (default: 30)")
+                        help="how long to wait for the broker on each step (default: 30)")
     return common
+
+
+class _NeedsBroker(argparse.ArgumentParser):
+    """A ``groups`` command: ``--bootstrap-server`` is optional on the command line (it has an
+    environment default) but needed, so a missing one is a usage error (exit code 2)."""
+
+    def parse_known_args(  # type: ignore[override]
+            self, args: Sequence[str] | None = None,
+            namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if not getattr(parsed, "bootstrap_server", None):
+            self.error(f"no broker given: give --bootstrap-server HOST:PORT, or set the "
+                       f"environment variable {ENV_BOOTSTRAP_SERVERS}; for a broker on this "
+                       "machine, `kafka-share broker` prints its address")
+        return parsed, extra
 
 
 def _add_command(gsub: Any, name: str, common: argparse.ArgumentParser, help_text: str,
@@ -521,7 +569,8 @@ def _add_groups_parser(sub: Any) -> None:
                             description="List, watch, reset and delete share groups.",
                             epilog=EXIT_CODES_HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    gsub = groups.add_subparsers(dest="groups_command", required=True)
+    gsub = groups.add_subparsers(dest="groups_command", required=True,
+                                 parser_class=_NeedsBroker)
     _add_command(gsub, "list", common, "list the share groups", _cmd_groups_list)
     cmd = _add_command(gsub, "describe", common, "state, members, assignments, start offsets "
                        "and lag of a share group", _cmd_groups_describe)
@@ -558,23 +607,60 @@ def _add_groups_parser(sub: Any) -> None:
     _add_execute_or_dry_run(cmd, "apply --topic, --off or --copy-record")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafka-share", description=__doc__)
-    parser.add_argument("--version", action="version", version=__version__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    broker = sub.add_parser("broker", help="run a local Kafka broker in the foreground")
-    broker.add_argument("--lock-duration-ms", type=int, default=30_000,
-                        help="broker default acquisition lock (share.record.lock.duration.ms)")
+BROKER_HELP = """\
+Run a local Kafka broker (one JVM, share groups enabled) in the foreground until Ctrl-C.
+It prints its address (HOST:PORT) as the first line on stdout: pass it as --bootstrap-server
+or as the source's kafka.bootstrap.servers. It keeps its data in a temporary directory,
+deleted when it stops; the broker's log path is printed on stderr. Java 17+ is needed; the
+first run downloads the Kafka jars (see fetch-jars)."""
+
+
+def _add_broker_parser(sub: Any) -> None:
+    broker = sub.add_parser("broker", help="run a local Kafka broker and print its address",
+                            description=BROKER_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="example: kafka-share broker --topic orders:3 --port 9092")
+    broker.add_argument("--topic", action="append", type=_new_topic_arg,
+                        metavar="NAME[:PARTITIONS]",
+                        help="create this topic once the broker is up, with PARTITIONS "
+                             "partitions (default 1); repeatable")
+    broker.add_argument("--port", type=int, default=None, metavar="PORT",
+                        help="the port to listen on, on 127.0.0.1 (default: a free port)")
+    broker.add_argument("--lock-duration-ms", type=int, default=30_000, metavar="MS",
+                        help="how long a share consumer holds a record before the broker "
+                             "hands it out again (share.record.lock.duration.ms; "
+                             "default: 30000)")
     broker.add_argument("--security", default="plaintext",
                         choices=("plaintext", "sasl_ssl", "ssl", "sasl_plaintext"),
                         help="the client listener: TLS and SASL (SCRAM, PLAIN) with ACLs, "
                         "mutual TLS, or SASL without TLS; writes a client properties file "
                         "and says where (needs pip install 'pyspark-kafka-share[local]')")
     broker.set_defaults(func=_cmd_broker)
-    jars = sub.add_parser("fetch-jars", help="download the broker jars into the cache (once)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafka-share", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_broker_parser(sub)
+    jars = sub.add_parser("fetch-jars", help="download the broker's jars into the cache (once)",
+                          description="Download the Kafka broker's jars into the cache, so "
+                          "that the first `kafka-share broker` starts at once.")
     jars.set_defaults(func=_cmd_fetch_jars)
     _add_groups_parser(sub)
     return parser
+
+
+# Where the library's names for a value differ from the command line's flags.
+_CLI_NAMES = {"topics": "--topic", "to": "--to", "bootstrap_servers": "--bootstrap-server",
+              "timeout_s": "--timeout", "group": "group"}
+
+
+def _cli_message(exc: KafkaShareError) -> str:
+    """The error as the command line says it: options named by their flags."""
+    if isinstance(exc, OptionError) and exc.option in _CLI_NAMES:
+        return str(OptionError(_CLI_NAMES[exc.option], exc.value, exc.fix))
+    return str(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -583,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KafkaShareError as exc:
-        print(f"kafka-share: error: {exc}", file=sys.stderr)
+        print(f"kafka-share: error: {_cli_message(exc)}", file=sys.stderr)
         return exit_code(exc)
 
 

@@ -192,6 +192,7 @@ class LocalKafka(_process.Harness):
         version: the Apache Kafka release run (jars from Maven Central, cached); by default
             ``$PYSPARK_KAFKA_SHARE_KAFKA_VERSION`` or :data:`KAFKA_VERSION`. ``restart(version=)``
             brings the same data back on another release (a rolling upgrade).
+        port: the client listener's port on 127.0.0.1 (None: a free one).
         security: the client listener: ``"plaintext"`` (default), ``"ssl"`` (mutual TLS),
             ``"sasl_ssl"`` or ``"sasl_plaintext"`` (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER),
             with ACLs (see :mod:`pyspark_kafka_share.harness.security`).
@@ -209,6 +210,7 @@ class LocalKafka(_process.Harness):
     version: str = field(default_factory=kafka_version)
     security: str = "plaintext"
     users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
+    port: int | None = None
 
     _bootstrap: str | None = field(default=None, init=False, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -299,7 +301,7 @@ class LocalKafka(_process.Harness):
         workdir = _process.make_workdir(_WORKDIR_PREFIX)
         self._workdir = workdir
         try:
-            port, controller_port = _process.free_port(), _process.free_port()
+            port, controller_port = self.port or _process.free_port(), _process.free_port()
             if self.security.lower() != "plaintext":
                 self._security = BrokerSecurity.create(
                     self.security, workdir / "tls", port, self.users)

@@ -7,6 +7,7 @@ Driver side: :class:`KafkaShareDataSource` validates options and the broker at `
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._spark import ADMISSION_CONTROL
 from pyspark_kafka_share.errors import OptionError, UnknownTopicError
 from pyspark_kafka_share.source.journal.journal import Journal
+from pyspark_kafka_share.source.notices import available_now_notice, oversized_batch_notice
 from pyspark_kafka_share.source.offset import BatchOffset
 from pyspark_kafka_share.source.options import SourceOptions, parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
@@ -40,6 +42,17 @@ if TYPE_CHECKING or ADMISSION_CONTROL:  # Spark >= 4.2
     )
 
 __all__ = ["KafkaShareDataSource", "KafkaShareStreamReader"]
+
+REFRESH = "refresh"  # the key that marks an offset of _idle (Spark < 4.2)
+_LOG = logging.getLogger("pyspark_kafka_share.source")
+# The reader runs in a Python process that Spark starts, where no application configures
+# logging: its notices go to that process's stderr, which Spark shows as its own.
+if not _LOG.handlers:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("%(asctime)s WARN kafka-share: %(message)s",
+                                            "%y/%m/%d %H:%M:%S"))
+    _LOG.addHandler(_handler)
+    _LOG.propagate = False
 
 
 class KafkaSharePartition(InputPartition):
@@ -102,6 +115,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         self.available_now_first_seq: int | None = None  # first batch this run plans
         self.backlog: Backlog | None = None  # read at the last latestOffset
         self.last_batch: dict[str, int] = {}  # metrics of the last finished batch
+        self.warned: set[str] = set()  # the notices logged once per query run (notices.py)
+        self.planned = False  # this run planned a data batch (_idle)
         settings = options.journal_settings()
         self.journal = Journal.of(settings) if settings is not None else None
         # Every task must find it before it acknowledges anything: one journal for all.
@@ -148,8 +163,11 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         offset = BatchOffset.of(start)
         self._collect_metrics(offset)
         self.backlog = read_backlog(self.options.client, self.options.topics)
+        if not self.warned:  # the first trigger of this run
+            self.warned.add("started")
+            self._notice(available_now_notice(self.options, self.backlog.total))
         if self.backlog.empty:
-            return start  # nothing to read: no (empty) micro-batch
+            return self._idle(start)  # nothing to read
         ends = self._high_watermarks()
         if self.available_now_target is not None:
             if self.available_now_first_seq is None:
@@ -159,12 +177,44 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                 return start
         latest = offset.following(self.num_partitions, max_rows, self.backlog.total,
                                   ends).json()
+        self.planned = True
         if not ADMISSION_CONTROL:
             # Spark < 4.2 has no reportLatestOffset: the metrics ride in the offset itself,
             # shown as endOffset in StreamingQueryProgress (docs/operations.md).
             latest.update(self.reportLatestOffset() or {})
             self.seen = latest
         return latest
+
+    def _idle(self, start: dict[str, Any]) -> dict[str, Any]:
+        """The offset while nothing is to read: ``start``, so Spark plans no micro-batch.
+
+        Spark < 4.2 shows the source's metrics only inside the offsets it logs (``endOffset``
+        in ``StreamingQueryProgress``), and each data batch's offset carries the lag from
+        before it. When the lag or the last batch's metrics changed since (the group drained,
+        the last batch finished), this returns ``start`` with them refreshed, under the same
+        ``seq``: Spark runs it as one empty micro-batch without tasks (``partitions``), and
+        progress shows lag 0 and the last batch's counters. Once, until they change again,
+        in a run that planned a data batch. Marked ``REFRESH``: its commit leaves the journal
+        alone.
+        """
+        if ADMISSION_CONTROL or not self.planned:
+            # Spark >= 4.2 asks reportLatestOffset on every trigger. A run that planned no
+            # data batch leaves the checkpoint's last offset alone: a refresh there would have
+            # Spark commit that batch now and the journal forget it, before a redelivered
+            # duplicate of it is recognised (test_worker_killed_after_publish_...).
+            return start
+        report = self.reportLatestOffset() or {}
+        if all(start.get(key) == value for key, value in report.items()):
+            return start
+        refreshed = {**start, **report, REFRESH: True}
+        self.seen = refreshed
+        return refreshed
+
+    def _notice(self, notice: tuple[str, str] | None) -> None:
+        """Log ``(key, text)`` as a WARNING, once per key for this reader (one query run)."""
+        if notice is not None and notice[0] not in self.warned:
+            self.warned.add(notice[0])
+            _LOG.warning("%s", notice[1])
 
     def _high_watermarks(self) -> dict[TopicPartition, int]:
         """Where each subscribed partition ends now ({}: unknown; the plan then has none)."""
@@ -201,6 +251,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                 else:
                     totals[key] = totals.get(key, 0) + value
         self.last_batch = totals
+        self._notice(oversized_batch_notice(self.options, totals))
 
     def prepareForTriggerAvailableNow(self) -> None:  # Spark >= 4.2 only
         if self.journal is None:
@@ -239,6 +290,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         self._see(end)
         plan = BatchOffset.of(end)
+        if plan.seq == BatchOffset.of(start).seq:
+            return []  # Spark < 4.2: an offset that only refreshes the metrics (_idle)
         per_task, backlog_share = plan.task_share()
         # Every subscribed partition as the last backlog read saw them, for the tasks' check
         # that the group is drained.
@@ -263,9 +316,12 @@ class KafkaShareStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, Any]) -> None:
         self._see(end)
-        if self.journal is not None:
+        # A refresh offset (_idle) repeats the seq of a batch whose journal the next data
+        # batch's commit cleans up, as without it: the journal is left as it was.
+        if self.journal is not None and not end.get(REFRESH):
             starts = read_start_offsets(self.options.client)
-            self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms, starts)
+            self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms,
+                                starts)
 
     def stop(self) -> None:
         """Spark may never call this; nothing depends on it."""

@@ -8,7 +8,7 @@ the value given and the fix, and is raised before a query starts.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -225,6 +225,23 @@ def _fraction(opts: Mapping[str, str]) -> float:
     return value
 
 
+def _required(opts: Mapping[str, str], name: str,
+              check: Callable[[str | None, str], str]) -> str:
+    """``check`` of option ``name``; when it is missing, an error that also names a given
+    ``kafka.*`` key spelt like it (``kafka.group.idd`` passes through to the client as an
+    unknown setting, and alone it would only show as ``kafka.group.id`` missing)."""
+    try:
+        return check(opts.get(name), name)
+    except OptionError as exc:
+        given = [k for k in opts if k.startswith("kafka.") and k != name]
+        near = difflib.get_close_matches(name, given, n=1, cutoff=0.8)
+        if not near:
+            raise
+        raise OptionError(name, exc.value, f"the options have {near[0]!r} = "
+                          f"{shown(near[0], opts[near[0]])!r}: did you mean {name!r}? "
+                          f"Otherwise {exc.fix}") from None
+
+
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate ``options`` (keys case-insensitive) into :class:`SourceOptions`."""
     if not options:
@@ -238,8 +255,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         )
     opts, from_table = _lowered(options)
     client, journal_opts = _pass_through(options, opts, from_table)
-    bootstrap = check_bootstrap(opts.get("kafka.bootstrap.servers"), "kafka.bootstrap.servers")
-    group = check_group(opts.get("kafka.group.id"), "kafka.group.id")
+    bootstrap = _required(opts, "kafka.bootstrap.servers", check_bootstrap)
+    group = _required(opts, "kafka.group.id", check_group)
     check_client_config(ClientSettings(bootstrap, group, client))
     raw_topics = opts.get("subscribe")
     topics = check_topics("" if raw_topics is None else raw_topics, "subscribe")
