@@ -10,6 +10,10 @@ feature ("The ACLs each feature needs"), so a test that passes also checks that 
   under ``Trigger.AvailableNow`` (both missing while the share-group protocol client spoke
   PLAINTEXT only: issue 24), and the same checks on the broker's internal PLAINTEXT listener
   as a baseline;
+- no empty micro-batch while the topic is idle (processing time), over SASL_SSL and mutual
+  TLS, and dedup entries dropped once the group's share-partition start offsets pass them
+  (not by ``dedupRetentionMs``) over SASL_SSL: both need the group's offsets, which the
+  share-group protocol client could not read on these listeners before issue 24's wiring;
 - a task attempt that fails for real (the source's ``_faultInjection``) under SASL_SSL;
 - the workers with an output topic and a dead-letter topic over SASL_SSL;
 - a topic READ taken away between two runs: an authorization error that names the topic and
@@ -39,6 +43,7 @@ from pyspark import cloudpickle
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, run_workers
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -196,6 +201,21 @@ def _group_lags(kafka: LocalKafka, user: str, listener: str, group: str) -> list
         return [p.lag for _, p in iter_partitions(client.describe_share_group_offsets(group))]
 
 
+def _group_start_offsets(kafka: LocalKafka, user: str, listener: str,
+                         group: str) -> dict[tuple[str, int], int | None]:
+    """Each partition's share-partition start offset, read as :func:`_group_lags` reads the
+    lag."""
+    from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient, iter_partitions
+
+    mechanism = "SCRAM-SHA-512" if listener == "sasl_ssl" else None
+    client = KafkaProtocolClient(kafka.secured.bootstrap(listener), timeout_s=30,
+                                 connection=kafka.connection_config(user, mechanism=mechanism,
+                                                                    listener=listener))
+    with client:
+        return {(t, p.partition): p.start_offset
+                for t, p in iter_partitions(client.describe_share_group_offsets(group))}
+
+
 def _assert_lag_and_no_trailing_empty_batch(q: Any, produced: int,
                                             lags_after: list[int | None]) -> None:
     """Parity with PLAINTEXT (issue 24): the progress reports the backlog the query started
@@ -330,6 +350,126 @@ def test_a_failed_task_attempt_over_sasl_ssl_is_retried_exactly_once(
         failures = driver_log().count("injected failure: fail-before-end")
     _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
     assert failures >= 1, "no task attempt failed: the fault was not injected"
+
+
+def _secured_source(kafka: LocalKafka, listener: str, topic: str) -> tuple[str, dict[str, str]]:
+    """A group (earliest, the test lock) and ``alice``'s source options on ``listener``
+    (``sasl_ssl`` or ``ssl``: mutual TLS), with the source's ACLs granted and settled."""
+    group = _group(kafka)
+    _grant_source(kafka, ALICE, topic, group)
+    _settle_acls()
+    return group, _kafka_options(kafka, ALICE, listener)  # mutual TLS: alice's certificate
+
+
+@pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"], ids=["sasl_ssl-scram512", "mtls"])
+def test_no_empty_micro_batches_while_the_topic_is_idle(
+    spark: Any, secured: LocalKafka, tmp_path: Path, listener: str
+) -> None:
+    """test_backlog.py::test_no_empty_micro_batches_while_the_queue_is_empty on the secured
+    listeners: a processing-time query plans no batch while the group's lag is 0 (before the
+    wiring its lag read failed there, the backlog was unknown, and every trigger ran an empty
+    batch: issue 24 measured ~8.5 s each)."""
+    topic = _topic(secured)
+    group, security = _secured_source(secured, listener, topic)
+    secured.produce(topic, [b"first"])
+    df = _reader(spark, security, topic, group, tmp_path / "journal")
+    q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "chk"))
+         .start())
+    try:
+        def rows() -> int:
+            return sum(p.numInputRows for p in q.recentProgress)
+
+        def empty_batches() -> set[int]:
+            """Batches that ran (an idle trigger's progress has no addBatch) and read
+            nothing."""
+            return {p.batchId for p in q.recentProgress
+                    if p.numInputRows == 0 and "addBatch" in p.durationMs}
+
+        wait_for(rows, lambda n: n >= 1, 90, "the first record read")
+        time.sleep(3)  # let the lag settle at 0
+        idle_from, empty_before = max(p.batchId for p in q.recentProgress), empty_batches()
+        time.sleep(8)
+        idle_to, empty_during = max(p.batchId for p in q.recentProgress), \
+            empty_batches() - empty_before
+        # An empty batch took ~8.5 s (issue 24): the batch ids alone could miss one.
+        took = {p.batchId: p.durationMs.get("triggerExecution") for p in q.recentProgress}
+        lags = [r.get("lag") for r in _reports(q)]
+        assert idle_to - idle_from <= 1 and not empty_during, \
+            f"batches {idle_from}..{idle_to} ran while the topic was idle, empty ones " \
+            f"{sorted(empty_during)} (ms per batch {took}, lags {lags})"
+        secured.produce(topic, [b"second"])
+        wait_for(rows, lambda n: n >= 2, 60, "the second record read")
+        assert rows() == 2, "a record was read twice"
+    finally:
+        q.stop()
+    assert q.exception() is None, f"query failed: {q.exception()}"
+
+
+def test_dedup_entries_go_once_the_start_offsets_pass_them_over_sasl_ssl(
+    spark: Any, secured: LocalKafka, tmp_path: Path
+) -> None:
+    """Exact dedup expiry (tests/unit/test_journal.py::
+    test_dedup_entries_go_once_the_share_partition_start_offset_passes_them) end to end: a
+    batch's commit reads the group's share-partition start offsets over SASL_SSL and drops
+    the dedup entries below them, with ``dedupRetentionMs`` a day (before the wiring the read
+    failed there and entries stayed until that time limit).
+
+    Two entries are put into the journal through its API while the query runs (a real one
+    needs an acknowledgement lost after the journal write): one with records its first
+    batch read and acknowledged (below the start offsets), one with offsets no one produced
+    (above them). Spark commits a batch to the source when it plans the next one, so the
+    query is then fed a few records at a time: its batches' commits must drop the first
+    entry and keep the second."""
+    from pyspark_kafka_share.source.journal.journal import Journal
+    from pyspark_kafka_share.source.journal.keys import SlotKeys
+    from pyspark_kafka_share.source.journal.slots import dedup_entry
+
+    topic = _topic(secured)
+    group, security = _secured_source(secured, "sasl_ssl", topic)
+    journal_dir = tmp_path / "journal"
+    first = _produce(secured, topic, 100)
+    df = _reader(spark, security, topic, group, journal_dir,
+                 dedupRetentionMs=str(24 * 3600 * 1000))
+    q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "chk")).start())
+    j = Journal(str(journal_dir))
+    passed = {k for k in first if k[2] < 10}  # read and acknowledged in the first batch
+    ahead = {(topic, 0, 1_000_000), (topic, 1, 1_000_000)}  # never produced
+    names = {"passed": "000000000001-00000-999998", "ahead": "000000000001-00001-999999"}
+
+    def left() -> list[str]:
+        return sorted(n for n in j.store.listdir(j._p("dedup")) if not n.startswith("."))
+
+    produced = 100
+    try:
+        wait_for(lambda: sum(p.numInputRows for p in q.recentProgress), lambda n: n >= 100,
+                 90, "the first 100 records read")
+        j.store.makedirs(j._p("dedup"))  # else made by the first commit
+        for name, keys in (("passed", passed), ("ahead", ahead)):
+            j.store.create_exclusive(j._p("dedup", names[name]),
+                                     dedup_entry(SlotKeys.of(keys)), True)
+        assert j.find_journaled(passed | ahead) == passed | ahead
+        committed = j.committed_seq()
+        # Two records every 2 s: each batch's commit reads the start offsets, which the
+        # broker persists lazily (seen reading 0 after every record was acknowledged); the
+        # entry must go within a few batches.
+        deadline = time.monotonic() + 60
+        while names["passed"] in left() and time.monotonic() < deadline:
+            assert q.exception() is None, f"query failed: {q.exception()}"
+            _produce(secured, topic, 2, start=produced)
+            produced += 2
+            time.sleep(2)
+    finally:
+        q.stop()
+    assert q.exception() is None, f"query failed: {q.exception()}"
+    assert j.committed_seq() > committed, "no batch was committed to the source"
+    assert left() == [names["ahead"]], \
+        f"dedup entries after {j.committed_seq()} committed batches: {left()} (expected " \
+        "only the one above the group's start offsets, now " \
+        f"{_group_start_offsets(secured, ALICE, 'sasl_ssl', group)})"
+    assert j.find_journaled(passed | ahead) == ahead
+    got = _sink_keys(spark, tmp_path / "out")
+    assert len(got) == len(set(got)) and first <= set(got), "a record lost or read twice"
 
 
 # -- the workers -----------------------------------------------------------------------------
