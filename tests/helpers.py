@@ -277,7 +277,9 @@ def run_available_now(df: DataFrame, out: Path, chk: Path,
 
 
 def sink_keys(spark: SparkSession, out: Path) -> list[Key]:
-    """The keys of every row of the Parquet sink at ``out``."""
+    """The keys of every row of the Parquet sink at ``out`` (none before its first file)."""
+    if not list(out.glob("*.parquet")):
+        return []
     rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
     return [(r.topic, r.partition, r.offset) for r in rows]
 
@@ -319,3 +321,36 @@ def read_only_dir(path: Path) -> Iterator[str]:
         yield "read-only file system"
     finally:
         subprocess.run(["umount", str(path)], capture_output=True, check=False)
+
+
+DRIVER_LOG_SENTINEL = "tests: capturing the driver log"
+
+
+@contextlib.contextmanager
+def driver_log(spark: SparkSession) -> Iterator[Callable[[], str]]:
+    """Spark's driver log (log4j, root logger at INFO: plans, task failures with the executors'
+    Python tracebacks) for the duration, as text; it starts with :data:`DRIVER_LOG_SENTINEL`."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    core = jvm.org.apache.logging.log4j.core
+    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    config = ctx.getConfiguration()
+    writer = jvm.java.io.StringWriter()
+    name = f"driver-log-{uuid.uuid4().hex[:8]}"
+    layout = core.layout.PatternLayout.newBuilder().withPattern("%d %p %c: %m%n") \
+        .withConfiguration(config).build()
+    appender = core.appender.WriterAppender.createAppender(layout, None, writer, name, False,
+                                                           True)
+    appender.start()
+    config.addAppender(appender)
+    root = config.getRootLogger()
+    root.addAppender(appender, None, None)
+    spark.sparkContext.setLogLevel("INFO")
+    jvm.org.apache.logging.log4j.LogManager.getLogger(name).info(DRIVER_LOG_SENTINEL)
+    try:
+        yield lambda: str(writer.toString())
+    finally:
+        spark.sparkContext.setLogLevel("WARN")
+        root.removeAppender(name)
+        ctx.updateLoggers()
+        appender.stop()

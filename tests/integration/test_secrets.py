@@ -24,11 +24,9 @@ Spark's own plans show options whose names its redaction pattern misses (last te
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,7 +43,7 @@ from pyspark_kafka_share.workers import Record, WorkerProgress, run_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
 from tests.fixtures.journal import JournalAt, journal_at
 from tests.fixtures.kafka import TopicFactory
-from tests.helpers import share_stream
+from tests.helpers import DRIVER_LOG_SENTINEL, driver_log, share_stream
 
 # The worker function runs in Spark's Python workers, which cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
@@ -95,7 +93,7 @@ class Seen:
         out, err = self._capfd.readouterr()
         self.add("stdout", out)
         self.add("stderr", err)
-        assert _SENTINEL in self.texts["Spark driver log"], \
+        assert DRIVER_LOG_SENTINEL in self.texts["Spark driver log"], \
             "Spark's driver log was not captured: the check would prove less than it says"
         leaks = [f"{marker} in {where}" for where, text in self.texts.items()
                  for marker in MARKERS if marker in text]
@@ -108,40 +106,12 @@ def seen(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
     """What the test saw; the test ends with ``seen.check()``."""
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.DEBUG, logger="pyspark_kafka_share")
-    with _driver_log(spark) as driver_log:
-        yield Seen(caplog, capfd, driver_log)
+    with driver_log(spark) as read_log:
+        yield Seen(caplog, capfd, read_log)
 
 
-_SENTINEL = "test_secrets: capturing the driver log"
 
 
-@contextlib.contextmanager
-def _driver_log(spark: SparkSession) -> Iterator[Callable[[], str]]:
-    """Spark's driver log (log4j, root logger at INFO) for the duration, as text."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    core = jvm.org.apache.logging.log4j.core
-    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
-    config = ctx.getConfiguration()
-    writer = jvm.java.io.StringWriter()
-    name = f"secrets-test-{uuid.uuid4().hex[:8]}"
-    layout = core.layout.PatternLayout.newBuilder().withPattern("%d %p %c: %m%n") \
-        .withConfiguration(config).build()
-    appender = core.appender.WriterAppender.createAppender(layout, None, writer, name, False,
-                                                           True)
-    appender.start()
-    config.addAppender(appender)
-    root = config.getRootLogger()
-    root.addAppender(appender, None, None)
-    spark.sparkContext.setLogLevel("INFO")
-    jvm.org.apache.logging.log4j.LogManager.getLogger(name).info(_SENTINEL)
-    try:
-        yield lambda: str(writer.toString())
-    finally:
-        spark.sparkContext.setLogLevel("WARN")
-        root.removeAppender(name)
-        ctx.updateLoggers()
-        appender.stop()
 
 
 def _secret_journal(s3: LocalS3, tmp_path: Path) -> JournalAt:

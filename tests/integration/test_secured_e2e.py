@@ -34,7 +34,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,13 @@ from pyspark import cloudpickle
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, run_workers
-from tests.helpers import wait_for
+from tests.helpers import (
+    DRIVER_LOG_SENTINEL,
+    assert_exactly_once,
+    driver_log,
+    sink_keys,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -167,19 +173,6 @@ def _produce(kafka: LocalKafka, topic: str, n: int, start: int = 0,
     return {(topic, p, o) for p in after for o in range(before[p], after[p])}
 
 
-def _sink_keys(spark: Any, out: Path) -> list[Key]:
-    if not list(out.glob("*.parquet")):
-        return []
-    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
-    return [(r.topic, r.partition, r.offset) for r in rows]
-
-
-def _assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
-    dups = [k for k, c in Counter(got).items() if c > 1]
-    assert not dups, f"{len(dups)} records delivered twice, e.g. {dups[:3]}"
-    missing = expected - set(got)
-    assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
-    assert set(got) == expected
 
 
 def _reports(q: Any) -> list[dict[str, Any]]:
@@ -263,36 +256,8 @@ def _read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 3
     return out
 
 
-_SENTINEL = "test_secured_e2e: capturing the driver log"
 
 
-@contextlib.contextmanager
-def _driver_log(spark: Any) -> Iterator[Callable[[], str]]:
-    """Spark's driver log (log4j root logger at INFO: plans, task failures with the executors'
-    Python tracebacks) for the duration, as text."""
-    jvm = spark.sparkContext._jvm
-    core = jvm.org.apache.logging.log4j.core
-    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
-    config = ctx.getConfiguration()
-    writer = jvm.java.io.StringWriter()
-    name = f"secured-e2e-{uuid.uuid4().hex[:8]}"
-    layout = core.layout.PatternLayout.newBuilder().withPattern("%d %p %c: %m%n") \
-        .withConfiguration(config).build()
-    appender = core.appender.WriterAppender.createAppender(layout, None, writer, name, False,
-                                                           True)
-    appender.start()
-    config.addAppender(appender)
-    root = config.getRootLogger()
-    root.addAppender(appender, None, None)
-    spark.sparkContext.setLogLevel("INFO")
-    jvm.org.apache.logging.log4j.LogManager.getLogger(name).info(_SENTINEL)
-    try:
-        yield lambda: str(writer.toString())
-    finally:
-        spark.sparkContext.setLogLevel("WARN")
-        root.removeAppender(name)
-        ctx.updateLoggers()
-        appender.stop()
 
 
 # -- the source, exactly once ----------------------------------------------------------------
@@ -329,7 +294,7 @@ def test_source_exactly_once_with_lag_and_no_trailing_empty_batch(
     expected = _produce(secured, topic, 1000)
     df = _reader(spark, security, topic, group, tmp_path / "journal", **options)
     q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     _assert_lag_and_no_trailing_empty_batch(q, len(expected),
                                             _group_lags(secured, ALICE, listener, group))
 
@@ -345,10 +310,10 @@ def test_a_failed_task_attempt_over_sasl_ssl_is_retried_exactly_once(
     expected = _produce(secured, topic, 1000)
     df = _reader(spark, _kafka_options(secured, ALICE, "sasl_ssl"), topic, group,
                  tmp_path / "journal", _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
-    with _driver_log(spark) as driver_log:
+    with driver_log(spark) as read_log:
         _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-        failures = driver_log().count("injected failure: fail-before-end")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+        failures = read_log().count("injected failure: fail-before-end")
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     assert failures >= 1, "no task attempt failed: the fault was not injected"
 
 
@@ -468,7 +433,7 @@ def test_dedup_entries_go_once_the_start_offsets_pass_them_over_sasl_ssl(
         "only the one above the group's start offsets, now " \
         f"{_group_start_offsets(secured, ALICE, 'sasl_ssl', group)})"
     assert j.find_journaled(passed | ahead) == ahead
-    got = _sink_keys(spark, tmp_path / "out")
+    got = sink_keys(spark, tmp_path / "out")
     assert len(got) == len(set(got)) and first <= set(got), "a record lost or read twice"
 
 
@@ -559,13 +524,13 @@ def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
     first = _produce(secured, topic, 200)
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first)
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), first)
 
     _revoke(secured, ALICE, "TOPIC", topic, "READ")
     _settle_acls()
     second = _produce(secured, topic, 200, start=200)
     text, took = _run_expecting_failure(spark, security, topic, group, tmp_path)
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first)  # nothing committed
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), first)  # nothing committed
     problems = _authorization_problems(text, topic, "READ")
     if took > 30:  # Spark's 4 task attempts, each failing the same way, took longer
         problems.append(f"the missing ACL took {took:.0f}s to fail the query")
@@ -575,7 +540,7 @@ def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
     _settle_acls()
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), first | second)
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), first | second)
     assert not problems, "the error without topic READ: " + "; ".join(problems)
 
 
@@ -591,14 +556,14 @@ def test_a_topic_without_any_acl_is_not_reported_missing(
     security = _kafka_options(secured, ALICE, "sasl_ssl")
     expected = _produce(secured, topic, 100)
     text, _ = _run_expecting_failure(spark, security, topic, group, tmp_path)
-    assert _sink_keys(spark, tmp_path / "out") == []
+    assert sink_keys(spark, tmp_path / "out") == []
     problems = _authorization_problems(text, topic, "DESCRIBE")
 
     _grant_source(secured, ALICE, topic, group)
     _settle_acls()
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     assert not problems, "the error without any topic ACL: " + "; ".join(problems)
 
 
@@ -622,7 +587,7 @@ def test_no_secret_in_any_log_line(
         "ssl.key.password": KEY_PW})
     sasl = _kafka_options(secured, CAROL, "sasl_ssl")
     assert sasl["kafka.sasl.password"] == CAROL_PW
-    with _driver_log(spark) as driver_log:
+    with driver_log(spark) as read_log:
         expected = _produce(secured, topic, 100)
         df = _reader(spark, sasl, topic, group, tmp_path / "journal",
                      _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
@@ -633,9 +598,9 @@ def test_no_secret_in_any_log_line(
         q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
         progress += [p.json for p in q.recentProgress]
         time.sleep(0.5)  # late log lines
-        driver = driver_log()
-    _assert_exactly_once(_sink_keys(spark, tmp_path / "out"), expected)
-    assert _SENTINEL in driver, "Spark's driver log was not captured"
+        driver = read_log()
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
+    assert DRIVER_LOG_SENTINEL in driver, "Spark's driver log was not captured"
     assert "injected failure" in driver, "no task failure reached the driver log"
     out, err = capfd.readouterr()
     seen = {
