@@ -299,8 +299,9 @@ def test_source_exactly_once_with_lag_and_no_trailing_empty_batch(
                                             _group_lags(secured, ALICE, listener, group))
 
 
-def test_a_failed_task_attempt_over_sasl_ssl_is_retried_exactly_once(
-    spark: Any, secured: LocalKafka, tmp_path: Path
+@pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"], ids=["sasl_ssl-scram512", "mtls"])
+def test_a_failed_task_attempt_on_a_secured_listener_is_retried_exactly_once(
+    spark: Any, secured: LocalKafka, tmp_path: Path, listener: str
 ) -> None:
     """Attempt 0 of task 0 of the first batch fails after it journaled and yielded rows
     (``fail-before-end``); Spark retries it and the retry replays the journal."""
@@ -308,7 +309,7 @@ def test_a_failed_task_attempt_over_sasl_ssl_is_retried_exactly_once(
     _grant_source(secured, ALICE, topic, group)
     _settle_acls()
     expected = _produce(secured, topic, 1000)
-    df = _reader(spark, _kafka_options(secured, ALICE, "sasl_ssl"), topic, group,
+    df = _reader(spark, _kafka_options(secured, ALICE, listener), topic, group,
                  tmp_path / "journal", _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
     with driver_log(spark) as read_log:
         _run_available_now(df, tmp_path / "out", tmp_path / "chk")
@@ -370,8 +371,9 @@ def test_no_empty_micro_batches_while_the_topic_is_idle(
     assert q.exception() is None, f"query failed: {q.exception()}"
 
 
-def test_dedup_entries_go_once_the_start_offsets_pass_them_over_sasl_ssl(
-    spark: Any, secured: LocalKafka, tmp_path: Path
+@pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"], ids=["sasl_ssl-scram512", "mtls"])
+def test_dedup_entries_go_once_the_start_offsets_pass_them(
+    spark: Any, secured: LocalKafka, tmp_path: Path, listener: str
 ) -> None:
     """Exact dedup expiry (tests/unit/test_journal.py::
     test_dedup_entries_go_once_the_share_partition_start_offset_passes_them) end to end: a
@@ -390,7 +392,7 @@ def test_dedup_entries_go_once_the_start_offsets_pass_them_over_sasl_ssl(
     from pyspark_kafka_share.source.journal.slots import dedup_entry
 
     topic = _topic(secured)
-    group, security = _secured_source(secured, "sasl_ssl", topic)
+    group, security = _secured_source(secured, listener, topic)
     journal_dir = tmp_path / "journal"
     first = _produce(secured, topic, 100)
     df = _reader(spark, security, topic, group, journal_dir,
@@ -447,12 +449,14 @@ def _triage(record: Record) -> Result:
     return Result.accept(f"{value}:done")
 
 
-def test_workers_over_sasl_ssl_with_output_and_dead_letter_topics(
-    spark: Any, secured: LocalKafka
+@pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"], ids=["sasl_ssl-scram512", "mtls"])
+def test_workers_on_a_secured_listener_with_output_and_dead_letter_topics(
+    spark: Any, secured: LocalKafka, listener: str
 ) -> None:
     src, out, dlq = _topic(secured), _topic(secured, 1), _topic(secured, 1)
     group = _group(secured)
-    kafka_conf = secured.client_config(ALICE, mechanism="SCRAM-SHA-512")
+    kafka_conf = secured.client_config(
+        ALICE, mechanism="SCRAM-SHA-512" if listener == "sasl_ssl" else None, listener=listener)
     bootstrap = kafka_conf.pop("bootstrap.servers")
     secured.grant(ALICE, "TOPIC", src, "READ")
     for operation in ("READ", "DESCRIBE", "DESCRIBE_CONFIGS"):
