@@ -518,13 +518,14 @@ def _authorization_problems(text: str, topic: str, operation: str) -> list[str]:
     return problems
 
 
+@pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"], ids=["sasl_ssl-scram512", "mtls"])
 def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
-    spark: Any, secured: LocalKafka, tmp_path: Path
+    spark: Any, secured: LocalKafka, tmp_path: Path, listener: str
 ) -> None:
     topic, group = _topic(secured), _group(secured)
     _grant_source(secured, ALICE, topic, group)
     _settle_acls()
-    security = _kafka_options(secured, ALICE, "sasl_ssl")
+    security = _kafka_options(secured, ALICE, listener)
     first = _produce(secured, topic, 200)
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
