@@ -46,8 +46,10 @@ def _str(settings: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-def _flag(settings: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = settings.get(key)
+def parse_flag(option: str, value: object, default: bool,
+               fix: str = "give true or false") -> bool:
+    """``value`` as a boolean (true/1/yes, false/0/no; None: ``default``); else an
+    :class:`OptionError` naming ``option`` with ``fix``."""
     if value is None:
         return default
     text = str(value).strip().lower()
@@ -55,7 +57,11 @@ def _flag(settings: Mapping[str, Any], key: str, default: bool) -> bool:
         return True
     if text in ("false", "0", "no"):
         return False
-    raise OptionError(key, value, "give true or false")
+    raise OptionError(option, value, fix)
+
+
+def _flag(settings: Mapping[str, Any], key: str, default: bool) -> bool:
+    return parse_flag(key, settings.get(key), default)
 
 
 def _hostname_check(settings: Mapping[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from pyspark_kafka_share._kafka.clientconf import shown
+from pyspark_kafka_share._kafka.connection_parse import parse_flag
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
     ClientSettings,
@@ -119,15 +120,7 @@ def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: in
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return default
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise OptionError(name, raw, "must be true or false")
+    return parse_flag(name, opts.get(name.lower()), default, "must be true or false")
 
 
 def _lowered(options: Mapping[str, str]) -> tuple[dict[str, str], bool]:

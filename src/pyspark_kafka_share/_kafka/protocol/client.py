@@ -71,6 +71,7 @@ from pyspark_kafka_share._kafka.protocol.messages import (
 from pyspark_kafka_share._kafka.protocol.transport import (
     check_not_tls_alert,
     open_socket,
+    remaining_s,
     tls_error,
 )
 from pyspark_kafka_share.errors import (
@@ -223,7 +224,7 @@ class BrokerConnection:
     def _roundtrip(self, name: str, payload: bytes, deadline: float) -> bytes:
         """Send one request frame, return the response frame (errors named, TLS recognised)."""
         try:
-            self._sock.settimeout(_remaining(deadline))
+            self._sock.settimeout(remaining_s(deadline))
             self._sock.sendall(struct.pack(">i", len(payload)) + payload)
             head = self._recv(4, deadline)
             check_not_tls_alert(head, self.address, self.config)
@@ -246,7 +247,7 @@ class BrokerConnection:
         chunks: list[bytes] = []
         got = 0
         while got < n:
-            self._sock.settimeout(_remaining(deadline))
+            self._sock.settimeout(remaining_s(deadline))
             chunk = self._sock.recv(min(n - got, 1 << 20))
             if not chunk:
                 raise self._closed_error()
@@ -269,13 +270,6 @@ class BrokerConnection:
         return KafkaConnectionError(
             f"{text} (if its listener is secured, set security.protocol: SSL or SASL_SSL for "
             "TLS, SASL_PLAINTEXT or SASL_SSL for SASL)")
-
-
-def _remaining(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise KafkaConnectionError("timed out")
-    return left
 
 
 def api_versions(host: str, port: int, timeout_s: float,

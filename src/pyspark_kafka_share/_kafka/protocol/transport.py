@@ -92,7 +92,8 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
 
 
-def _remaining(deadline: float) -> float:
+def remaining_s(deadline: float) -> float:
+    """Seconds left before ``deadline`` (monotonic); a timeout error once it has passed."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise KafkaConnectionError("timed out")
@@ -103,7 +104,7 @@ def open_socket(host: str, port: int, config: ConnectionConfig,
                 deadline: float) -> socket.socket:
     """A connected socket to ``host:port``, TLS-wrapped and handshaken for SSL/SASL_SSL."""
     try:
-        sock = socket.create_connection((host, port), timeout=_remaining(deadline))
+        sock = socket.create_connection((host, port), timeout=remaining_s(deadline))
     except OSError as exc:
         raise KafkaConnectionError(f"cannot connect to broker {host}:{port}: {exc}") from exc
     if not config.uses_tls:
@@ -115,7 +116,7 @@ def open_socket(host: str, port: int, config: ConnectionConfig,
         sock.close()
         raise
     try:
-        tls.settimeout(_remaining(deadline))
+        tls.settimeout(remaining_s(deadline))
         tls.do_handshake()
     except TimeoutError as exc:
         tls.close()
