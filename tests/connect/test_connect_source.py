@@ -146,9 +146,9 @@ def test_registered_from_the_client_every_option_and_a_listener(
     topic = topic_factory(2)
     # One record per producer batch: the broker acquires whole batches (docs/options.md).
     kafka.produce(topic, (ProducerRecord(value=b"%d" % i, key=b"k%d" % i, partition=i % 2)
-                          for i in range(600)),
+                          for i in range(400)),
                   producer_config={"batch.size": "1", "linger.ms": "0"})
-    expected = spread_keys(topic, 2, 600)
+    expected = spread_keys(topic, 2, 400)
     options: dict[str, Any] = {
         **s3_journal.source_options, "delivery": "exactly-once", "numPartitions": 2,
         "maxRecordsPerTrigger": 200, "startingOffsets": "earliest", "includeHeaders": "true",
@@ -174,8 +174,8 @@ def test_registered_from_the_client_every_option_and_a_listener(
             spark.streams.removeListener(listener)
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     batches = [p for p in query.recentProgress if p.numInputRows > 0]
-    assert len(batches) >= 3 and max(p.numInputRows for p in batches) <= 200, \
-        f"maxRecordsPerTrigger 200 of 600: {[p.numInputRows for p in batches]}"
+    assert len(batches) >= 2 and max(p.numInputRows for p in batches) <= 200, \
+        f"maxRecordsPerTrigger 200 of 400: {[p.numInputRows for p in batches]}"
     last = ks.progress(query)
     assert last is not None and last.last_batch.get("records", 0) > 0, last
     assert last.last_batch.get("accepted", 0) >= last.last_batch["records"], last
