@@ -35,7 +35,7 @@ import pyspark_kafka_share as ks
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.datasource import KafkaShareDataSource
 from pyspark_kafka_share.source.journal.journal import Journal
-from tests.fixtures.connect import assert_no_jvm_in_client
+from tests.fixtures.connect import LocalConnectServer, assert_no_jvm_in_client, connect_session
 from tests.fixtures.journal import JournalAt
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
@@ -132,14 +132,17 @@ def _dropped(warned: list[warnings.WarningMessage]) -> list[str]:
 
 
 def test_registered_from_the_client_every_option_and_a_listener(
-    connect_spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
-    tmp_path: Path, s3_journal: JournalAt, connect_report: Callable[[str], None],
+    connect_server: LocalConnectServer, kafka: LocalKafka, topic_factory: TopicFactory,
+    group: str, tmp_path: Path, s3_journal: JournalAt, connect_report: Callable[[str], None],
+    request: pytest.FixtureRequest,
 ) -> None:
     """``spark.dataSource.register`` from the client (here under a name no module registers,
     so only the registration can resolve it), every option set (the journal on ``s3://``
     with its ``journal.*`` options), several micro-batches, and the source's counters as a
-    client-side listener and ``lastProgress`` show them."""
-    spark = connect_spark
+    client-side listener and ``lastProgress`` show them. A session of its own: registrations
+    are per session, and the other tests use the implicit one."""
+    spark = connect_session(connect_server.url)
+    request.addfinalizer(spark.stop)
     spark.dataSource.register(KafkaShareDataSource)  # the documented call: "kafka-share"
 
     class Registered(KafkaShareDataSource):
