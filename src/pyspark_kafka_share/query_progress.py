@@ -85,7 +85,8 @@ def _as_dict(last: Any) -> dict[str, Any]:
 def progress(query_or_progress: Any) -> SourceProgress | None:
     """The ``kafka-share`` source's report in a query's last progress.
 
-    Takes a ``StreamingQuery`` (reads ``lastProgress``), or one ``StreamingQueryProgress``
+    Takes a ``StreamingQuery`` of a classic or a Spark Connect session (reads
+    ``lastProgress``; no SparkContext needed), or one ``StreamingQueryProgress``
     (e.g. from ``query.recentProgress`` or a listener's ``event.progress``), its JSON text or
     its dict. None when there is no progress yet or no ``kafka-share`` source reported in it
     (a trigger before the source's first offset). With several ``kafka-share`` sources, the
