@@ -180,7 +180,8 @@ def ensure_control_topic(client: ClientSettings, topic: str, option: str) -> int
     admin = admin_client(client)
     timeout = client.timeout_s
     deadline = time.monotonic() + timeout
-    created = False
+    tried: str | None = None  # what creating it answered: "created" or "exists"
+    tried_at = 0.0
     while True:
         try:
             md = admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
@@ -191,22 +192,24 @@ def ensure_control_topic(client: ClientSettings, topic: str, option: str) -> int
         if found is not None and found.error is None and found.partitions and \
                 all(p.leader >= 0 for p in found.partitions.values()):
             return len(found.partitions)
-        if found is not None and found.error is not None and \
-                found.error.code() == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+        if (found is not None and found.error is not None and
+                found.error.code() == ErrorCode.TOPIC_AUTHORIZATION_FAILED) or \
+                (found is None and tried == "exists" and time.monotonic() - tried_at > 3):
+            # A topic this principal may not DESCRIBE is left out of the listing.
             raise authorization_error(
-                client, "topic", topic, ("Describe", "Read", "Write"),
+                client, "topic", topic, ("Read", "Write"),
                 f"the workers' control topic ({option})",
                 code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         if time.monotonic() > deadline:
             raise OptionError(option, topic, f"the control topic has no leader for all its "
                               f"partitions after {timeout:.0f}s; check the brokers")
-        if found is None and not created:
-            _create(admin, client, topic, option)
-            created = True
+        if found is None and tried is None:
+            tried, tried_at = _create(admin, client, topic, option), time.monotonic()
         time.sleep(0.2)
 
 
-def _create(admin: Any, client: ClientSettings, topic: str, option: str) -> None:
+def _create(admin: Any, client: ClientSettings, topic: str, option: str) -> str:
+    """Create the control topic: "created", or "exists" when someone else has."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -220,18 +223,19 @@ def _create(admin: Any, client: ClientSettings, topic: str, option: str) -> None
     except KafkaException as exc:
         code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
         if code == KafkaError.TOPIC_ALREADY_EXISTS:
-            return
+            return "exists"
         if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
                     KafkaError.CLUSTER_AUTHORIZATION_FAILED):
             raise authorization_error(
                 client, "topic", topic, ("Create",),
-                f"creating the workers' control topic ({option}; or create it yourself with 2 "
-                "partitions and retention.ms=3600000)",
+                f"creating the workers' control topic ({option}; or create it beforehand "
+                "with 2 partitions and retention.ms=3600000)",
                 code=ErrorCode.TOPIC_AUTHORIZATION_FAILED) from None
         raise from_client_error(exc, f"cannot create the workers' control topic {topic!r}",
-                                f"Create it yourself (2 partitions), or name another with "
+                                f"Create it beforehand (2 partitions), or name another with "
                                 f"{option}") from exc
     _log.info("kafka-share workers: created the control topic %r", topic)
+    return "created"
 
 
 # ---- the driver's side ---------------------------------------------------------------------
