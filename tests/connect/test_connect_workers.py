@@ -179,7 +179,9 @@ def test_killed_worker_loses_and_duplicates_nothing(
     assert set(outputs.values()) == {1}, "duplicated outputs"  # the kill came before produce
     calls = _calls(Path(log))
     assert any(c["dc"] > 1 for c in calls)  # the dead worker's records came back
-    assert summary.totals["accepted"] >= n - 20  # the dead attempt's last report may be late
+    # The dead attempt's counts are from its last report (at most a second old): it may miss
+    # the up to 29 records the attempt settled before it died on its 30th call.
+    assert summary.totals["accepted"] >= n - 29
 
 
 def test_bad_arguments_reach_the_client_before_any_task(
