@@ -264,8 +264,8 @@ class KafkaControlServer(ControlState):
     def open(cls, client: ClientSettings, topic: str, job_id: str, *,
              option: str = "control_topic") -> KafkaControlServer:
         """Check (or create) the control topic, then reach it: a first message is written to
-        and read back from the workers' partition, so missing READ or WRITE ACLs fail here,
-        before any task starts."""
+        and read back from the driver's own partition, so a missing CREATE, READ or WRITE
+        fails here, before any task starts."""
         partitions = ensure_control_topic(client, topic, option)
         endpoint = KafkaEndpoint(topic, client, job_id, secrets.token_hex(32),
                                  to_workers=0, to_driver=1 if partitions > 1 else 0)
