@@ -262,7 +262,7 @@ def test_a_worker_without_a_reachable_control_topic_runs_on_its_own(
 
 
 def test_control_topic_names() -> None:
-    assert control_topic_name("scorers") == "kafka-share-control-scorers"
+    assert control_topic_name("scorers") == "kafka-share-control.scorers"
     odd = control_topic_name("team a/scorers")
     assert odd.startswith(CONTROL_TOPIC_PREFIX + "team_a_scorers-") and odd != \
         control_topic_name("team_a/scorers")

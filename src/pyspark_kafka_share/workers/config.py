@@ -104,7 +104,7 @@ class WorkerConfig:
     next ``spark.port.maxRetries`` (like ``spark.driver.port``), for firewalled clusters."""
     control_topic: str | None = None
     """The Kafka topic of the control channel (``workers/control_kafka.py``): always used over
-    Spark Connect (default ``kafka-share-control-<group>``); setting it on a classic session
+    Spark Connect (default ``kafka-share-control.<group>``); setting it on a classic session
     uses it instead of the driver port."""
     token_provider: TokenProvider | None = field(default=None, repr=False, compare=False)
     """``consumer_config['oauth_cb']``: the OAUTHBEARER token callback, kept as it is."""

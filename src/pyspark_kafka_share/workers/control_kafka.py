@@ -2,7 +2,7 @@
 
 A Spark Connect client has no SparkContext and no port the executors can reach, but the client
 and the tasks both reach the Kafka cluster, so the channel of :mod:`.control` travels through a
-small **control topic** there (``control_topic``; default ``kafka-share-control-<group>``, one
+small **control topic** there (``control_topic``; default ``kafka-share-control.<group>``, one
 per share group, shared by that group's jobs over time):
 
 - **Layout:** partition 0 carries the driver's messages to the workers, partition 1 the
@@ -63,7 +63,7 @@ __all__ = [
 
 _log = logging.getLogger("pyspark_kafka_share.workers")
 
-CONTROL_TOPIC_PREFIX = "kafka-share-control-"
+CONTROL_TOPIC_PREFIX = "kafka-share-control."
 CONTROL_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "3600000",
                         "segment.ms": "600000"}
 """A control topic the driver creates: its messages matter for seconds."""
@@ -88,7 +88,7 @@ class KafkaEndpoint:
 
 
 def control_topic_name(group: str) -> str:
-    """The default control topic of share group ``group``: ``kafka-share-control-<group>``,
+    """The default control topic of share group ``group``: ``kafka-share-control.<group>``,
     with a hash of the group's name when the name has characters a topic cannot have."""
     slug = re.sub(r"[^A-Za-z0-9._-]", "_", group)
     if slug == group and len(CONTROL_TOPIC_PREFIX + slug) <= 200:
