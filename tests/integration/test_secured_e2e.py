@@ -477,6 +477,40 @@ def test_workers_on_a_secured_listener_with_output_and_dead_letter_topics(
     assert dead == Counter(f"poison-{i}" for i in range(10))
 
 
+def test_workers_control_topic_with_exactly_the_listed_acls(
+    spark: Any, secured: LocalKafka,
+) -> None:
+    """The workers' control topic (what a Spark Connect client uses; here a classic session
+    with ``control_topic``) over SASL_SSL with the ACLs docs/security.md lists: without CREATE
+    on a missing control topic the job fails before any task, naming the topic and the
+    operation; with CREATE, WRITE and READ on it the driver stops the workers through it."""
+    from pyspark_kafka_share.errors import AuthorizationError
+
+    src, group, control = _topic(secured), _group(secured), _name("sec-ctl")
+    kafka_conf = secured.client_config(ALICE, mechanism="SCRAM-SHA-512", listener="sasl_ssl")
+    bootstrap = kafka_conf.pop("bootstrap.servers")
+    secured.grant(ALICE, "TOPIC", src, "READ")
+    for operation in ("READ", "DESCRIBE", "DESCRIBE_CONFIGS"):
+        secured.grant(ALICE, "GROUP", group, operation)
+    for operation in ("WRITE", "READ"):
+        secured.grant(ALICE, "TOPIC", control, operation)
+    _settle_acls()
+    secured.produce(src, [f"ok-{i}".encode() for i in range(10)])
+    common: dict[str, Any] = {"topics": src, "group": group, "bootstrap_servers": bootstrap,
+                              "consumer_config": kafka_conf, "workers": 2,
+                              "control_topic": control, "on_progress": False}
+    with pytest.raises(AuthorizationError, match=rf"(?s)Create.*topic '{control}'"):
+        run_workers(spark, lambda r: None, **common)
+    secured.grant(ALICE, "TOPIC", control, "CREATE")
+    _settle_acls()
+    summary = run_workers(spark, lambda r: None, idle_timeout_s=5, **common)
+    assert summary.totals["accepted"] == 10, str(summary)
+    # The driver's stop reached every worker through the topic (a worker that could not read
+    # it would have stopped on its own idle timeout).
+    assert {w.get("stop_reason") for w in summary.workers} == {"stopped by driver"}, \
+        str(summary)
+
+
 # -- missing ACLs ------------------------------------------------------------------------------
 
 

@@ -16,16 +16,23 @@ acknowledges each one as ``fn`` decides::
                           output_topic="scores", dead_letter_topic="requests-dlq",
                           max_attempts=3, idle_timeout_s=60)
 
-Guarantees and limits: ``docs/workers.md``.
+``spark`` is a classic SparkSession or a Spark Connect one (``SparkSession.builder.remote``),
+with the same arguments and results. A classic driver runs the job in a job group and talks to
+the workers over a TCP port (``control.py``); a Connect client has neither a SparkContext nor
+a port the executors can reach, so it tags the job (``addTag``/``interruptTag``) and talks to
+the workers through a control topic on the Kafka cluster (``control_kafka.py``). Guarantees
+and limits: ``docs/workers.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import sys
 import threading
 import time
+import types
 import uuid
 import warnings
 from collections import Counter
@@ -36,9 +43,10 @@ from typing import TYPE_CHECKING, Any
 from pyspark_kafka_share._kafka.dlq import check_one_dead_letter_topic
 from pyspark_kafka_share._kafka.group import inspect_broker, set_group_configs
 from pyspark_kafka_share._spark import check_spark_python, require_pandas
-from pyspark_kafka_share.errors import OptionError, from_client_error
+from pyspark_kafka_share.errors import OptionError, SetupError, from_client_error
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
-from pyspark_kafka_share.workers.control import ControlServer
+from pyspark_kafka_share.workers.control import ControlServer, DriverChannel
+from pyspark_kafka_share.workers.control_kafka import KafkaControlServer, control_topic_name
 from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
     DUPLICATE,
@@ -154,9 +162,10 @@ class WorkerJob:
     """Running workers: :meth:`progress`, :meth:`stop`, :meth:`wait`."""
 
     def __init__(self, spark: Any, spec: WorkerSpec, fn: WorkerFunction, *,
-                 server: ControlServer,
+                 server: DriverChannel,
                  on_progress: Callable[[WorkerProgress], None] | None) -> None:
         self._spark = spark
+        self._connect = is_connect(spark)
         self._spec = spec
         self._config = spec.config
         self._workers = spec.config.workers
@@ -181,18 +190,35 @@ class WorkerJob:
     # ---- driver threads ----------------------------------------------------------------------
 
     def _run(self, task: ArrowTask) -> None:
+        """The job: one partition per worker, each running the worker loop; its result is every
+        worker's final counters. Classic: in a job group; Connect: under a tag (both are
+        thread-local, and this thread is the job's own)."""
         try:
-            sc = self._spark.sparkContext
-            sc.setJobGroup(self._job_group, f"kafka-share workers: {self._workers} on "
-                           f"{','.join(self._config.topics)} (group {self._config.group})",
-                           interruptOnCancel=True)
+            if self._connect:
+                self._spark.addTag(self._job_group)
+            else:
+                self._spark.sparkContext.setJobGroup(
+                    self._job_group, f"kafka-share workers: {self._workers} on "
+                    f"{','.join(self._config.topics)} (group {self._config.group})",
+                    interruptOnCancel=True)
             df = self._spark.range(0, self._workers, 1, self._workers) \
                 .mapInArrow(task, "summary STRING")
             self._result = results_of(df.collect())
         except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller's thread
-            self._error = exc
+            self._error = _explained(exc) if self._connect else exc
         finally:
+            if self._connect:
+                with contextlib.suppress(Exception):
+                    self._spark.removeTag(self._job_group)
             self._done.set()
+
+    def _cancel(self) -> None:
+        """End the Spark job at once (its tasks are killed: they RELEASE nothing)."""
+        with contextlib.suppress(Exception):
+            if self._connect:
+                self._spark.interruptTag(self._job_group)
+            else:
+                self._spark.sparkContext.cancelJobGroup(self._job_group)
 
     def _watch(self) -> None:
         spec = self._config
@@ -236,15 +262,15 @@ class WorkerJob:
              grace_s: float = 60.0) -> WorkerSummary | None:
         """Ask every worker to stop: each finishes its current chunk and RELEASEs the rest.
 
-        With ``wait``, waits up to ``grace_s`` and then cancels the Spark job (records held by a
-        killed worker come back when their lock expires).
+        With ``wait``, waits up to ``grace_s`` and then cancels the Spark job (its job group, or
+        over Spark Connect its tag; records held by a killed worker come back when their lock
+        expires).
         """
         self._server.request_stop(reason)
         if not wait:
             return None
         if not self._done.wait(grace_s):
-            with contextlib.suppress(Exception):
-                self._spark.sparkContext.cancelJobGroup(self._job_group)
+            self._cancel()
         return self.wait()
 
     def wait_interruptibly(self) -> WorkerSummary:
@@ -266,8 +292,7 @@ class WorkerJob:
                       file=sys.stderr, flush=True)
                 self._server.request_stop("interrupted")
             else:
-                with contextlib.suppress(Exception):
-                    self._spark.sparkContext.cancelJobGroup(self._job_group)
+                self._cancel()
 
         previous = signal.signal(signal.SIGINT, on_sigint)
         try:
@@ -317,17 +342,14 @@ def start_workers(spark: Any, fn: WorkerFunction,
     """Start the workers and return at once; see :func:`run_workers` for the arguments."""
     on_progress = options.pop("on_progress", True)
     config = WorkerConfig.create(**options)
-    _check_function(spark, fn, config.retry_on)
+    _check_session(spark)
+    _check_function(fn, config.retry_on)
     require_pandas()
-    check_spark_python(spark)
+    _check_spark_python(spark)
     spec = _check_environment(spark, config)
-    conf = spark.sparkContext.getConf()
-    host = conf.get("spark.driver.host", "127.0.0.1")
-    server = ControlServer(host, bind_host=conf.get("spark.driver.bindAddress", host),
-                           port=config.control_port,
-                           max_retries=int(conf.get("spark.port.maxRetries", "16")))
-    spec = replace(spec, control=server.endpoint,
-                   report_interval_s=min(1.0, config.progress_interval_s))
+    spec = replace(spec, report_interval_s=min(1.0, config.progress_interval_s))
+    server = _control_channel(spark, spec)
+    spec = replace(spec, control=server.endpoint)
     printer: Callable[[WorkerProgress], None] | None
     if on_progress is True:
         printer = _print_progress
@@ -336,6 +358,23 @@ def start_workers(spark: Any, fn: WorkerFunction,
     else:
         printer = on_progress
     return WorkerJob(spark, spec, fn, server=server, on_progress=printer)
+
+
+def _control_channel(spark: Any, spec: WorkerSpec) -> DriverChannel:
+    """The driver's side of the control channel: a control topic on the Kafka cluster for a
+    Spark Connect session (or with ``control_topic``), else a port on the driver."""
+    config = spec.config
+    if is_connect(spark) or config.control_topic is not None:
+        topic = config.control_topic or control_topic_name(config.group)
+        clash = [n for n in ("output_topic", "dead_letter_topic") if getattr(config, n) == topic]
+        if clash:
+            raise OptionError("control_topic", topic, f"must differ from {clash[0]}")
+        return KafkaControlServer.open(config.client, topic, spec.job_id)
+    conf = spark.sparkContext.getConf()
+    host = conf.get("spark.driver.host", "127.0.0.1")
+    return ControlServer(host, bind_host=conf.get("spark.driver.bindAddress", host),
+                         port=config.control_port,
+                         max_retries=int(conf.get("spark.port.maxRetries", "16")))
 
 
 def run_workers(spark: Any, fn: WorkerFunction,
@@ -368,16 +407,69 @@ def run_workers(spark: Any, fn: WorkerFunction,
     return start_workers(spark, fn, **options).wait_interruptibly()
 
 
-def _check_function(spark: Any, fn: object, retry_on: tuple[type[BaseException], ...]) -> None:
-    """Spark session kind, ``fn`` and ``retry_on``: checked before anything is changed."""
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session: PySpark's Connect class, or a session
+    with no SparkContext on this side that can tag and interrupt its jobs."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return True
     try:
         spark.sparkContext  # noqa: B018 - Spark Connect raises here
+    except Exception:  # noqa: BLE001
+        return all(hasattr(spark, name) for name in ("addTag", "interruptTag", "range"))
+    return False
+
+
+def _check_session(spark: Any) -> None:
+    if is_connect(spark):
+        return
+    try:
+        spark.sparkContext  # noqa: B018
     except Exception as exc:  # noqa: BLE001
-        raise OptionError(
-            "spark", type(spark).__name__,
-            "queue workers need a classic SparkSession (with a SparkContext): they run as "
-            "long-lived tasks that report to a port on the driver, which Spark Connect clients "
-            f"do not have ({exc})") from None
+        raise OptionError("spark", type(spark).__name__, "pass a SparkSession, classic or "
+                          f"Spark Connect (SparkSession.builder.remote(...)) ({exc})") from None
+
+
+def _master(spark: Any) -> str:
+    """The session's master URL (over Connect: the server's ``spark.master``; "" unknown)."""
+    with contextlib.suppress(Exception):
+        return str(spark.sparkContext.master)
+    with contextlib.suppress(Exception):
+        return str(spark.conf.get("spark.master", None) or "")
+    return ""
+
+
+def _check_spark_python(spark: Any) -> None:
+    """The Python Spark starts for its workers can import the package: checked where those
+    run on this machine. Over Spark Connect only when the Connect server runs in this process
+    (``remote("local[...]")``); a remote server's Python is checked when the job starts
+    (:func:`_explained`)."""
+    if not is_connect(spark):
+        check_spark_python(spark)
+        return
+    from pyspark import SparkContext
+
+    local = SparkContext._active_spark_context
+    if local is not None and str(local.master) == _master(spark):
+        check_spark_python(types.SimpleNamespace(sparkContext=local))
+
+
+def _explained(exc: BaseException) -> BaseException:
+    """A Connect job's error, as a :class:`SetupError` when the server's Python workers lack
+    the package (the client cannot check a remote server's Python beforehand)."""
+    text = str(exc)
+    if "No module named 'pyspark_kafka_share'" in text or \
+            "No module named \"pyspark_kafka_share\"" in text:
+        error = SetupError(
+            "the Spark Connect server's Python workers cannot import pyspark_kafka_share: "
+            "install it on the server and its executors (pip install pyspark-kafka-share; "
+            "docs/deployment.md)")
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+def _check_function(fn: object, retry_on: tuple[type[BaseException], ...]) -> None:
+    """``fn`` and ``retry_on``: checked before anything is changed."""
     if not callable(fn):
         raise OptionError("fn", fn, "pass a function of one record (or one batch)")
     from pyspark import cloudpickle
@@ -398,7 +490,7 @@ def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
     if slots is not None and config.workers > slots:
         why = (f"Spark has {slots} task slots, and every worker is a task that runs until it "
                "stops: the extra workers would only start when others end")
-        if str(spark.sparkContext.master).startswith("local"):
+        if _master(spark).startswith("local"):
             raise OptionError("workers", config.workers, f"{why}. Lower workers, or give Spark "
                               f"more slots (master local[{config.workers}])")
         # On a cluster defaultParallelism may be stale (executors still registering).
@@ -424,12 +516,32 @@ def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
 
 
 def _task_slots(spark: Any) -> int | None:
+    """Spark's task slots (``defaultParallelism / spark.task.cpus``). Over Spark Connect: of
+    the server in this process (``remote("local[...]")``), else of a ``local[N]`` master only
+    (a Connect client cannot read ``defaultParallelism``); None when not known."""
+    from pyspark import SparkContext
+
     try:
-        sc = spark.sparkContext
-        cpus = int(sc.getConf().get("spark.task.cpus", "1"))
-        return int(sc.defaultParallelism) // max(cpus, 1)
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: no check
+        return _slots_of(spark.sparkContext)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: see below
+        pass
+    master = _master(spark)
+    local = SparkContext._active_spark_context
+    if local is not None and str(local.master) == master:
+        return _slots_of(local)
+    match = re.fullmatch(r"local(?:\[\s*(\d+)\s*(?:,\s*\d+\s*)?\])?", master)
+    if match is None:
         return None
+    try:
+        cpus = int(spark.conf.get("spark.task.cpus", None) or 1)
+    except Exception:  # noqa: BLE001
+        cpus = 1
+    return int(match.group(1) or 1) // max(cpus, 1)
+
+
+def _slots_of(sc: Any) -> int:
+    cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+    return int(sc.defaultParallelism) // max(cpus, 1)
 
 
 def _check_out_topics(config: WorkerConfig) -> None:

@@ -28,6 +28,7 @@ from pyspark_kafka_share._kafka.settings import (
 )
 from pyspark_kafka_share.errors import OptionError
 from pyspark_kafka_share.workers.control import Endpoint
+from pyspark_kafka_share.workers.control_kafka import KafkaEndpoint
 
 __all__ = ["BatchFormat", "WorkerConfig", "WorkerOptions", "WorkerSpec"]
 
@@ -68,6 +69,7 @@ class WorkerOptions(_Required, total=False):
     progress_interval_s: float
     broker_timeout_s: float
     control_port: int
+    control_topic: str | None
     on_progress: Callable[[Any], None] | bool | None
 
 
@@ -100,6 +102,10 @@ class WorkerConfig:
     control_port: int = 0
     """The driver port workers report to: 0 picks a free one; else this port or one of the
     next ``spark.port.maxRetries`` (like ``spark.driver.port``), for firewalled clusters."""
+    control_topic: str | None = None
+    """The Kafka topic of the control channel (``workers/control_kafka.py``): always used over
+    Spark Connect (default ``kafka-share-control.<group>``); setting it on a classic session
+    uses it instead of the driver port."""
     token_provider: TokenProvider | None = field(default=None, repr=False, compare=False)
     """``consumer_config['oauth_cb']``: the OAUTHBEARER token callback, kept as it is."""
 
@@ -160,7 +166,10 @@ class WorkerConfig:
                 isinstance(t, type) and issubclass(t, Exception) for t in retry_on)):
             raise OptionError("retry_on", retry_on, "must be a tuple of Exception subclasses, "
                               "e.g. (TimeoutError,), or () to treat every exception as poison")
-        for name in ("output_topic", "dead_letter_topic"):
+        if self.control_topic is not None and \
+                check_topics(self.control_topic, "control_topic") != (self.control_topic,):
+            raise OptionError("control_topic", self.control_topic, "must be one topic name")
+        for name in ("output_topic", "dead_letter_topic", "control_topic"):
             topic = getattr(self, name)
             if topic is not None and topic in self.topics:
                 raise OptionError(name, topic, "must differ from the input topics (the "
@@ -210,7 +219,7 @@ class WorkerSpec:
     lock_ms: int
     delivery_limit: int
     job_id: str = ""
-    control: Endpoint | None = None  # the driver's control server
+    control: Endpoint | KafkaEndpoint | None = None  # the driver's control channel
     report_interval_s: float = 1.0
     broker_dead_letter_topic: str | None = None  # the broker dead-letters REJECTs (KIP-1191)
 

@@ -1,7 +1,19 @@
 """The control channel between the driver and queue workers running as Spark tasks.
 
 Spark offers no live channel from a running task to the driver (accumulators arrive when a task
-ends), so the driver listens on a TCP port, as Spark's own executors reach the driver:
+ends). The channel is an interface with two transports; the worker loop sees only
+:class:`WorkerChannel` (made by :func:`open_worker_channel` from the task spec's endpoint) and
+the driver's :class:`~pyspark_kafka_share.workers.api.WorkerJob` only :class:`DriverChannel`:
+
+- **TCP** (this module; classic sessions): the driver listens on a port, as Spark's own
+  executors reach the driver.
+- **Kafka** (:mod:`.control_kafka`; Spark Connect sessions, or ``control_topic``): a small
+  control topic on the cluster both sides already reach, for clients with no port the tasks
+  can reach.
+
+Both keep the same :class:`ControlState` on the driver (every attempt's latest report, the
+leases, the stop flag), so progress, stops and leases mean the same on either. The TCP
+transport:
 
 - **Where:** the server binds the driver's bind address (``spark.driver.bindAddress``, else
   ``spark.driver.host``) and advertises ``spark.driver.host``; the port is random, or pinned
@@ -15,9 +27,9 @@ ends), so the driver listens on a TCP port, as Spark's own executors reach the d
   back ``{"stop": true}`` once the driver wants the workers to stop (time budget, idle timeout,
   record count, :meth:`WorkerJob.stop`, Ctrl-C). Before it opens its share consumer, a worker
   asks for the **lease** of its worker index, so that a speculative (or late) copy of the same
-  task waits instead of running a second consumer (see :meth:`ControlServer.lease`).
+  task waits instead of running a second consumer (see :meth:`ControlState.lease`).
 
-The channel is best effort for progress and required for nothing else: a worker that cannot
+Either channel is best effort for progress and required for nothing else: a worker that cannot
 reach the driver at start runs on its local stop conditions; a worker that *loses* the driver
 after reaching it stops (the driver is gone or the job is being torn down).
 """
@@ -36,9 +48,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["ControlClient", "ControlServer", "Endpoint"]
+if TYPE_CHECKING:
+    from pyspark_kafka_share.workers.control_kafka import KafkaEndpoint
+
+__all__ = [
+    "LEASE_EXPIRY_S",
+    "ControlClient",
+    "ControlServer",
+    "ControlState",
+    "DriverChannel",
+    "Endpoint",
+    "WorkerChannel",
+    "open_worker_channel",
+]
 
 _log = logging.getLogger("pyspark_kafka_share.workers")
 
@@ -54,6 +78,61 @@ class Endpoint:
     host: str
     port: int
     secret: str = field(repr=False)
+
+
+class WorkerChannel(Protocol):
+    """The worker's side of the channel, whichever transport: never raises.
+
+    ``stop``: the driver wants the workers to stop (or was lost); ``lost``: the driver was
+    reached and then went silent; ``ever_connected``: the driver was reached at least once (a
+    worker that never reached it judges idleness locally)."""
+
+    stop: bool
+    lost: bool
+    ever_connected: bool
+
+    def start(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Report ``snapshot()`` every interval from a daemon thread until :meth:`close`."""
+
+    def acquire_lease(self, worker: int, attempt: int, *,
+                      should_quit: Callable[[], bool] = ...) -> bool:
+        """Wait for the lease of ``worker``; False: this attempt must not run."""
+
+    def report(self, report: dict[str, Any]) -> bool:
+        """Send ``report`` now; True = stop."""
+
+    def close(self) -> None:
+        """Stop reporting; what was sent is delivered first. May be called again."""
+
+
+class DriverChannel(Protocol):
+    """The driver's side of the channel, whichever transport (see :class:`ControlState`)."""
+
+    @property
+    def endpoint(self) -> Endpoint | KafkaEndpoint:
+        """What the tasks need to reach this channel (pickled into the task spec)."""
+
+    @property
+    def stop_reason(self) -> str | None: ...
+
+    def request_stop(self, reason: str) -> None: ...
+
+    def reports(self) -> dict[tuple[int, int], dict[str, Any]]: ...
+
+    def latest(self) -> dict[int, dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def open_worker_channel(endpoint: Endpoint | KafkaEndpoint | None,
+                        interval_s: float) -> WorkerChannel:
+    """The worker's channel to the driver for the endpoint in its task spec (None: no driver;
+    the worker runs on its local stop conditions)."""
+    if endpoint is None or isinstance(endpoint, Endpoint):
+        return ControlClient(endpoint, interval_s)
+    from pyspark_kafka_share.workers.control_kafka import KafkaControlClient
+
+    return KafkaControlClient(endpoint, interval_s)
 
 
 def _proof(secret: str, nonce: str) -> str:
@@ -107,32 +186,18 @@ class _Server(socketserver.ThreadingTCPServer):
     owner: ControlServer
 
 
-class ControlServer:
-    """Driver side: authenticates workers, keeps every attempt's latest report, grants leases
-    and carries the stop flag."""
+class ControlState:
+    """The driver's side, whatever the transport: keeps every attempt's latest report, grants
+    leases and carries the stop flag. Thread-safe; the transports call :meth:`answer`."""
 
-    def __init__(self, advertised_host: str, *, bind_host: str | None = None, port: int = 0,
-                 max_retries: int = 16,
-                 on_report: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self._server = _bind(bind_host or advertised_host, port, max_retries)
-        self._server.owner = self
-        self.endpoint = Endpoint(advertised_host, self._server.server_address[1],
-                                 secrets.token_hex(32))
+    def __init__(self, on_report: Callable[[dict[str, Any]], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._reports: dict[tuple[int, int], dict[str, Any]] = {}
         self._seen: dict[tuple[int, int], float] = {}
         self._holders: dict[int, int] = {}  # worker index -> attempt holding its lease
-        self._conns: set[socket.socket] = set()
         self._stop_reason: str | None = None
         self._on_report = on_report
         self.refusals = 0
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="kafka-share-workers-control", daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return self.endpoint.port
 
     @property
     def stopping(self) -> bool:
@@ -147,14 +212,8 @@ class ControlServer:
             if self._stop_reason is None:
                 self._stop_reason = reason
 
-    def refused(self, peer: Any) -> None:
-        with self._lock:
-            self.refusals += 1
-        _log.warning("kafka-share workers: refused a control connection from %s: it did not "
-                     "prove the job's secret", peer[0] if isinstance(peer, tuple) else peer)
-
     def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """The reply to one authenticated line (a report or a lease request)."""
+        """The reply to one authenticated message (a report or a lease request)."""
         lease = msg.get("lease")
         if isinstance(lease, dict):
             granted, done = self.lease(int(lease.get("worker", -1)),
@@ -211,6 +270,34 @@ class ControlServer:
             out[worker] = report
         return out
 
+
+class ControlServer(ControlState):
+    """The TCP transport's driver side: authenticates workers and answers their lines from
+    the shared :class:`ControlState`."""
+
+    def __init__(self, advertised_host: str, *, bind_host: str | None = None, port: int = 0,
+                 max_retries: int = 16,
+                 on_report: Callable[[dict[str, Any]], None] | None = None) -> None:
+        super().__init__(on_report)
+        self._server = _bind(bind_host or advertised_host, port, max_retries)
+        self._server.owner = self
+        self.endpoint = Endpoint(advertised_host, self._server.server_address[1],
+                                 secrets.token_hex(32))
+        self._conns: set[socket.socket] = set()
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="kafka-share-workers-control", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return self.endpoint.port
+
+    def refused(self, peer: Any) -> None:
+        with self._lock:
+            self.refusals += 1
+        _log.warning("kafka-share workers: refused a control connection from %s: it did not "
+                     "prove the job's secret", peer[0] if isinstance(peer, tuple) else peer)
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -239,8 +326,8 @@ def _bind(host: str, port: int, max_retries: int) -> _Server:
 
 
 class ControlClient:
-    """Worker side: proves the secret, asks for the lease, sends reports, learns whether to
-    stop. Never raises.
+    """The TCP transport's worker side (a :class:`WorkerChannel`): proves the secret, asks
+    for the lease, sends reports, learns whether to stop. Never raises.
 
     :meth:`start` reports from a daemon thread, so a slow or silent driver never delays the
     worker's processing loop; the loop only reads :attr:`stop`.

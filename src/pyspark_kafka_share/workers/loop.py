@@ -46,7 +46,7 @@ from pyspark_kafka_share._kafka.share import (
 from pyspark_kafka_share._spark import attempt_identity
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.workers.config import WorkerSpec
-from pyspark_kafka_share.workers.control import ControlClient
+from pyspark_kafka_share.workers.control import WorkerChannel, open_worker_channel
 from pyspark_kafka_share.workers.outcome import (
     Outcome,
     Record,
@@ -101,7 +101,7 @@ def _normalise(r: UserResult) -> _Verdict:
 class _Worker:
     def __init__(self, spec: WorkerSpec, fn: WorkerFunction, *,
                  session: ShareSession | None = None, producer: Any = None,
-                 control: ControlClient | None = None) -> None:
+                 control: WorkerChannel | None = None) -> None:
         """``session``/``producer``/``control``: injected by tests and :func:`run_worker`;
         built from ``spec`` otherwise."""
         config = spec.config
@@ -132,7 +132,7 @@ class _Worker:
             from confluent_kafka import Producer
 
             self.producer = Producer(config.producer_settings())
-        self.control = control or ControlClient(spec.control, spec.report_interval_s)
+        self.control = control or open_worker_channel(spec.control, spec.report_interval_s)
         self.control.start(self.report)
 
     # ---- reporting and stopping -------------------------------------------------------------
@@ -474,7 +474,7 @@ def run_worker(spec: WorkerSpec, fn: WorkerFunction) -> dict[str, Any]:
     the task waits for it, and ends without opening a consumer if the holder finishes.
     """
     index, _, attempt = attempt_identity()
-    control = ControlClient(spec.control, spec.report_interval_s)
+    control = open_worker_channel(spec.control, spec.report_interval_s)
     if not control.acquire_lease(index, attempt):
         control.close()
         return {"worker": index, "attempt": attempt, "host": socket.gethostname(),

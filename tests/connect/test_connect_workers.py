@@ -1,0 +1,203 @@
+"""The queue workers driven from a Spark Connect client (marker ``connect``).
+
+The client has no SparkContext and no port the tasks can reach: the job is tagged
+(``addTag``/``interruptTag``), and progress, the stop and the per-worker lease travel through the
+control topic on the Kafka cluster (``workers/control_kafka.py``). What the classic tests check
+(``tests/integration/test_workers.py``) holds here too: outcomes, dead letters, a graceful stop
+that RELEASEs what is not processed, and a killed Python worker that loses nothing.
+
+Worker functions run in the Connect server's Python workers on this machine, so they leave
+evidence of each call in files under ``tmp_path``, which the tests read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+from pyspark import cloudpickle
+from pyspark.sql import SparkSession
+
+from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
+from pyspark_kafka_share.workers import Record, Result, WorkerSummary, run_workers, start_workers
+from pyspark_kafka_share.workers.control_kafka import control_topic_name
+from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
+from tests.helpers import poll_share, read_topic, wait_for
+
+# The functions below run in the server's Python workers: ship this module by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+
+
+class ServiceTimeout(Exception):
+    """Transient: retry (the docs' example)."""
+
+
+def _calls(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def _log_call(path: str, rec: Record, **extra: Any) -> None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    line = json.dumps({"value": (rec.value or b"").decode(), "dc": rec.delivery_count,
+                       "worker": ctx.partitionId() if ctx else -1, **extra})
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+def _values(msgs: list[Message]) -> list[str]:
+    return [(m.value() or b"").decode() for m in msgs]
+
+
+def test_docs_example_with_a_graceful_stop_and_a_dead_letter_topic(
+    kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str,
+    connect_spark: SparkSession, share_consumer: ShareConsumerFactory,
+    connect_report: Callable[[str], None],
+) -> None:
+    """docs/workers.md's example from a Connect client: live progress arrives, ``job.stop()``
+    lets each worker finish its chunk and RELEASE the rest, poison reaches the dead-letter
+    topic; every record is in exactly one place afterwards (output, dead letter, or back in
+    the queue)."""
+    out, dlq = topic_factory(1), topic_factory(1)
+    n = 200
+    records = [ProducerRecord(key=f"k{i}".encode(),
+                              value=(b"not json" if i % 10 == 0
+                                     else json.dumps({"id": i}).encode()))
+               for i in range(n)]
+    # One producer batch: the broker hands it to one poll, so a stop finds records to RELEASE.
+    kafka.produce(topic, records, producer_config={"linger.ms": "50"})
+
+    def score(record: Record) -> Result:
+        features = json.loads(record.value or b"")  # ValueError (not retryable) -> dead letter
+        time.sleep(0.05)                             # the model
+        return Result.accept(json.dumps({"id": features["id"], "label": features["id"] % 3}))
+
+    job = start_workers(connect_spark, score, topics=topic, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                        output_topic=out, dead_letter_topic=dlq, max_attempts=3,
+                        retry_on=(ServiceTimeout,), chunk_size=5, on_progress=False,
+                        progress_interval_s=0.5)
+    # Live progress reaches the client through the control topic.
+    seen = wait_for(lambda: job.progress().totals["processed"], lambda p: p >= 30, 90,
+                    "progress from the workers over the control topic")
+    summary = job.stop()
+    assert isinstance(summary, WorkerSummary)
+    connect_report(f"progress seen at stop: processed={seen}; {summary}")
+    t = summary.totals
+    assert summary.stop_reason == "stopped by user", str(summary)
+    assert t["released_on_stop"] > 0 and 0 < t["accepted"] < n, str(summary)
+    assert t["rejected"] == t["dead_lettered"] > 0, str(summary)
+    assert {w["worker"] for w in summary.workers} == {0, 1}
+    assert not summary.failed_attempts, str(summary)
+
+    outputs = [json.loads(v)["id"] for v in _values(read_topic(kafka, out, t["accepted"]))]
+    dead = read_topic(kafka, dlq, t["dead_lettered"])
+    assert len(outputs) == len(set(outputs)) == t["accepted"]
+    assert _values(dead) == ["not json"] * t["dead_lettered"]
+    for m in dead:
+        h = dict(m.headers() or [])
+        assert h["kafka-share.error.type"] == b"JSONDecodeError"
+        assert h["kafka-share.origin.group"] == group.encode()
+    dead_ids = sorted(int((m.key() or b"k").decode()[1:]) for m in dead)
+    # What the workers did not settle is back in the queue at once (RELEASEd, not locked).
+    left = n - t["accepted"] - t["rejected"]
+    rest = poll_share(share_consumer(group, [topic]), timeout_s=8.0,
+                      until=lambda got: len(got) >= left)
+    rest_ids = [int((m.key() or b"k").decode()[1:]) for m in rest]
+    assert sorted(outputs + dead_ids + rest_ids) == list(range(n)), "lost or duplicated"
+    # Each was RELEASEd at the stop (by the worker holding it, or by both: the other worker may
+    # poll what the first released before it hears the stop itself).
+    assert rest and all((m.delivery_count() or 0) >= 2 for m in rest)
+    from confluent_kafka.admin import AdminClient
+
+    topics = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10)
+    assert len(topics.topics[control_topic_name(group)].partitions) == 2
+
+
+def test_killed_worker_loses_and_duplicates_nothing(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, connect_spark: SparkSession,
+    tmp_path: Path, connect_report: Callable[[str], None],
+) -> None:
+    """A worker's Python process dies mid-chunk (no RELEASE, no ACCEPT): Spark retries its
+    task, which takes the worker's lease over once the dead attempt has been silent for
+    LEASE_EXPIRY_S; the dead attempt's records come back after their lock. Every record is
+    output exactly once, and the summary shows the dead attempt."""
+    src, out = topic_factory(2), topic_factory(1)
+    n = 300
+    kafka.produce(src, [f"{i}".encode() for i in range(n)],
+                  producer_config={"batch.size": "800"})
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 8000)
+    log = str(tmp_path / "calls.jsonl")
+    killed = str(tmp_path / "killed")
+
+    def work(rec: Record) -> bytes:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None
+        me = ctx.partitionId()
+        _log_call(log, rec, attempt=ctx.attemptNumber())
+        mine = sum(1 for c in _calls(Path(log)) if c["worker"] == me)
+        if ctx.attemptNumber() == 0 and mine >= 30:
+            try:  # the first worker to make its 30th call dies, once
+                fd = os.open(killed, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, str(me).encode())
+                os.close(fd)
+                os._exit(137)  # the Python worker dies mid-chunk: no RELEASE, no ACCEPT
+        time.sleep(0.01)
+        return rec.value or b""
+
+    summary = run_workers(connect_spark, work, topics=src, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
+                          output_topic=out, idle_timeout_s=15, on_progress=False)
+    connect_report(str(summary))
+    victim = int(Path(killed).read_text())
+    final = {w["worker"]: w for w in summary.workers}
+    assert final[victim]["attempt"] == 1, "Spark did not retry the killed worker's task"
+    lost = [(w["worker"], w["attempt"]) for w in summary.failed_attempts]
+    assert lost == [(victim, 0)], f"the killed attempt is not shown as lost:\n{summary}"
+    assert summary.stop_reason == "idle timeout"
+    outputs = Counter(_values(read_topic(kafka, out, n)))
+    assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
+    assert set(outputs.values()) == {1}, "duplicated outputs"  # the kill came before produce
+    calls = _calls(Path(log))
+    assert any(c["dc"] > 1 for c in calls)  # the dead worker's records came back
+    # The dead attempt's counts are from its last report (at most a second old): it may miss
+    # the up to 29 records the attempt settled before it died on its 30th call.
+    assert summary.totals["accepted"] >= n - 29
+
+
+def test_bad_arguments_reach_the_client_before_any_task(
+    kafka: LocalKafka, topic: str, group: str, connect_spark: SparkSession,
+) -> None:
+    common: dict[str, Any] = {"topics": topic, "group": group,
+                              "bootstrap_servers": kafka.bootstrap_servers,
+                              "on_progress": False}
+    with pytest.raises(OptionError, match="'workers' = 64: Spark has 2 task slots"):
+        run_workers(connect_spark, print, **{**common, "workers": 64})
+    with pytest.raises(OptionError, match=r"'output_topic' = 'nope-.*does not exist"):
+        run_workers(connect_spark, print, **{**common, "output_topic": f"nope-{uuid.uuid4()}"})
+    with pytest.raises(OptionError, match=r"'control_topic'.*must differ"):
+        run_workers(connect_spark, print, **{**common, "control_topic": topic})
+    lock = threading.Lock()
+    with pytest.raises(OptionError, match=r"'fn'.*cannot be pickled"):
+        run_workers(connect_spark, lambda r: lock.locked(), **common)
+    with pytest.raises(OptionError, match=r"'chunk_sise'.*did you mean 'chunk_size'"):
+        run_workers(connect_spark, print, **{**common, "chunk_sise": 10})
