@@ -47,6 +47,8 @@ from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, PartLog, ScanResult
 from pyspark_kafka_share.source.journal.keys import SlotKeys
+from pyspark_kafka_share.source.journal.replay import SlotReader
+from pyspark_kafka_share.source.journal.slots import OffsetSlot
 from pyspark_kafka_share.source.poller import Poller
 from pyspark_kafka_share.source.spec import TaskSpec
 
@@ -90,6 +92,19 @@ def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
 def _summary(t: pa.Table | pa.RecordBatch) -> tuple[int, dict[TopicPartition, int]]:
     """Rows of ``t`` and their lowest offset per topic-partition."""
     return t.num_rows, SlotKeys.of_table(t).lowest()
+
+
+def _slot_summary(held: pa.Table | OffsetSlot) -> tuple[int, dict[TopicPartition, int]]:
+    """Rows of a data slot and their lowest offset per topic-partition, without Kafka."""
+    return (held.rows, held.keys().lowest()) if isinstance(held, OffsetSlot) else \
+        _summary(held)
+
+
+def _batches(table: pa.Table | pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    if isinstance(table, pa.RecordBatch):
+        yield table
+    else:
+        yield from table.to_batches()
 
 
 def _lower(low: dict[TopicPartition, int], more: Mapping[TopicPartition, int]) -> None:
@@ -160,8 +175,15 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         scan = yield from fill.run(_acquire_consumer(spec))
         emitted = fill.emitted
     faults.hit("kill-after-end")
-    for slot in scan.data_slots[emitted:]:
-        yield from log.table(slot).to_batches()
+    rest = scan.data_slots[emitted:]
+    if rest:
+        # Slots this attempt did not poll (a retry, a speculative copy, a restart, or a
+        # concurrent attempt's after our END): as written, or read back from Kafka once.
+        reader = SlotReader(log, spec.replay_settings(), Counter())
+        tables = reader.read(rest)
+        reader.write_losses(attempt_id)
+        for slot in rest:
+            yield from _batches(tables.pop(slot))
 
 
 class _Split(NamedTuple):
@@ -194,7 +216,8 @@ class _Fill:
         self.emitted = 0
         self.summaries: dict[int, tuple[int, dict[TopicPartition, int]]] = {}  # rows, lowest
         self.acked_slots: list[int] = []
-        existing = sum(log.table(s).num_rows for s in scan.data_slots)
+        self.reader = SlotReader(log, spec.replay_settings(), self.stats)
+        existing = sum(_slot_summary(log.slot(s))[0] for s in scan.data_slots)
         self.budget = None if spec.record_budget is None else spec.record_budget - existing
         self.pending: list[Any] = []  # polled, not yet acknowledged
 
@@ -332,15 +355,14 @@ class _Fill:
     def _emit(self, upto: int) -> Iterator[pa.RecordBatch]:
         """Yield the data slots ``emitted .. upto``: all exist (a slot is created only after
         the one before it), so the order is the log's, as a re-run of the batch yields it."""
+        others = [s for s in range(self.emitted, upto + 1) if s not in self.own]
+        replayed = self.reader.read(others) if others else {}
         for slot in range(self.emitted, upto + 1):
-            table = self.own.pop(slot) if slot in self.own else self.log.table(slot)
+            table = self.own.pop(slot) if slot in self.own else replayed.pop(slot)
             if slot not in self.summaries:
                 self.summaries[slot] = _summary(table)
             self.emitted = slot + 1
-            if isinstance(table, pa.RecordBatch):
-                yield table
-            else:
-                yield from table.to_batches()
+            yield from _batches(table)
 
     def _give_back(self, accept: list[Any], release: list[Any], counter: str) -> None:
         """ACCEPT ``accept`` (journaled already), RELEASE ``release`` (not emitted)."""
@@ -352,7 +374,7 @@ class _Fill:
     def _marker(self, scan: ScanResult) -> EndMarker:
         low, records = dict(self.poller.acquired_low), 0
         for i in scan.data_slots:
-            rows, mins = self.summaries.get(i) or _summary(self.log.table(i))
+            rows, mins = self.summaries.get(i) or _slot_summary(self.log.slot(i))
             records += rows
             _lower(low, mins)
         return EndMarker(
