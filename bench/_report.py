@@ -120,6 +120,12 @@ def derive(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "wall": _ratio(eo["wall_s"], amo["wall_s"]),
             "steady": _ratio(amo["records_per_s_steady"], eo["records_per_s_steady"]),
         }
+    records = summary.get("share-eo-records")
+    if records and amo:
+        derived["journal_overhead_records"] = {
+            "wall": _ratio(records["wall_s"], amo["wall_s"]),
+            "steady": _ratio(amo["records_per_s_steady"], records["records_per_s_steady"]),
+        }
     nofsync = summary.get("share-eo-nofsync")
     if nofsync and amo:
         derived["journal_overhead_nofsync"] = {
@@ -163,8 +169,8 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
             "vs Python client | runs |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-nofsync",
-                 "share-amo", "kafka"]
+        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-records",
+                 "share-eo-nofsync", "share-amo", "kafka"]
         for name in sorted(thr, key=lambda n: order.index(n) if n in order else 99):
             s, r = thr[name], derived["ratios"].get(name, {})
             lines.append(
@@ -316,8 +322,8 @@ def plots(summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
     written: list[str] = []
     thr = [(k, s) for k, s in summary.items() if s["suite"] == "throughput"]
     if thr:
-        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-nofsync",
-                 "share-amo", "kafka"]
+        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-records",
+                 "share-eo-nofsync", "share-amo", "kafka"]
         thr.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
         fig, ax = plt.subplots(figsize=(9, 0.6 * len(thr) + 1.5))
         ys = range(len(thr))

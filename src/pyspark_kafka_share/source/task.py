@@ -336,7 +336,7 @@ class _Fill:
             return None
         self.own[slot] = batch
         self.summaries[slot] = (batch.num_rows, keys.lowest())
-        self.stats["journal_bytes"] += batch.nbytes
+        self.stats["journal_bytes"] += self.log.last_slot_bytes
         self.faults.hit("kill-after-publish")
         self.faults.hit("sleep-after-publish")
         return slot

@@ -82,6 +82,7 @@ class PartLog:
         self.dir = journal._p("batches", journal._seq(seq), f"{part:05d}")
         self._next = 0
         self.loss_files: list[str] = []  # seen by the last scan
+        self.last_slot_bytes = 0  # size of the last data slot this log appended
 
     def slot_path(self, slot: int) -> str:
         return f"{self.dir}/{slot:06d}"
@@ -151,6 +152,7 @@ class PartLog:
         """
         payload = offsets_slot(batch, attempt) if self.journal.content == "offsets" \
             else data_slot(batch, attempt)
+        self.last_slot_bytes = len(payload)
         conflicts = 0
         while True:
             slot = self._next
