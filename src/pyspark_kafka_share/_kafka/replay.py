@@ -42,12 +42,14 @@ _DENIED = "TOPIC_AUTHORIZATION_FAILED"
 @dataclass
 class PartitionRead:
     """What was read of one partition: the wanted records by offset, the wanted offsets that
-    are not in the log, and the log's start and end offsets when the read began."""
+    are not in the log, the log's start and end offsets when the read began, and whether the
+    partition exists at all."""
 
     records: dict[int, Any] = field(default_factory=dict)
     missing: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
     low: int = -1
     high: int = -1
+    gone: bool = False  # the topic or partition does not exist (deleted)
 
 
 @dataclass(eq=False)
@@ -151,15 +153,28 @@ def _bounds(consumer: Any, p: _Partition, settings: ClientSettings, timeout_s: f
         low, high = consumer.get_watermark_offsets(
             CTopicPartition(p.tp.topic, p.tp.partition), timeout=timeout_s, cached=False)
     except Exception as exc:
-        if _DENIED in str(exc):
+        if _DENIED in str(exc) or _topic_error(consumer, p.tp.topic, timeout_s) == _DENIED:
             raise _denial(settings, p.tp.topic) from None
-        raise BrokerError(f"replaying journaled offsets from Kafka: cannot read the offsets of "
-                          f"{p.tp.key()}: {exc}") from exc
+        if "UNKNOWN_PARTITION" not in str(exc) and "UNKNOWN_TOPIC" not in str(exc):
+            raise BrokerError(f"replaying journaled offsets from Kafka: cannot read the offsets "
+                              f"of {p.tp.key()}: {exc}") from exc
+        p.read.gone = True  # the topic (or partition) was deleted: every wanted offset is gone
+        return None
     p.read.low, p.read.high = int(low), int(high)
     inside = p.wanted[(p.wanted >= low) & (p.wanted < high)]
     if not len(inside):
         return None
     return int(inside[0])
+
+
+def _topic_error(consumer: Any, topic: str, timeout_s: float) -> str | None:
+    """The metadata's error for ``topic`` (a principal without DESCRIBE on it does not see it
+    in a watermark request's metadata: its name, not "unknown partition", is the cause)."""
+    try:
+        md = consumer.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+    except Exception:  # noqa: BLE001 - no answer: the caller's error stands
+        return None
+    return None if md is None or md.error is None else str(md.error.name())
 
 
 def _on_error(consumer: Any, err: Any, p: _Partition | None, settings: ClientSettings,

@@ -107,6 +107,8 @@ def describe_offsets(offsets: npt.NDArray[np.int64], limit: int = 5) -> str:
 
 
 def _cause(missing: npt.NDArray[np.int64], read: PartitionRead) -> str:
+    if read.gone:
+        return "the topic or partition does not exist any more: it was deleted"
     below = int(np.count_nonzero(missing < read.low))
     above = int(np.count_nonzero(missing >= read.high))
     causes = []
