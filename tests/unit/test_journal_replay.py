@@ -90,7 +90,7 @@ def test_a_replay_yields_the_first_attempts_rows_and_reads_each_partition_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[TopicPartition, list[int]]] = []
     reader, stats = _reader(tmp_path, monkeypatch, fake_kafka(calls=calls))
-    tables = reader.read([0, 1])
+    tables = dict(reader.read([0, 1]))
     assert tables[0].to_pylist() == _batch([0, 1, 2]).to_pylist()
     assert tables[1].to_pylist() == pa.concat_batches(
         [_batch([5], dc=2), _batch([3], partition=1)]).to_pylist(), \
@@ -104,7 +104,7 @@ def test_records_gone_from_kafka_fail_the_task_naming_batch_partition_offsets_ca
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reader, _ = _reader(tmp_path, monkeypatch, fake_kafka(low=2))
     with pytest.raises(DataLossError) as info:
-        reader.read([0, 1])
+        dict(reader.read([0, 1]))
     text = str(info.value)
     assert "batch 3, input partition 0, journal slot 0" in text
     assert "in:0 offsets 0-1" in text and "below the log start offset 2" in text
@@ -118,8 +118,8 @@ def test_without_fail_on_data_loss_lost_records_are_skipped_counted_and_logged_o
     reader, stats = _reader(tmp_path, monkeypatch, fake_kafka(gone=frozenset({1, 5})),
                             fail=False)
     with caplog.at_level(logging.WARNING):
-        tables = reader.read([0, 1])
-        reader.read([0])
+        tables = dict(reader.read([0, 1]))
+        dict(reader.read([0]))
     assert tables[0].column("offset").to_pylist() == [0, 2]
     assert tables[1].column("offset").to_pylist() == [3]
     assert stats["records_lost"] == 3
@@ -138,10 +138,10 @@ def test_a_record_changed_at_its_offset_is_a_checksum_mismatch(
     """A topic deleted and re-created holds other records at the same offsets."""
     reader, _ = _reader(tmp_path, monkeypatch, fake_kafka(value=b"other"))
     with pytest.raises(DataLossError, match="checksum mismatch") as info:
-        reader.read([0])
+        dict(reader.read([0]))
     assert "in:0 offsets 0-2" in str(info.value) and "re-created" in str(info.value)
     reader, stats = _reader(tmp_path / "b", monkeypatch, fake_kafka(value=b"other"), fail=False)
-    assert reader.read([0])[0].num_rows == 0
+    assert dict(reader.read([0]))[0].num_rows == 0
     assert stats["records_lost"] == 3
 
 
@@ -154,10 +154,22 @@ def test_records_slots_need_no_kafka(tmp_path: Path, monkeypatch: pytest.MonkeyP
     log.open()
     log.append(_batch([4, 5]), attempt=1)
     reader = SlotReader(log, ReplaySettings(ClientSettings("unused:9092", "g")), Counter())
-    assert reader.read([0])[0].to_pylist() == _batch([4, 5]).to_pylist()
+    assert dict(reader.read([0]))[0].to_pylist() == _batch([4, 5]).to_pylist()
 
 
 def test_offsets_are_described_as_ranges() -> None:
     offs = np.asarray([1, 2, 3, 7, 9, 10], np.int64)
     assert describe_offsets(offs) == "1-3, 7, 9-10"
     assert describe_offsets(offs, limit=1) == "1-3 (+2 more ranges)"
+
+
+def test_a_long_replay_reads_kafka_in_chunks_of_slots(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's replay holds at most about REPLAY_CHUNK_ROWS records: slots are read back in
+    chunks, each partition's range once per chunk."""
+    calls: list[dict[TopicPartition, list[int]]] = []
+    reader, _ = _reader(tmp_path, monkeypatch, fake_kafka(calls=calls))
+    monkeypatch.setattr(replay_module, "REPLAY_CHUNK_ROWS", 3)
+    assert [slot for slot, _ in reader.read([0, 1])] == [0, 1]
+    assert calls == [{TopicPartition("in", 0): [0, 1, 2]},
+                     {TopicPartition("in", 0): [5], TopicPartition("in", 1): [3]}]

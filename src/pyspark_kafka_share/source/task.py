@@ -180,10 +180,9 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         # Slots this attempt did not poll (a retry, a speculative copy, a restart, or a
         # concurrent attempt's after our END): as written, or read back from Kafka once.
         reader = SlotReader(log, spec.replay_settings(), Counter())
-        tables = reader.read(rest)
+        for _, table in reader.read(rest):
+            yield from _batches(table)
         reader.write_losses(attempt_id)
-        for slot in rest:
-            yield from _batches(tables.pop(slot))
 
 
 class _Split(NamedTuple):
@@ -356,7 +355,7 @@ class _Fill:
         """Yield the data slots ``emitted .. upto``: all exist (a slot is created only after
         the one before it), so the order is the log's, as a re-run of the batch yields it."""
         others = [s for s in range(self.emitted, upto + 1) if s not in self.own]
-        replayed = self.reader.read(others) if others else {}
+        replayed = dict(self.reader.read(others)) if others else {}
         for slot in range(self.emitted, upto + 1):
             table = self.own.pop(slot) if slot in self.own else replayed.pop(slot)
             if slot not in self.summaries:

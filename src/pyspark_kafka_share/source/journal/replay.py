@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +32,16 @@ from pyspark_kafka_share.errors import DataLossError
 from pyspark_kafka_share.source.journal.fencing import PartLog
 from pyspark_kafka_share.source.journal.slots import OffsetSlot, rows_checksum
 
-__all__ = ["LOSS_PREFIX", "ReplaySettings", "SlotReader", "describe_offsets"]
+__all__ = ["LOSS_PREFIX", "REPLAY_CHUNK_ROWS", "ReplaySettings", "SlotReader",
+           "describe_offsets"]
 
 _log = logging.getLogger(__name__)
 _LOGGED: set[tuple[str, int]] = set()  # (journal uri, batch) whose loss this process logged
+
+REPLAY_CHUNK_ROWS = 200_000
+"""Rows of ``offsets`` slots read back from Kafka per call: a task's replay holds at most
+about this many records (and the records of other tasks in their offset ranges are read and
+dropped as they arrive)."""
 
 LOSS_PREFIX = "lost-"
 """A file ``lost-<attempt>`` beside a log's slots: the records a replay after END skipped
@@ -136,24 +142,33 @@ class SlotReader:
         self.settings = settings
         self.stats = stats
 
-    def read(self, slots: Sequence[int]) -> dict[int, pa.Table | pa.RecordBatch]:
-        """The rows of ``slots``, each as the first attempt yielded it; Kafka is read once
-        for all the ``offsets`` slots among them."""
-        held = {slot: self.log.slot(slot) for slot in slots}
+    def read(self, slots: Sequence[int]) -> Iterator[tuple[int, pa.Table | pa.RecordBatch]]:
+        """The rows of ``slots``, in order, each as the first attempt yielded it. Kafka is read
+        once for all the ``offsets`` slots among them (each partition's range once), in
+        chunks of up to :data:`REPLAY_CHUNK_ROWS` rows, which bound the records held."""
+        held = [(slot, self.log.slot(slot)) for slot in slots]
+        chunk: list[tuple[int, pa.Table | OffsetSlot]] = []
+        rows = 0
+        for slot, h in held:
+            chunk.append((slot, h))
+            rows += h.rows if isinstance(h, OffsetSlot) else 0
+            if rows >= REPLAY_CHUNK_ROWS:
+                yield from self._chunk(chunk)
+                chunk, rows = [], 0
+        yield from self._chunk(chunk)
+
+    def _chunk(self, held: list[tuple[int, pa.Table | OffsetSlot]]) \
+            -> Iterator[tuple[int, pa.Table | pa.RecordBatch]]:
         wanted: dict[TopicPartition, list[npt.NDArray[np.int64]]] = {}
-        for h in held.values():
+        for _, h in held:
             if isinstance(h, OffsetSlot):
                 for tp, offs in h.keys().by_partition.items():
                     wanted.setdefault(tp, []).append(offs)
-        if not wanted:
-            return {slot: h for slot, h in held.items() if not isinstance(h, OffsetSlot)}
         reads = read_offsets(self.settings.client,
                              {tp: np.unique(np.concatenate(o)) for tp, o in wanted.items()},
-                             isolation_level=self.settings.isolation_level)
-        out: dict[int, pa.Table | pa.RecordBatch] = {}
-        for slot, h in held.items():
-            out[slot] = self._rebuild(slot, h, reads) if isinstance(h, OffsetSlot) else h
-        return out
+                             isolation_level=self.settings.isolation_level) if wanted else {}
+        for slot, h in held:
+            yield slot, self._rebuild(slot, h, reads) if isinstance(h, OffsetSlot) else h
 
     def _rebuild(self, slot: int, held: OffsetSlot,
                  reads: dict[TopicPartition, PartitionRead]) -> pa.RecordBatch:
