@@ -18,7 +18,10 @@ which keeps the task within its record and time budget. Exactly-once protocol pe
 
 After each poll it yields the log's data slots published so far, in slot order; when the
 task's budget (records, time) is spent it closes the partition log with END and yields the
-data slots before END it has not yielded yet (a concurrent attempt's). Rows are yielded only
+data slots before END it has not yielded yet (a concurrent attempt's). Slots it did not
+publish itself are yielded as the journal holds them (``journalContent=records``) or read back
+from Kafka and checked against their checksum (``offsets``, the default;
+``journal/replay.py``). Rows are yielded only
 after their poll is acknowledged, so downstream processing time never eats into an acquisition
 lock; a downstream that falls further behind than Spark's buffers slows the polling.
 
@@ -198,7 +201,7 @@ class _Fill:
     """One attempt's poll -> journal -> acknowledge loop for one partition log, then END.
 
     Yields the log's data slots in slot order as soon as they are published and acknowledged
-    (this attempt's from memory, an earlier or concurrent attempt's from the journal), so
+    (this attempt's from memory, an earlier or concurrent attempt's through the journal), so
     Spark processes rows while the task polls. ``emitted``: the slots yielded so far
     (``0 .. emitted - 1``); the run's return value is the final scan.
     """

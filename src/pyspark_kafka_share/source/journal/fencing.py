@@ -31,6 +31,7 @@ from pyspark_kafka_share.errors import JournalClosed, JournalError
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.journal.slots import (
     ARROW_MAGIC,
+    LOSS_PREFIX,
     EndMarker,
     OffsetSlot,
     attempt_of,
@@ -105,8 +106,7 @@ class PartLog:
         store = self.journal.store
         names = store.listdir(self.dir)
         numbers = sorted(int(n) for n in names if n.isdigit())
-        # Records skipped by replays after END (failOnDataLoss=false; source/journal/replay)
-        self.loss_files = [n for n in names if n.startswith("lost-")]
+        self.loss_files = [n for n in names if n.startswith(LOSS_PREFIX)]
         count = 0
         for number in numbers:
             if number != count:

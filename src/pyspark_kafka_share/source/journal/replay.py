@@ -30,9 +30,9 @@ from pyspark_kafka_share._kafka.replay import PartitionRead, read_offsets
 from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share.errors import DataLossError
 from pyspark_kafka_share.source.journal.fencing import PartLog
-from pyspark_kafka_share.source.journal.slots import OffsetSlot, rows_checksum
+from pyspark_kafka_share.source.journal.slots import LOSS_PREFIX, OffsetSlot, rows_checksum
 
-__all__ = ["LOSS_PREFIX", "REPLAY_CHUNK_ROWS", "ReplaySettings", "SlotReader",
+__all__ = ["REPLAY_CHUNK_ROWS", "ReplaySettings", "SlotReader",
            "describe_offsets"]
 
 _log = logging.getLogger(__name__)
@@ -42,10 +42,6 @@ REPLAY_CHUNK_ROWS = 200_000
 """Rows of ``offsets`` slots read back from Kafka per call: a task's replay holds at most
 about this many records (and the records of other tasks in their offset ranges are read and
 dropped as they arrive)."""
-
-LOSS_PREFIX = "lost-"
-"""A file ``lost-<attempt>`` beside a log's slots: the records a replay after END skipped
-(``failOnDataLoss=false``), for the batch's metrics (slots are numbers, so scans skip it)."""
 
 _FIX = ("Kafka no longer holds every record this journal (journalContent=offsets) refers to. "
         "Set journalContent=records for topics whose records may be gone before a replay "

@@ -34,11 +34,16 @@ from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 
-__all__ = ["ARROW_MAGIC", "CONTENTS", "RUN_SCHEMA", "Content", "EndMarker", "OffsetSlot",
-           "attempt_of", "data_slot", "dedup_entry", "is_data", "keys_of", "offsets_slot",
-           "read_slot", "records_of", "rows_checksum", "runs_of"]
+__all__ = ["ARROW_MAGIC", "CONTENTS", "LOSS_PREFIX", "RUN_SCHEMA", "Content", "EndMarker",
+           "OffsetSlot", "attempt_of", "data_slot", "dedup_entry", "is_data", "keys_of",
+           "offsets_slot", "read_slot", "records_of", "rows_checksum", "runs_of"]
 
 ARROW_MAGIC = b"ARROW1"  # the first bytes of an Arrow IPC file: a data slot or dedup entry
+
+LOSS_PREFIX = "lost-"
+"""A file ``lost-<attempt>`` beside a log's slots: ``{"records_lost": n}``, the records a
+re-run after END skipped (``failOnDataLoss=false``), for the batch's metrics (slots are
+numbers, so scans skip it)."""
 
 Content = Literal["offsets", "records"]
 CONTENTS: tuple[Content, ...] = ("offsets", "records")
