@@ -1,9 +1,11 @@
-"""The acknowledgement journal: records are durable here before they are ACCEPTed.
+"""The acknowledgement journal: each poll is durable here before its records are ACCEPTed.
 
 Layout under ``journalPath``::
 
     batches/<seq>/<part>/<slot>   numbered slots of one Spark input partition of one batch:
-                                  each is an Arrow IPC file (records) or an END marker (JSON)
+                                  each is an Arrow IPC file (the poll's offsets and checksum,
+                                  or its records: ``JournalSettings.content``) or an END
+                                  marker (JSON); ``lost-<attempt>``: records a re-run skipped
     dedup/<seq>-<part>-<slot>     (topic, partition, offset) of committed records whose
                                   acknowledgement was not confirmed
     committed                     the newest batch Spark committed (a fence for late attempts)
