@@ -369,8 +369,9 @@ class SparkBench:
         if kind == "kafka":
             return self._kafka_reader(data.topic)
         delivery = {"share-eo": "exactly-once", "share-eo-nofsync": "exactly-once",
-                    "share-amo": "at-most-once"}[kind]
-        extra = {"journalFsync": "false"} if kind == "share-eo-nofsync" else None
+                    "share-eo-records": "exactly-once", "share-amo": "at-most-once"}[kind]
+        extra = {"share-eo-nofsync": {"journalFsync": "false"},
+                 "share-eo-records": {"journalContent": "records"}}.get(kind)
         return self._share_reader(data.topic, delivery=delivery, num_partitions=num_partitions,
                                   extra=extra)
 

@@ -1,4 +1,7 @@
-"""What one journal slot costs: local filesystem (fsync on/off) against S3 (LocalS3, moto).
+"""What one journal slot costs: local filesystem (fsync on/off) against S3 (LocalS3, moto),
+for both journal contents (``offsets``, the default: runs of offsets and a checksum;
+``records``: the records). Reported per store and content: slots per second and journal
+bytes per record besides the latencies.
 
 Per poll, a task publishes one slot (exclusive create) and re-reads the ``committed`` fence;
 that pair is "slot" below. Also measured: opening a log (fence + listing + first bytes of the
@@ -25,6 +28,7 @@ import pyarrow as pa
 
 from pyspark_kafka_share._kafka.arrow import arrow_schema
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal
+from pyspark_kafka_share.source.journal.slots import CONTENTS, Content
 
 
 def _batch(records: int, value_bytes: int, start: int) -> pa.RecordBatch:
@@ -46,12 +50,13 @@ def _measure(journal_for: Callable[[], Journal], slots: int, records: int,
     batch = _batch(records, value_bytes, 0)
     j = journal_for()
     out: dict[str, list[float]] = {"slot": [], "create": [], "fence": [], "open": [],
-                                   "read_all": [], "end": [], "commit": []}
+                                   "read_all": [], "end": [], "commit": [], "bytes": []}
     log = j.part_log(1, 0)
     log.open()
     for _ in range(slots):
         t = time.perf_counter()
         log.append(batch, attempt=1)
+        out["bytes"].append(log.last_slot_bytes)
         t1 = time.perf_counter()
         j.committed_seq()  # the fence a task re-reads after every append
         t2 = time.perf_counter()
@@ -91,25 +96,30 @@ def main() -> None:
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for fsync in (True, False):
-            def local(fsync: bool = fsync) -> Journal:
-                return Journal(f"{tmp}/{uuid.uuid4().hex}", fsync=fsync)
+            for content in CONTENTS:
+                def local(fsync: bool = fsync, content: Content = content) -> Journal:
+                    return Journal(f"{tmp}/{uuid.uuid4().hex}", fsync=fsync, content=content)
 
-            results[f"local fsync={str(fsync).lower()}"] = _measure(
-                local, args.slots, args.records, args.value_bytes)
+                results[f"local fsync={str(fsync).lower()} content={content}"] = _measure(
+                    local, args.slots, args.records, args.value_bytes)
     from pyspark_kafka_share.harness.s3 import LocalS3
 
     with LocalS3() as s3:
         s3.create_bucket("bench-journal")
         opts: dict[str, Any] = {k.removeprefix("journal."): v
                                 for k, v in s3.journal_options().items()}
+        for content in CONTENTS:
+            def remote(content: Content = content) -> Journal:
+                return Journal(f"s3://bench-journal/{uuid.uuid4().hex}", options=opts,
+                               content=content)
 
-        def remote() -> Journal:
-            return Journal(f"s3://bench-journal/{uuid.uuid4().hex}", options=opts)
-
-        results["s3 (moto, loopback)"] = _measure(remote, args.slots, args.records,
-                                                  args.value_bytes)
+            results[f"s3 (moto, loopback) content={content}"] = _measure(
+                remote, args.slots, args.records, args.value_bytes)
     for name, res in results.items():
         print(f"\n{name}")
+        print(f"  slots/s (create + fence)     {1 / statistics.median(res['slot']):8.1f}")
+        per_record = statistics.median(res["bytes"]) / args.records
+        print(f"  journal bytes per record     {per_record:8.2f}")
         print(f"  slot (create + fence read)   {_ms(res['slot'])}")
         print(f"    exclusive create           {_ms(res['create'])}")
         print(f"    fence read                 {_ms(res['fence'])}")

@@ -1,6 +1,7 @@
 """Where one kafka-share task's time goes: the executor-side reader under cProfile, no Spark.
 
     python bench/profile_task.py [--records N] [--delivery exactly-once|at-most-once]
+                                 [--content offsets|records]
 
 Produces N records (200-byte values) to a 1-partition topic on an embedded broker, then runs
 ``read_partition`` in this process, exactly as a Spark task would (pooled share consumer,
@@ -41,6 +42,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--delivery", default="exactly-once")
+    ap.add_argument("--content", default="offsets", help="journalContent (exactly-once)")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     with LocalKafka() as kafka:
@@ -56,6 +58,7 @@ def main() -> int:
             "kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": _group(kafka),
             "subscribe": topic, "delivery": args.delivery,
             "journalPath": tempfile.mkdtemp(prefix="prof-journal-"),
+            "journalContent": args.content,
             "maxBatchDurationMs": "600000"})
         spec = TaskSpec(opts, seq=0, part=0, parts=1, task_max_records=args.records,
                         lock_ms=30_000, partitions=(TopicPartition(topic, 0),))
@@ -69,7 +72,8 @@ def main() -> int:
         out = io.StringIO()
         stats = pstats.Stats(profiler, stream=out)
         stats.sort_stats("cumulative").print_stats(args.top)
-        print(f"{args.delivery}: {rows} rows in {took:.2f}s = {rows / took:,.0f} rows/s "
+        print(f"{args.delivery} (journalContent={args.content}): {rows} rows in {took:.2f}s = "
+              f"{rows / took:,.0f} rows/s "
               "(one task, one consumer, including its group join; the profile adds overhead)")
         print(out.getvalue())
     return 0

@@ -29,6 +29,9 @@
     │   └── SecurityProtocolMismatchError  client and port speak different protocols (TLS
     │                                   or SASL to a port without, or the other way round)
     ├── JournalError                    the acknowledgement journal could not be read/written
+    │   ├── DataLossError               a replay found journaled offsets gone from Kafka
+    │   │                               (retention, compaction) or changed (a re-created
+    │   │                               topic: checksum); failOnDataLoss=false skips them
     │   └── JournalClosed               a partition log was ENDed or its batch committed (a
     │                                   late task attempt; handled inside the source)
     └── LocalKafkaError                 a local harness (broker, S3 server, Spark cluster)
@@ -53,6 +56,7 @@ __all__ = [
     "AuthorizationError",
     "BrokerError",
     "CoordinatorNotAvailableError",
+    "DataLossError",
     "ErrorCode",
     "GroupNotEmptyError",
     "GroupNotFoundError",
@@ -308,6 +312,11 @@ class JournalError(KafkaShareError):
 
 class JournalClosed(JournalError):
     """The partition log was closed (END) by another attempt, or its batch was committed."""
+
+
+class DataLossError(JournalError):
+    """A replay of journaled offsets found records gone from Kafka, or different from the
+    ones first yielded (``failOnDataLoss=true``)."""
 
 
 class LocalKafkaError(KafkaShareError):

@@ -217,7 +217,7 @@ def _journaled(journal: Journal) -> set[Key]:
         for part in journal.batch_ends(seq):
             log = journal.part_log(seq, part)
             for slot in log.scan().data_slots:
-                t = log.table(slot)
+                t = log.identities(slot)
                 keys.update(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
                                 t.column("offset").to_pylist(), strict=True))
     return keys
@@ -254,7 +254,7 @@ def test_a_task_reading_a_deleted_topic_fails_at_once_not_after_its_poll_timeout
     log = Journal(str(tmp_path / "j")).part_log(1, 0)
     scan = log.scan()
     assert scan.end is None  # no END: a retry would continue the log
-    journaled = [o for s in scan.data_slots for o in log.table(s).column("offset").to_pylist()]
+    journaled = [o for s in scan.data_slots for o in log.identities(s).column("offset").to_pylist()]
     assert sorted(journaled) == [0, 1, 2]  # ACCEPTed only what the journal holds
 
 

@@ -297,3 +297,42 @@ def test_share_group_offsets_and_lag_over_sasl_ssl(kafka: LocalKafka) -> None:
         assert partition.error_code == 0
         assert partition.start_offset is not None and partition.start_offset >= 0
         assert partition.lag == 5 - 3  # 3 of 5 accepted (Kafka 4.2+ reports the lag)
+
+
+@pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"])
+def test_the_journal_replay_consumer_needs_topic_read_and_no_group_acl(
+        kafka: LocalKafka, listener: str) -> None:
+    """The replay of ``offsets`` journal slots (a plain consumer, assigned partitions, the
+    source's connection settings) reads as a principal with READ on the topic and no ACL on
+    any group; without READ it fails naming the ACL. Over SASL_SSL (SCRAM) and mutual TLS."""
+    import numpy as np
+
+    from pyspark_kafka_share._kafka.partition import TopicPartition
+    from pyspark_kafka_share._kafka.replay import read_offsets
+    from pyspark_kafka_share._kafka.settings import ClientSettings
+
+    # Principals without any ACL on this topic or group: bob over SCRAM, alice's certificate.
+    user = BOB if listener == "sasl_ssl" else ALICE
+    topic, group = f"replay-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic)
+    kafka.produce(topic, [f"r{i}".encode() for i in range(10)])
+    conf = kafka.client_config(user, listener=listener)
+    bootstrap = conf.pop("bootstrap.servers")
+    settings = ClientSettings(bootstrap, group, tuple((k, str(v)) for k, v in conf.items()),
+                              timeout_s=10)
+    wanted = {TopicPartition(topic, 0): np.asarray([2, 3, 7], np.int64)}
+    _fails_fast(lambda: read_offsets(settings, wanted, isolation_level="read_committed"),
+                AuthorizationError, f"not allowed to READ topic '{topic}'")
+    kafka.grant(user, "TOPIC", topic, "READ")
+    deadline = time.monotonic() + 10  # ACLs reach the authorizer asynchronously
+    while True:
+        try:
+            read = read_offsets(settings, wanted, isolation_level="read_committed")
+            break
+        except AuthorizationError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+    got = read[TopicPartition(topic, 0)]
+    assert {o: m.value() for o, m in got.records.items()} == {2: b"r2", 3: b"r3", 7: b"r7"}
+    assert len(got.missing) == 0

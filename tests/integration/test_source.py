@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.source.journal.journal import Journal
+from pyspark_kafka_share.source.journal.slots import OffsetSlot
 from tests.fixtures.journal import JournalAt
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
@@ -270,6 +271,8 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
         assert scan.end is not None, "batch 1 is gone from the journal: the test cannot check"
         assert {log.writer(s) for s in scan.data_slots} - {scan.end.attempt}, \
             "no slot of the failed attempt (so it yielded no rows): the test proves nothing"
+        assert all(isinstance(log.slot(s), OffsetSlot) for s in scan.data_slots), \
+            "the retry yielded the failed attempt's slots from the journal, not from Kafka"
 
 
 # journalFsync=false keeps slots in the page cache only: a killed process must not matter (on
@@ -414,6 +417,9 @@ def _backlog_with_3s_locks(kafka: LocalKafka, topic_factory: TopicFactory, group
     return topic, produce_spread(kafka, topic, 2, n)
 
 
+# The journal's default content (offsets: the restart reads the records back from Kafka) on
+# both stores, and the records content once.
+@pytest.mark.parametrize("journal", ["local", "s3", "local-records"], indirect=True)
 def test_failed_batch_restarted_from_checkpoint_replays_exactly(
     spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
     journal: JournalAt,

@@ -50,6 +50,8 @@ def test_keys_are_case_insensitive_and_parsed_once_into_a_frozen_picklable_objec
     ({"journalPath": "ftp://b/j"}, "journalPath", "atomic"),  # s3:// is probed: see test_journal
     ({"pollTimeoutMS": "5"}, "pollTimeoutMs", "at least 10"),
     ({"maxRecordPerTrigger": "5"}, "maxRecordPerTrigger", "did you mean 'maxRecordsPerTrigger'"),
+    ({"journalContent": "keys"}, "journalContent", "'records'"),
+    ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "true or false"),
 ])
 def test_bad_values_name_option_value_and_fix(extra: dict[str, str], option: str,
                                               fix: str) -> None:
@@ -93,6 +95,16 @@ def test_table_properties_are_ignored_and_option_prefix_stripped() -> None:
 def test_journal_fsync_defaults_on_and_can_be_turned_off() -> None:
     assert parse_options(BASE).journal_fsync is True
     assert parse_options({**BASE, "JOURNALFSYNC": "false"}).journal_fsync is False
+
+
+def test_the_journal_keeps_offsets_and_fails_on_data_loss_by_default() -> None:
+    opts = parse_options(BASE)
+    settings = opts.journal_settings()
+    assert settings is not None and settings.content == "offsets" and opts.fail_on_data_loss
+    opts = parse_options({**BASE, "journalcontent": "Records", "FAILONDATALOSS": "false"})
+    settings = opts.journal_settings()
+    assert settings is not None and settings.content == "records"
+    assert opts.fail_on_data_loss is False
 
 
 def test_a_task_polls_10_s_by_default_30_s_under_available_now_and_as_long_as_set() -> None:

@@ -46,8 +46,21 @@ def test_a_token_callback_reaches_every_client_as_a_callable() -> None:
     assert settings.consumer(client_id="c")["oauth_cb"] is _token
     assert settings.admin()["oauth_cb"] is _token
     assert settings.producer()["oauth_cb"] is _token
+    assert settings.replay_consumer(isolation_level="read_committed")["oauth_cb"] is _token
     conn = settings.connection
     assert conn is not None and conn.token_provider is _token
+
+
+def test_the_journal_replay_consumer_connects_as_the_share_consumer_and_joins_nothing() -> None:
+    extra = (*SCRAM, ("fetch.max.bytes", "1000000"), ("max.poll.records", "100"),
+             ("client.id", "mine"))
+    conf = ClientSettings("h:9093", "g", extra).replay_consumer(isolation_level="read_committed")
+    shared = {k: v for k, v in SCRAM}
+    assert {k: conf[k] for k in shared} == shared, "the same security settings"
+    assert conf["fetch.max.bytes"] == "1000000" and "max.poll.records" not in conf
+    assert (conf["isolation.level"], conf["enable.auto.commit"], conf["auto.offset.reset"]) \
+        == ("read_committed", False, "error")
+    assert conf["group.id"] == "g", "confluent-kafka needs one; assign() never joins it"
 
 
 def test_workers_keep_oauth_cb_typed() -> None:

@@ -24,15 +24,30 @@ from pyspark_kafka_share._kafka.pool import PooledConsumer
 from pyspark_kafka_share._kafka.share import ShareSession
 from pyspark_kafka_share.errors import BrokerError, JournalClosed, JournalError
 from pyspark_kafka_share.source.faults import Faults
+from pyspark_kafka_share.source.journal import replay as replay_module
 from pyspark_kafka_share.source.journal.journal import Journal, ScanResult
+from pyspark_kafka_share.source.journal.slots import CONTENTS, Content
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, _Fill, read_partition
+from tests.unit.test_journal_replay import fake_kafka
 
 from .fakes import FakeConsumer, Msg
 
 IN0, IN1 = TopicPartition("in", 0), TopicPartition("in", 1)
 
 SEQ = 1
+
+
+@pytest.fixture(autouse=True, params=CONTENTS)
+def content(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Content:
+    """Every test runs on both journal contents; an ``offsets`` replay reads a fake log that
+    holds, at every offset, the record ``Msg`` builds (as the scripted polls hand out)."""
+    monkeypatch.setattr(replay_module, "read_offsets", fake_kafka())
+    monkeypatch.setitem(_CONTENT, "content", request.param)
+    return request.param  # type: ignore[no-any-return]
+
+
+_CONTENT: dict[str, Content] = {"content": "offsets"}
 
 
 class Consumer(FakeConsumer):
@@ -70,12 +85,19 @@ def _spec(journal: Path, lock_ms: int = 30_000) -> TaskSpec:
     opts = parse_options({"kafka.bootstrap.servers": "unused:9092", "kafka.group.id": "g",
                           "subscribe": "in", "journalPath": str(journal),
                           "pollTimeoutMs": "1000", "joinTimeoutMs": "0",
-                          "consumerIdleTimeoutMs": "0", "journalFsync": "false"})
+                          "consumerIdleTimeoutMs": "0", "journalFsync": "false",
+                          "journalContent": _CONTENT["content"]})
     return TaskSpec(options=opts, seq=SEQ, part=0, parts=1, task_max_records=None, lock_ms=lock_ms)
 
 
+def _journal(spec: TaskSpec) -> Journal:
+    settings = spec.options.journal_settings()
+    assert settings is not None
+    return Journal(settings.path, fsync=False, content=settings.content)
+
+
 def _fill(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, Journal]:
-    journal = Journal(str(spec.options.journal_path), fsync=False)
+    journal = _journal(spec)
     log = journal.part_log(SEQ, 0)
     fill = _Fill(spec, journal, log, log.open(), attempt_id=7,
                  faults=Faults(None, seq=SEQ, part=0, attempt_number=0))
@@ -100,8 +122,7 @@ def _run(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, list[int], Any]:
     emitted, scan = _drive(fill.run(pc))
     log = journal.part_log(SEQ, 0)
     offsets = [o for slot in scan.data_slots
-               for o in pa.Table.from_batches(log.table(slot).to_batches())
-               .column("offset").to_pylist()]
+               for o in log.identities(slot).column("offset").to_pylist()]
     assert emitted == offsets, "the rows yielded while polling are the log's, in its order"
     assert consumer.closed, "a consumer that is not pooled is closed"
     return fill, offsets, scan.end
@@ -290,7 +311,7 @@ def test_rows_are_yielded_while_the_task_polls_in_the_logs_order(tmp_path: Path)
 
     def other_attempt_publishes(n: int) -> None:
         if n == 2:  # our poll 1 is in slot 0; a concurrent attempt takes slot 1
-            other = Journal(str(spec.options.journal_path), fsync=False).part_log(SEQ, 0)
+            other = _journal(spec).part_log(SEQ, 0)
             other.scan()
             assert other.append(messages_to_batch([Msg(50)], False), attempt=9) == 1
 

@@ -61,6 +61,8 @@ class BrokerFacts:
     partitions: dict[str, int]
     lock_ms: int
     delivery_limit: int
+    # The group's share.isolation.level: what the journal's replay consumer reads with.
+    isolation_level: str = "read_uncommitted"
 
 
 _ADMINS: dict[tuple[tuple[str, str], ...], tuple[Any, ClientLog]] = {}
@@ -177,7 +179,14 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
         partitions={t: len(md.topics[t].partitions) for t in topics},
         lock_ms=int(configs["share.record.lock.duration.ms"].value),
         delivery_limit=delivery_limit(admin, md, configs, timeout),
+        isolation_level=_config_value(configs, "share.isolation.level", "read_uncommitted"),
     )
+
+
+def _config_value(configs: Mapping[str, Any], name: str, default: str) -> str:
+    entry = configs.get(name)
+    value = getattr(entry, "value", None)
+    return str(value) if value else default
 
 
 def _check_share_support(bootstrap: str, versions: Mapping[int, tuple[int, int]]) -> None:

@@ -52,6 +52,9 @@ _CONSUMER_ONLY = frozenset({
     "queued.max.messages.kbytes", "fetch.message.max.bytes", "fetch.error.backoff.ms",
     "check.crcs",
 })
+# Fetch sizes a plain consumer shares with the share consumer (oversized record batches).
+_FETCH_SIZES = frozenset({"receive.message.max.bytes", "fetch.max.bytes",
+                          "fetch.message.max.bytes", "max.partition.fetch.bytes"})
 # What a producer shares with the consumer of the same cluster.
 _CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.dns", "broker.address.")
 
@@ -127,6 +130,24 @@ class ClientSettings:
         if max_poll_records is not None:
             conf["max.poll.records"] = str(min(max_poll_records, int(conf["max.poll.records"])))
         return conf
+
+    def replay_consumer(self, *, isolation_level: str) -> dict[str, Any]:
+        """A plain ``Consumer`` that reads given offsets of ``assign()``-ed partitions (the
+        journal's replay, ``_kafka.replay``): this cluster's connection and security
+        settings and fetch sizes, the share group's ``isolation_level``; no commits, and an
+        offset out of range is reported, never reset. confluent-kafka insists on a
+        ``group.id``: the share group's, which the consumer never joins nor commits to (no
+        JoinGroup, OffsetCommit or OffsetFetch; librdkafka's FindCoordinator for it needs
+        DESCRIBE on the group, which the share group's READ grant includes)."""
+        shared = {k: v for k, v in self.extra
+                  if k.startswith(_CONNECTION_PREFIXES) or k in _FETCH_SIZES}
+        conf: dict[str, Any] = {**shared, **self._security()}
+        conf.update({"bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
+                     "isolation.level": isolation_level, "enable.auto.commit": False,
+                     "enable.auto.offset.store": False, "auto.offset.reset": "error",
+                     "enable.partition.eof": True})
+        conf.setdefault("client.id", "pyspark-kafka-share-replay")
+        return client_config(conf)
 
     def admin(self) -> dict[str, Any]:
         """An ``AdminClient``'s configuration (security settings pass through)."""

@@ -110,6 +110,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                               option="startingOffsets")
         self.lock_ms = facts.lock_ms
         self.delivery_limit = facts.delivery_limit
+        self.isolation_level = facts.isolation_level  # for replays of offsets slots
         self.num_partitions = options.num_partitions or max(1, sum(facts.partitions.values()))
         self.available_now_target: dict[TopicPartition, int] | None = None
         self.available_now_first_seq: int | None = None  # first batch this run plans
@@ -306,7 +307,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                                          delivery_limit=self.delivery_limit,
                                          partitions=known, journal_marker=self.marker,
                                          poll_records=plan.poll or None,
-                                         available_now=self.available_now_target is not None))
+                                         available_now=self.available_now_target is not None,
+                                         isolation_level=self.isolation_level))
             for i in range(plan.parts)
         ]
 

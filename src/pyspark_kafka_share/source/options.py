@@ -37,6 +37,7 @@ SOURCE_OPTIONS = (
     "numPartitions", "maxRecordsPerTrigger", "startingOffsets", "includeHeaders",
     "pollTimeoutMs", "joinTimeoutMs", "maxBatchDurationMs", "consumerIdleTimeoutMs",
     "lockSafetyFraction", "dedupRetentionMs", "brokerTimeoutMs", "journalFsync",
+    "journalContent", "failOnDataLoss",
 )
 # Options Spark may add on its own (e.g. for CREATE TABLE ... USING); ignored.
 _SPARK_INJECTED = ("path", "paths", "provider")
@@ -60,6 +61,10 @@ class SourceOptions:
     starting_offsets: str | None = None
     include_headers: bool = False
     journal_fsync: bool = True
+    # What a journal slot holds: "offsets" (replayed from Kafka) or "records" (the records).
+    journal_content: str = "offsets"
+    # A replay that finds records gone from Kafka fails the query (True) or skips them.
+    fail_on_data_loss: bool = True
     poll_timeout_ms: int = 2_000
     join_timeout_ms: int = 6_000
     max_batch_duration_ms: int | None = None  # unset: see batch_duration_ms()
@@ -91,7 +96,9 @@ class SourceOptions:
         from pyspark_kafka_share.source.journal import JournalSettings
 
         return JournalSettings(self.journal_path, fsync=self.journal_fsync,
-                               store_options=self.journal_options)
+                               store_options=self.journal_options,
+                               content="records" if self.journal_content == "records"
+                               else "offsets")
 
     @property
     def exactly_once(self) -> bool:
@@ -204,6 +211,20 @@ def _delivery_and_journal(opts: Mapping[str, str], journal_opts: tuple[tuple[str
     return delivery, journal
 
 
+def _journal_content(opts: Mapping[str, str]) -> str:
+    raw = opts.get("journalcontent")
+    if raw is None:
+        return "offsets"
+    value = str(raw).strip().lower()
+    if value not in ("offsets", "records"):
+        raise OptionError("journalContent", raw,
+                          "use 'offsets' (default: the journal keeps offsets, a replay reads "
+                          "the records back from Kafka) or 'records' (the journal keeps a copy "
+                          "of every record: for topics whose records may be gone before a "
+                          "replay, such as short retention, compaction or deleteRecords)")
+    return value
+
+
 def _fraction(opts: Mapping[str, str]) -> float:
     raw = opts.get("locksafetyfraction")
     if raw is None:
@@ -266,6 +287,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting_offsets=offset_reset(opts.get("startingoffsets"), "startingOffsets"),
         include_headers=_bool(opts, "includeHeaders", False),
         journal_fsync=_bool(opts, "journalFsync", True),
+        journal_content=_journal_content(opts),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         poll_timeout_ms=_int(opts, "pollTimeoutMs", 2_000, minimum=10) or 2_000,
         join_timeout_ms=_int(opts, "joinTimeoutMs", 6_000, minimum=0) or 0,
         max_batch_duration_ms=_int(opts, "maxBatchDurationMs", None, minimum=100),

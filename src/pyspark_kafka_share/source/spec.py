@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.share import lock_budget_s
 from pyspark_kafka_share.source.journal import Journal
+from pyspark_kafka_share.source.journal.replay import ReplaySettings
 from pyspark_kafka_share.source.options import SourceOptions
 
 __all__ = ["TaskSpec"]
@@ -41,6 +42,9 @@ class TaskSpec:
     # Trigger.AvailableNow: batches follow back to back, so the consumer is closed at the end
     # of the task, never pooled (POOL_AFTER_TASKS_UNDER_S).
     available_now: bool = False
+    # The share group's share.isolation.level, read at planning: what a replay of an
+    # ``offsets`` journal slot reads Kafka with (the records the group could hand out).
+    isolation_level: str = "read_uncommitted"
 
     def journal(self) -> Journal:
         """The journal, checked to be the driver's (see ``Journal.check_marker``)."""
@@ -50,6 +54,12 @@ class TaskSpec:
         if self.journal_marker is not None:
             journal.check_marker(self.journal_marker)
         return journal
+
+    def replay_settings(self) -> ReplaySettings:
+        """How slots this task did not poll are read back from Kafka."""
+        return ReplaySettings(self.options.client, isolation_level=self.isolation_level,
+                              include_headers=self.options.include_headers,
+                              fail_on_data_loss=self.options.fail_on_data_loss)
 
     def consumer_config(self) -> dict[str, str]:
         caps = [n for n in (self.task_max_records, self.poll_records) if n]

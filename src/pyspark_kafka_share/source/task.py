@@ -18,7 +18,10 @@ which keeps the task within its record and time budget. Exactly-once protocol pe
 
 After each poll it yields the log's data slots published so far, in slot order; when the
 task's budget (records, time) is spent it closes the partition log with END and yields the
-data slots before END it has not yielded yet (a concurrent attempt's). Rows are yielded only
+data slots before END it has not yielded yet (a concurrent attempt's). Slots it did not
+publish itself are yielded as the journal holds them (``journalContent=records``) or read back
+from Kafka and checked against their checksum (``offsets``, the default;
+``journal/replay.py``). Rows are yielded only
 after their poll is acknowledged, so downstream processing time never eats into an acquisition
 lock; a downstream that falls further behind than Spark's buffers slows the polling.
 
@@ -47,6 +50,8 @@ from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, PartLog, ScanResult
 from pyspark_kafka_share.source.journal.keys import SlotKeys
+from pyspark_kafka_share.source.journal.replay import SlotReader
+from pyspark_kafka_share.source.journal.slots import OffsetSlot
 from pyspark_kafka_share.source.poller import Poller
 from pyspark_kafka_share.source.spec import TaskSpec
 
@@ -90,6 +95,19 @@ def _min_offsets(tables: Sequence[pa.Table | pa.RecordBatch],
 def _summary(t: pa.Table | pa.RecordBatch) -> tuple[int, dict[TopicPartition, int]]:
     """Rows of ``t`` and their lowest offset per topic-partition."""
     return t.num_rows, SlotKeys.of_table(t).lowest()
+
+
+def _slot_summary(held: pa.Table | OffsetSlot) -> tuple[int, dict[TopicPartition, int]]:
+    """Rows of a data slot and their lowest offset per topic-partition, without Kafka."""
+    return (held.rows, held.keys().lowest()) if isinstance(held, OffsetSlot) else \
+        _summary(held)
+
+
+def _batches(table: pa.Table | pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    if isinstance(table, pa.RecordBatch):
+        yield table
+    else:
+        yield from table.to_batches()
 
 
 def _lower(low: dict[TopicPartition, int], more: Mapping[TopicPartition, int]) -> None:
@@ -160,8 +178,14 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         scan = yield from fill.run(_acquire_consumer(spec))
         emitted = fill.emitted
     faults.hit("kill-after-end")
-    for slot in scan.data_slots[emitted:]:
-        yield from log.table(slot).to_batches()
+    rest = scan.data_slots[emitted:]
+    if rest:
+        # Slots this attempt did not poll (a retry, a speculative copy, a restart, or a
+        # concurrent attempt's after our END): as written, or read back from Kafka once.
+        reader = SlotReader(log, spec.replay_settings(), Counter())
+        for _, table in reader.read(rest):
+            yield from _batches(table)
+        reader.write_losses(attempt_id)
 
 
 class _Split(NamedTuple):
@@ -177,7 +201,7 @@ class _Fill:
     """One attempt's poll -> journal -> acknowledge loop for one partition log, then END.
 
     Yields the log's data slots in slot order as soon as they are published and acknowledged
-    (this attempt's from memory, an earlier or concurrent attempt's from the journal), so
+    (this attempt's from memory, an earlier or concurrent attempt's through the journal), so
     Spark processes rows while the task polls. ``emitted``: the slots yielded so far
     (``0 .. emitted - 1``); the run's return value is the final scan.
     """
@@ -194,7 +218,8 @@ class _Fill:
         self.emitted = 0
         self.summaries: dict[int, tuple[int, dict[TopicPartition, int]]] = {}  # rows, lowest
         self.acked_slots: list[int] = []
-        existing = sum(log.table(s).num_rows for s in scan.data_slots)
+        self.reader = SlotReader(log, spec.replay_settings(), self.stats)
+        existing = sum(_slot_summary(log.slot(s))[0] for s in scan.data_slots)
         self.budget = None if spec.record_budget is None else spec.record_budget - existing
         self.pending: list[Any] = []  # polled, not yet acknowledged
 
@@ -313,7 +338,7 @@ class _Fill:
             return None
         self.own[slot] = batch
         self.summaries[slot] = (batch.num_rows, keys.lowest())
-        self.stats["journal_bytes"] += batch.nbytes
+        self.stats["journal_bytes"] += self.log.last_slot_bytes
         self.faults.hit("kill-after-publish")
         self.faults.hit("sleep-after-publish")
         return slot
@@ -332,15 +357,14 @@ class _Fill:
     def _emit(self, upto: int) -> Iterator[pa.RecordBatch]:
         """Yield the data slots ``emitted .. upto``: all exist (a slot is created only after
         the one before it), so the order is the log's, as a re-run of the batch yields it."""
+        others = [s for s in range(self.emitted, upto + 1) if s not in self.own]
+        replayed = dict(self.reader.read(others)) if others else {}
         for slot in range(self.emitted, upto + 1):
-            table = self.own.pop(slot) if slot in self.own else self.log.table(slot)
+            table = self.own.pop(slot) if slot in self.own else replayed.pop(slot)
             if slot not in self.summaries:
                 self.summaries[slot] = _summary(table)
             self.emitted = slot + 1
-            if isinstance(table, pa.RecordBatch):
-                yield table
-            else:
-                yield from table.to_batches()
+            yield from _batches(table)
 
     def _give_back(self, accept: list[Any], release: list[Any], counter: str) -> None:
         """ACCEPT ``accept`` (journaled already), RELEASE ``release`` (not emitted)."""
@@ -352,7 +376,7 @@ class _Fill:
     def _marker(self, scan: ScanResult) -> EndMarker:
         low, records = dict(self.poller.acquired_low), 0
         for i in scan.data_slots:
-            rows, mins = self.summaries.get(i) or _summary(self.log.table(i))
+            rows, mins = self.summaries.get(i) or _slot_summary(self.log.slot(i))
             records += rows
             _lower(low, mins)
         return EndMarker(

@@ -1,4 +1,5 @@
-"""The acknowledgement journal: records are durable here before they are ACCEPTed."""
+"""The acknowledgement journal: each poll is durable here (its offsets and a checksum of its
+rows, or its records) before its records are ACCEPTed."""
 
 from __future__ import annotations
 

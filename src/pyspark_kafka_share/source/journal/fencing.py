@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,11 +31,14 @@ from pyspark_kafka_share.errors import JournalClosed, JournalError
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.journal.slots import (
     ARROW_MAGIC,
+    LOSS_PREFIX,
     EndMarker,
+    OffsetSlot,
     attempt_of,
     data_slot,
     is_data,
-    records_of,
+    offsets_slot,
+    read_slot,
 )
 from pyspark_kafka_share.source.journal.stores import Store
 
@@ -79,6 +82,8 @@ class PartLog:
         self.part = part
         self.dir = journal._p("batches", journal._seq(seq), f"{part:05d}")
         self._next = 0
+        self.loss_files: list[str] = []  # seen by the last scan
+        self.last_slot_bytes = 0  # size of the last data slot this log appended
 
     def slot_path(self, slot: int) -> str:
         return f"{self.dir}/{slot:06d}"
@@ -99,7 +104,9 @@ class PartLog:
         :class:`JournalClosed` if that slot vanished (its batch was committed and deleted).
         """
         store = self.journal.store
-        numbers = sorted(int(n) for n in store.listdir(self.dir) if n.isdigit())
+        names = store.listdir(self.dir)
+        numbers = sorted(int(n) for n in names if n.isdigit())
+        self.loss_files = [n for n in names if n.startswith(LOSS_PREFIX)]
         count = 0
         for number in numbers:
             if number != count:
@@ -138,11 +145,14 @@ class PartLog:
     def append(self, batch: pa.RecordBatch, attempt: int, keys: SlotKeys | None = None) -> int:
         """Publish ``batch`` in the first free slot; return the slot number.
 
-        The slot records ``attempt`` (the writing task attempt); ``keys`` are the batch's, if
-        the caller has them already. Raises :class:`JournalClosed` if the log was ENDed first
-        (nothing was published).
+        The slot records ``attempt`` (the writing task attempt) and holds what the journal's
+        ``content`` says (the records, or their offsets and checksum); ``keys`` are the
+        batch's, if the caller has them already. Raises :class:`JournalClosed` if the log was
+        ENDed first (nothing was published).
         """
-        payload = data_slot(batch, attempt)
+        payload = offsets_slot(batch, attempt) if self.journal.content == "offsets" \
+            else data_slot(batch, attempt)
+        self.last_slot_bytes = len(payload)
         conflicts = 0
         while True:
             slot = self._next
@@ -189,15 +199,36 @@ class PartLog:
         raise JournalError(f"cannot END journal log {self.dir}: the store keeps reporting a "
                            "conflict")
 
+    def losses(self) -> int:
+        """Records that replays after END skipped (``failOnDataLoss=false``), from the files
+        the last :meth:`scan` saw."""
+        lost = 0
+        for name in self.loss_files:
+            try:
+                lost += int(json.loads(self.journal.store.read(f"{self.dir}/{name}"))
+                            .get("records_lost", 0))
+            except (FileNotFoundError, ValueError):
+                continue
+        return lost
+
     def writer(self, slot: int) -> int:
         """The task attempt that published data slot ``slot``."""
         return attempt_of(self.journal.store.read(self.slot_path(slot)))
 
-    def table(self, slot: int) -> pa.Table:
-        """The records of data slot ``slot``."""
-        return records_of(self.journal.store.read(self.slot_path(slot)))
+    def slot(self, slot: int) -> pa.Table | OffsetSlot:
+        """Data slot ``slot`` as written: the records of a ``records`` slot, or an
+        :class:`OffsetSlot` (whose records a replay reads from Kafka)."""
+        return read_slot(self.journal.store.read(self.slot_path(slot)))
 
-    def read(self, scan: ScanResult) -> Iterator[pa.RecordBatch]:
-        """The records of the data slots before END, in slot order."""
-        for slot in scan.data_slots:
-            yield from self.table(slot).to_batches()
+    def identities(self, slot: int) -> pa.Table:
+        """``(topic, partition, offset)`` of data slot ``slot``'s rows, in row order, for either
+        content (no Kafka read)."""
+        held = self.slot(slot)
+        if not isinstance(held, OffsetSlot):
+            return held.select(["topic", "partition", "offset"])
+        tps, which, offsets, _ = held.rows_in_order()
+        return pa.table({
+            "topic": pa.array([tps[i].topic for i in which.tolist()], pa.string()),
+            "partition": pa.array([tps[i].partition for i in which.tolist()], pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+        })

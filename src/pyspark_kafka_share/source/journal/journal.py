@@ -1,9 +1,11 @@
-"""The acknowledgement journal: records are durable here before they are ACCEPTed.
+"""The acknowledgement journal: each poll is durable here before its records are ACCEPTed.
 
 Layout under ``journalPath``::
 
     batches/<seq>/<part>/<slot>   numbered slots of one Spark input partition of one batch:
-                                  each is an Arrow IPC file (records) or an END marker (JSON)
+                                  each is an Arrow IPC file (the poll's offsets and checksum,
+                                  or its records: ``JournalSettings.content``) or an END
+                                  marker (JSON); ``lost-<attempt>``: records a re-run skipped
     dedup/<seq>-<part>-<slot>     (topic, partition, offset) of committed records whose
                                   acknowledgement was not confirmed
     committed                     the newest batch Spark committed (a fence for late attempts)
@@ -24,7 +26,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.errors import JournalClosed, JournalError
@@ -37,7 +39,7 @@ from pyspark_kafka_share.source.journal.fencing import (
 )
 from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, Key, KeyIndex, SlotKeys
 from pyspark_kafka_share.source.journal.probe import check_journal, check_journal_uri
-from pyspark_kafka_share.source.journal.slots import EndMarker, dedup_entry, keys_of
+from pyspark_kafka_share.source.journal.slots import Content, EndMarker, dedup_entry, keys_of
 from pyspark_kafka_share.source.journal.stores import store_for
 
 __all__ = ["EndMarker", "Journal", "JournalSettings", "PartLog", "ScanResult", "check_journal",
@@ -63,11 +65,14 @@ class JournalSettings:
 
     ``store_options``: ``journal.<key>`` settings of an object-store journal (endpoint,
     credentials, ...), without the prefix. Never logged nor shown (``repr=False``).
+    ``content``: what a new data slot holds (:mod:`.slots`): ``offsets`` (replayed from
+    Kafka) or ``records``. Reading needs no setting: each slot says what it holds.
     """
 
     path: str
     fsync: bool = True
     store_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    content: Content = "offsets"
 
 
 class Journal:
@@ -78,15 +83,18 @@ class Journal:
     """
 
     def __init__(self, uri: str, *, fsync: bool = True,
-                 options: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+                 options: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+                 content: Content = "offsets") -> None:
         self.uri = uri
         self.store, self.root = store_for(uri, options)
         self.fsync = fsync
+        self.content: Content = content
 
     @classmethod
     def of(cls, settings: JournalSettings) -> Journal:
         """The journal ``settings`` describe."""
-        return cls(settings.path, fsync=settings.fsync, options=settings.store_options)
+        return cls(settings.path, fsync=settings.fsync, options=settings.store_options,
+                   content=settings.content)
 
     def __repr__(self) -> str:
         return f"Journal({self.uri!r})"
@@ -273,16 +281,22 @@ class Journal:
     # -- driver side --------------------------------------------------------------------
 
     def batch_ends(self, seq: int) -> dict[int, EndMarker]:
-        """END markers of batch ``seq``, by partition."""
+        """END markers of batch ``seq``, by partition (their stats with the records replays
+        after END skipped, ``records_lost``)."""
         ends: dict[int, EndMarker] = {}
         for part in self.store.listdir(self._p("batches", self._seq(seq))):
             if not part.isdigit():
                 continue
+            log = self.part_log(seq, int(part))
             try:
-                end = self.part_log(seq, int(part)).scan().end
+                end = log.scan().end
+                lost = log.losses() if end is not None and log.loss_files else 0
             except JournalClosed:
                 continue  # committed and deleted meanwhile
             if end is not None:
+                if lost:  # skipped by replays after END: counted with the batch
+                    end = replace(end, stats={**end.stats, "records_lost":
+                                              end.stats.get("records_lost", 0) + lost})
                 ends[int(part)] = end
         return ends
 
