@@ -154,12 +154,13 @@ def record_value(m: Message) -> bytes:
 
 
 def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,
-               settle_s: float = 2.0) -> list[Message]:
-    """Every record of ``topic`` (classic consumer from the start): waits until ``expect``
-    records arrived and then ``settle_s`` without more, or ``timeout_s`` in all."""
+               settle_s: float = 2.0, isolation: str = "read_committed") -> list[Message]:
+    """Every record of ``topic`` (classic consumer from the start, ``isolation.level``
+    ``isolation``): waits until ``expect`` records arrived and then ``settle_s`` without more,
+    or ``timeout_s`` in all."""
     c = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
                   "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, "isolation.level": isolation})
     c.subscribe([topic])
     out: list[Message] = []
     deadline = time.monotonic() + timeout_s

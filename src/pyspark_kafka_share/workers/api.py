@@ -39,6 +39,7 @@ from pyspark_kafka_share._spark import check_spark_python, require_pandas
 from pyspark_kafka_share.errors import OptionError, from_client_error
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
 from pyspark_kafka_share.workers.control import ControlServer
+from pyspark_kafka_share.workers.exactly_once import ensure_marker_topic
 from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
     DUPLICATE,
@@ -413,6 +414,8 @@ def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
             f"config share.delivery.count.limit of {config.group!r}), so it would never reach "
             f"attempt {config.max_attempts}. Lower max_attempts or raise the group's limit")
     _check_out_topics(config)
+    if config.exactly_once_outputs:
+        ensure_marker_topic(config.client)
     broker_dlq = check_one_dead_letter_topic(config.client, "dead_letter_topic",
                                              config.dead_letter_topic)
     if config.starting_offsets is not None:
