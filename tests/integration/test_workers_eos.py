@@ -70,10 +70,9 @@ def _calls(log: str) -> Counter[str]:
 def _origins(msgs: list[Message]) -> list[Key]:
     out = []
     for m in msgs:
-        h = dict(m.headers() or [])
-        out.append((bytes(h["kafka-share.origin.topic"] or b"").decode(),
-                    int(h["kafka-share.origin.partition"] or b"-1"),
-                    int(h["kafka-share.origin.offset"] or b"-1")))
+        h = {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in m.headers() or []}
+        out.append((h["kafka-share.origin.topic"], int(h["kafka-share.origin.partition"]),
+                    int(h["kafka-share.origin.offset"])))
     return out
 
 
@@ -98,6 +97,11 @@ def _run(spark: SparkSession, kafka: LocalKafka, src: str, out: str, dlq: str, g
                        bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
                        output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
                        idle_timeout_s=12, on_progress=False, **options)
+
+
+def _faults(points: str) -> dict[str, Any]:
+    """The test-only argument (not in the typed options)."""
+    return {"_fault_injection": points}
 
 
 def _stat(summary: WorkerSummary, name: str) -> int:
@@ -179,8 +183,8 @@ def test_a_broker_crash_mid_transaction_duplicates_nothing(
     job = start_workers(spark, _work(log), topics=src, group=group,
                         bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
                         output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
-                        idle_timeout_s=15, on_progress=False, broker_timeout_s=60,
-                        _fault_injection="sleep-before-commit:part=0:attempt=0:seq=2:ms=4000")
+                        idle_timeout_s=25, on_progress=False, broker_timeout_s=60,
+                        **_faults("sleep-before-commit:part=0:attempt=0:seq=2:ms=4000"))
     # Worker 0 committed one transaction and processed its second chunk: it is in the pause.
     wait_for(lambda: job.progress().workers.get(0, {}),
              lambda w: w.get("transactions", 0) >= 1 and w.get("processed", 0) >= 6,
@@ -191,6 +195,8 @@ def test_a_broker_crash_mid_transaction_duplicates_nothing(
     summary = job.wait(240)
     _assert_each_origin_once(kafka, src, out, dlq)
     assert _stat(summary, "transactions_aborted") >= 1, str(summary.workers)
+    assert not any(str(w.get("stop_reason")).startswith("fenced") for w in summary.workers), \
+        str(summary)
 
 
 def test_a_zombie_past_its_lock_commits_nothing(

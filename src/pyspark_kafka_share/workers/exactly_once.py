@@ -324,7 +324,16 @@ class Fenced(BrokerError):
 
 class TransactionFailed(Exception):
     """A transaction was aborted (or its outcome is unknown): its records are RELEASEd, and a
-    redelivery finds the marker if the commit went through after all."""
+    redelivery finds the marker if the commit went through after all. ``fatal``: the producer
+    is unusable (e.g. its transaction state was lost with a broker restart) and is replaced."""
+
+    def __init__(self, text: str, *, fatal: bool = False) -> None:
+        super().__init__(text)
+        self.fatal = fatal
+
+
+# librdkafka's codes for "a newer producer with this transactional.id exists".
+_FENCED_CODES = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
 
 
 @dataclass(eq=False)
@@ -334,8 +343,10 @@ class Transactions:
     producer: Any
     topic: str
     timeout_s: float
+    txn_timeout_s: float
     errors: list[Any] = field(default_factory=list)
     open: bool = False
+    began: float = 0.0
     commit_s: float = 0.0  # moving average of commit_transaction's time
 
     @classmethod
@@ -359,11 +370,12 @@ class Transactions:
             raise from_client_error(exc, f"the transactional producer {txn_id!r} could not "
                                     "start", "Grant the workers' principal WRITE and DESCRIBE "
                                     "on transactional ids with this prefix") from exc
-        return cls(producer, topic, timeout_s, errors)
+        return cls(producer, topic, timeout_s, budget_ms / 1000, errors)
 
     def begin(self) -> None:
         self.producer.begin_transaction()
         self.open = True
+        self.began = time.monotonic()
 
     def commit(self) -> None:
         """Commit the open transaction; :class:`TransactionFailed` if it did not (abortable:
@@ -391,14 +403,17 @@ class Transactions:
     def _failed(self, exc: Exception, what: str) -> None:
         err = exc.args[0] if exc.args else None
         fatal = bool(getattr(err, "fatal", lambda: False)())
-        if fatal:
+        # The broker also fences a producer whose transaction outlived transaction.timeout.ms:
+        # that one is replaced; one fenced sooner was fenced by a newer attempt of its slot.
+        timed_out = time.monotonic() - self.began >= self.txn_timeout_s
+        if fatal and getattr(err, "name", lambda: "")() in _FENCED_CODES and not timed_out:
             raise Fenced(f"fenced: the transactional producer failed fatally during {what}: "
                          f"{err} (a newer attempt of this worker slot took over its "
                          "transactional.id; this attempt stops)") from exc
         if getattr(err, "txn_requires_abort", lambda: False)():
             with contextlib.suppress(Exception):
                 self.producer.abort_transaction(self.timeout_s)
-        raise TransactionFailed(f"{what} failed: {err}") from exc
+        raise TransactionFailed(f"{what} failed: {err}", fatal=fatal) from exc
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -424,6 +439,13 @@ def origins_of(items: Sequence[tuple[Any, Outcome]]) -> list[Origin]:
             if o in (Outcome.ACCEPT, Outcome.REJECT)]
 
 
+def _transactions(settings: ClientSettings, producer_conf: dict[str, Any], worker: int,
+                  lock_budget_s: float) -> Transactions:
+    return Transactions.start(producer_conf, transactional_id(settings.group_id, worker),
+                              marker_topic(settings.group_id), lock_budget_s,
+                              settings.timeout_s)
+
+
 _LOST = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_FATAL", "_FENCED", "_UNKNOWN_GROUP"})
 GC_EVERY_S = 30.0
 TOMBSTONE_IDLE_S = 1.0
@@ -438,6 +460,9 @@ class ExactlyOnce:
     txn: Transactions
     settings: ClientSettings
     prefix: bytes
+    producer_conf: dict[str, Any] = field(repr=False)
+    worker: int = 0
+    lock_budget_s: float = 0.0
     seq: int = 0
     mine: dict[bytes, set[TopicPartition]] = field(default_factory=dict)
     tombstones: set[bytes] = field(default_factory=set)
@@ -449,15 +474,22 @@ class ExactlyOnce:
     def start(cls, settings: ClientSettings, producer_conf: dict[str, Any], worker: int,
               attempt: int, lock_budget_s: float) -> ExactlyOnce:
         prefix = attempt_prefix(worker, attempt)
-        txn = Transactions.start(producer_conf, transactional_id(settings.group_id, worker),
-                                 marker_topic(settings.group_id), lock_budget_s,
-                                 settings.timeout_s)
+        txn = _transactions(settings, producer_conf, worker, lock_budget_s)
         try:
             log = MarkerLog.open(settings, prefix)
         except BaseException:
             txn.close()
             raise
-        return cls(log, txn, settings, prefix)
+        return cls(log, txn, settings, prefix, producer_conf, worker, lock_budget_s)
+
+    def replace_producer(self) -> Any:
+        """A new transactional producer for the slot (the old one failed fatally, e.g. its
+        transaction state was lost with a broker restart); ``init_transactions`` again."""
+        self.txn.close()
+        self.txn = _transactions(self.settings, self.producer_conf, self.worker,
+                                 self.lock_budget_s)
+        self._sent = set()
+        return self.txn.producer
 
     def new_poll(self) -> None:
         """A poll returned records: client errors from here on mean the acquisitions may be

@@ -195,7 +195,7 @@ class _Worker:
         try:
             while not self.should_stop():
                 if self.eos is not None and self.eos.due(time.monotonic()):
-                    self._transact([], [])  # tombstones alone, while idle
+                    self._tombstones_alone()
                 msgs, acquired = self.session.poll(0.5)
                 self.unacked = msgs
                 self.brokers.observe(self.session.take_errors(), bool(msgs))
@@ -497,8 +497,8 @@ class _Worker:
             try:
                 failed, key = self._transact([*outputs, *dead], origins_of(
                     [(m, o) for m, o, _ in final]), deadline)
-            except TransactionFailed:
-                self.stats["transactions_aborted"] += 1
+            except TransactionFailed as exc:
+                self._aborted(exc)
                 self._ack([(m, Outcome.RELEASE) for m, _, _ in final])
                 return False
             except Fenced as exc:
@@ -528,6 +528,22 @@ class _Worker:
                 "delivery in two transactions; the broker archives the record")
         self._ack([(m, Outcome.RELEASE) for m, _, _ in final])
         return True
+
+    def _tombstones_alone(self) -> None:
+        """A transaction of the tombstones due (while idle, and at the end)."""
+        try:
+            self._transact([], [])
+        except TransactionFailed as exc:
+            self._aborted(exc)
+        except Fenced as exc:
+            self.stop_reason = str(exc)
+
+    def _aborted(self, exc: TransactionFailed) -> None:
+        self.stats["transactions_aborted"] += 1
+        if exc.fatal:
+            assert self.eos is not None
+            self.stats["producers_replaced"] += 1
+            self.producer = self.eos.replace_producer()
 
     def _transact(self, items: list[_Item], origins: list[Origin],
                   deadline: float | None = None) -> tuple[dict[int, str], bytes | None]:
@@ -578,7 +594,7 @@ class _Worker:
         if self.eos is not None:
             with contextlib.suppress(Exception):
                 if self.eos.tombstones:
-                    self._transact([], [])
+                    self._tombstones_alone()
             self.eos.close()
         elif self.producer is not None:
             with contextlib.suppress(Exception):
