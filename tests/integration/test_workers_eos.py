@@ -70,7 +70,8 @@ def _calls(log: str) -> Counter[str]:
 def _origins(msgs: list[Message]) -> list[Key]:
     out = []
     for m in msgs:
-        h = {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in m.headers() or []}
+        h = {k: v.decode() if isinstance(v, bytes) else str(v)
+             for k, v in dict(m.headers() or []).items()}
         out.append((h["kafka-share.origin.topic"], int(h["kafka-share.origin.partition"]),
                     int(h["kafka-share.origin.offset"])))
     return out
