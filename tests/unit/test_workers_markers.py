@@ -65,7 +65,7 @@ def test_markers_below_the_start_offsets_can_go() -> None:
 
 def test_names_of_the_marker_topic_and_transactional_ids() -> None:
     assert marker_topic("scorers") == "kafka-share-markers.scorers"
-    odd = marker_topic("my group/α")
+    odd = marker_topic("my group/\u00e9")
     assert odd.startswith("kafka-share-markers.my_group__-") and len(odd) < 249
     assert marker_topic("x" * 240).startswith("kafka-share-markers." + "x" * 180)
     assert transactional_id("scorers", 3) == "kafka-share-workers.scorers.3"
