@@ -21,6 +21,7 @@ from confluent_kafka import Message
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
+from pyspark_kafka_share.errors import OptionError
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.workers import Record, Result, WorkerSummary, run_workers, start_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
@@ -269,3 +270,17 @@ def test_records_already_committed_are_not_run_again(
     assert (summary.totals["accepted"], summary.totals["rejected"]) == (N - 9, 9)
     assert _stat(summary, "already_committed") == N
     assert read_topic(kafka, out, 0, settle_s=1.0) == []
+
+
+def test_a_marker_topic_that_is_not_compacted_is_refused(
+    kafka: LocalKafka, topic: str, group: str, spark: SparkSession,
+) -> None:
+    """Retention would delete markers whose records can still come back: refused at start,
+    before any task, naming the topic and the fix."""
+    kafka.create_topic(marker_topic(group), 1, config={"cleanup.policy": "delete"})
+    with pytest.raises(OptionError, match=r"'exactly_once_outputs'.*cleanup.policy='delete'.*"
+                                          r"Set cleanup.policy=compact"):
+        run_workers(spark, lambda r: None, topics=topic, group=group,
+                    bootstrap_servers=kafka.bootstrap_servers, exactly_once_outputs=True,
+                    on_progress=False)
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
