@@ -286,9 +286,16 @@ class MarkerLog:
         from confluent_kafka import KafkaError
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-        target = {p: self.probe.get_watermark_offsets(
-            KafkaTopicPartition(self.topic, p), timeout=self.timeout_s)[1]
-            for p in self.partitions}
+        try:
+            target = {p: self.probe.get_watermark_offsets(
+                KafkaTopicPartition(self.topic, p),
+                timeout=max(0.1, min(self.timeout_s, until - time.monotonic())))[1]
+                for p in self.partitions}
+        except Exception as exc:  # noqa: BLE001 - unreachable now: the barrier is not done
+            err = exc.args[0] if exc.args else None
+            if hasattr(err, "name"):  # a KafkaError: session_lost() judges it
+                self.errors.append(err)
+            return False
         while any(self.eof.get(p, -1) < end for p, end in target.items()):
             if time.monotonic() > until:
                 return False
