@@ -71,7 +71,8 @@ def throughput(spark: Any, kafka: LocalKafka, tmp: Path, *, records: int, chunk:
     span = _span_s(stamps)
     return {"records": records, "wall_s": round(wall, 2), "span_s": round(span, 2),
             "records_per_s": round(records / span, 1) if span else None,
-            "transactions": sum(int(w.get("transactions", 0)) for w in summary.workers)}
+            **{k: sum(int(w.get(k, 0)) for w in summary.workers)
+               for k in ("transactions", "polls", "marker_wait_ms")}}
 
 
 def latency(spark: Any, kafka: LocalKafka, tmp: Path, *, rate: int, seconds: float,

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
@@ -66,6 +66,7 @@ __all__ = [
     "start_parquet",
     "tier_hooks",
     "wait_for",
+    "worker_faults",
 ]
 
 T = TypeVar("T")
@@ -179,6 +180,12 @@ def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30
     finally:
         c.close()
     return out
+
+
+def worker_faults(points: str) -> dict[str, Any]:
+    """The queue workers' test-only fault points (``_kafka/faults.py``) as a keyword argument
+    of ``run_workers`` / ``start_workers`` (not in their typed options)."""
+    return {"_fault_injection": points}
 
 
 def poll_share(consumer: ShareConsumer, ack: AcknowledgeType = AcknowledgeType.ACCEPT, *,

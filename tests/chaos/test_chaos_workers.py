@@ -20,7 +20,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from pyspark import cloudpickle
@@ -31,18 +30,14 @@ from pyspark_kafka_share.workers import Record, Result, start_workers
 from tests.chaos.chaos_harness import SparkTasks, SteadyProducer, crash_broker, group_lag
 from tests.chaos.chaos_harness import kill_busy_worker as kill_worker
 from tests.chaos.chaos_schedule import ChaosConfig
-from tests.helpers import read_topic, wait_for
+from tests.helpers import read_topic, wait_for, worker_faults
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 RECORDS = 1_200
-RATE = 30.0  # records/s: 40 s of production
+RATE = 60.0  # records/s: 20 s of production
 POINTS = ("kill-after-commit", "kill-before-commit", "kill-during-commit")
 
-
-def _faults(points: str) -> dict[str, Any]:
-    """The test-only argument (not in the typed options)."""
-    return {"_fault_injection": points}
 
 
 def _work(rec: Record) -> Result:
@@ -60,10 +55,10 @@ def test_workers_outputs_exactly_once_under_a_seeded_fault_schedule(
     kafka = chaos_kafka
     seed = ChaosConfig.from_env().seed
     rng = random.Random(seed)
-    points = [f"{rng.choice(POINTS)}:part={w}:attempt=0:seq={rng.randrange(3, 12)}:ms=3"
+    points = [f"{rng.choice(POINTS)}:part={w}:attempt=0:seq={rng.randrange(2, 8)}:ms=3"
               for w in (0, 1)]
-    external = sorted([(round(rng.uniform(10, 20), 1), "worker-sigkill"),
-                       (round(rng.uniform(25, 35), 1), "broker-crash")])
+    external = sorted([(round(rng.uniform(6, 10), 1), "worker-sigkill"),
+                       (round(rng.uniform(12, 16), 1), "broker-crash")])
     down_s = round(rng.uniform(1.0, 5.0), 1)
     chaos_report(f"workers chaos seed={seed}: {RECORDS} records at {RATE:.0f}/s; fault points "
                  f"{points}; then {external} (broker down {down_s}s)")
@@ -78,7 +73,7 @@ def test_workers_outputs_exactly_once_under_a_seeded_fault_schedule(
                         bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=10,
                         output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
                         max_attempts=10, broker_timeout_s=60, on_progress=False,
-                        **_faults(";".join(points)))
+                        **worker_faults(";".join(points)))
     began = time.monotonic()
     producer.start()
     for at, kind in external:

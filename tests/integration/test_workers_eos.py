@@ -34,7 +34,14 @@ from pyspark_kafka_share.workers.exactly_once import (
     transactional_id,
 )
 from tests.fixtures.kafka import TopicFactory
-from tests.helpers import Key, assert_exactly_once, produce_spread, read_topic, wait_for
+from tests.helpers import (
+    Key,
+    assert_exactly_once,
+    produce_spread,
+    read_topic,
+    wait_for,
+    worker_faults,
+)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
@@ -101,10 +108,6 @@ def _run(spark: SparkSession, kafka: LocalKafka, src: str, out: str, dlq: str, g
                        idle_timeout_s=12, on_progress=False, **options)
 
 
-def _faults(points: str) -> dict[str, Any]:
-    """The test-only argument (not in the typed options)."""
-    return {"_fault_injection": points}
-
 
 def _stat(summary: WorkerSummary, name: str) -> int:
     return sum(int(w.get(name, 0)) for w in summary.workers)
@@ -153,7 +156,7 @@ def test_a_worker_killed_around_the_commit_duplicates_nothing(
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
     summary = _run(spark, kafka, src, out, dlq, group, log,
-                   _fault_injection=f"{point}:part=0:attempt=0:seq=3:ms=3")
+                   **worker_faults(f"{point}:part=0:attempt=0:seq=3:ms=3"))
     assert [(w["worker"], w["attempt"]) for w in summary.failed_attempts] == [(0, 0)], \
         str(summary)
     aborted = _assert_each_origin_once(kafka, src, out, dlq)
@@ -186,7 +189,7 @@ def test_a_broker_crash_mid_transaction_duplicates_nothing(
                         bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
                         output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
                         idle_timeout_s=25, on_progress=False, broker_timeout_s=60,
-                        **_faults("sleep-before-commit:part=0:attempt=0:seq=2:ms=4000"))
+                        **worker_faults("sleep-before-commit:part=0:attempt=0:seq=2:ms=4000"))
     # Worker 0 committed one transaction and processed its second chunk: it is in the pause.
     wait_for(lambda: job.progress().workers.get(0, {}),
              lambda w: w.get("transactions", 0) >= 1 and w.get("processed", 0) >= 6,
@@ -211,7 +214,7 @@ def test_a_zombie_past_its_lock_commits_nothing(
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
     summary = _run(spark, kafka, src, out, dlq, group, log,
-                   _fault_injection=f"sleep-before-commit:part=0:seq=2:ms={LOCK_MS + 2000}")
+                   **worker_faults(f"sleep-before-commit:part=0:seq=2:ms={LOCK_MS + 2000}"))
     assert _assert_each_origin_once(kafka, src, out, dlq) >= 1
     assert _stat(summary, "transactions_aborted") >= 1, str(summary.workers)
 

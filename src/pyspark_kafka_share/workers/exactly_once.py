@@ -198,7 +198,7 @@ def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_ou
     one is compacted; its name. Raises :class:`OptionError` for a topic that would lose
     markers, and the broker's error (an ACL: CREATE, or DESCRIBE_CONFIGS) otherwise."""
     from confluent_kafka import KafkaError
-    from confluent_kafka.admin import ConfigResource, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     topic = marker_topic(settings.group_id)
     admin = admin_client(settings)
@@ -213,9 +213,7 @@ def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_ou
             err = exc.args[0] if exc.args else None
             if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        configs = admin.describe_configs([resource], request_timeout=timeout)[resource] \
-            .result(timeout)
+        configs = _topic_configs(admin, topic, timeout)
     except Exception as exc:
         raise from_client_error(exc, f"the workers' marker topic {topic!r} could not be created "
                                 "or described", "Grant the workers' principal CREATE (or "
@@ -228,6 +226,26 @@ def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_ou
                           "they cover can still be redelivered. Set cleanup.policy=compact on "
                           "it (or delete it: the workers create it)")
     return topic
+
+
+def _topic_configs(admin: Any, topic: str, timeout_s: float) -> dict[str, Any]:
+    """The topic's configs; a topic just created is unknown to the broker for a moment."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            configs: dict[str, Any] = admin.describe_configs(
+                [resource], request_timeout=timeout_s)[resource].result(timeout_s)
+            return configs
+        except Exception as exc:
+            err = exc.args[0] if exc.args else None
+            code = getattr(err, "code", lambda: None)()
+            if code != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _connection(settings: ClientSettings) -> dict[str, Any]:
@@ -299,7 +317,10 @@ class MarkerLog:
         while any(self.eof.get(p, -1) < end for p, end in target.items()):
             if time.monotonic() > until:
                 return False
-            for m in self.reader.consume(500, timeout=0.1):
+            # What is there at once; else wait for one (consume would wait out its timeout).
+            batch = self.reader.consume(500, timeout=0) or \
+                [m for m in (self.reader.poll(0.05),) if m is not None]
+            for m in batch:
                 err = m.error()
                 if err is None:
                     self._apply(m)
