@@ -256,6 +256,9 @@ def _connection(settings: ClientSettings) -> dict[str, Any]:
             "auto.offset.reset": "earliest"}
 
 
+_READER_FETCH_WAIT_MS = 20
+
+
 @dataclass(eq=False)
 class MarkerLog:
     """The marker topic, read with ``read_committed`` into a :class:`MarkerSet`."""
@@ -280,7 +283,11 @@ class MarkerLog:
         topic = marker_topic(settings.group_id)
         errors: list[Any] = []
         base = {**_connection(settings), "error_cb": errors.append}
-        reader = Consumer(client_config({**base, "isolation.level": "read_committed"}))
+        # The broker holds a read_committed fetch for fetch.wait.max.ms even after a commit
+        # made records readable (measured: the barrier took ~500 ms minus the time since the
+        # last commit with the default 500): short fetch waits keep it to tens of ms.
+        reader = Consumer(client_config({**base, "isolation.level": "read_committed",
+                                         "fetch.wait.max.ms": _READER_FETCH_WAIT_MS}))
         probe = Consumer(client_config({**_connection(settings),
                                         "isolation.level": "read_uncommitted"}))
         try:
