@@ -510,10 +510,14 @@ class ExactlyOnce:
               attempt: int, lock_budget_s: float) -> ExactlyOnce:
         prefix = attempt_prefix(worker, attempt)
         txn = _transactions(settings, producer_conf, worker, lock_budget_s)
+        log: MarkerLog | None = None
         try:
             log = MarkerLog.open(settings, prefix)
+            log.catch_up(time.monotonic() + settings.timeout_s)  # the first read: all of it
         except BaseException:
             txn.close()
+            if log is not None:
+                log.close()
             raise
         return cls(log, txn, settings, prefix, producer_conf, worker, lock_budget_s)
 

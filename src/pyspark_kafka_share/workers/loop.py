@@ -136,6 +136,14 @@ class _Worker:
         # "All brokers down" (a rolling restart) fails the worker only if it lasts.
         self.brokers = BrokerWatch(config.client, config.topics, config.broker_timeout_s)
         self.unacked: list[Any] = []  # polled, not yet acknowledged
+        # Exactly-once: the transactional producer (init_transactions fences older attempts of
+        # this slot) and the markers read so far, before the share consumer exists, so that
+        # no record is acquired while they start.
+        self.eos: ExactlyOnce | None = None
+        if config.exactly_once_outputs:
+            self.eos = ExactlyOnce.start(
+                config.client, config.producer_settings(), self.index, self.attempt,
+                lock_budget_s(spec.lock_ms, config.lock_safety_fraction))
         self.session = session if session is not None else ShareSession.open(
             config.client.consumer(client_id=f"kafka-share-worker-{self.index}",
                                    max_poll_records=config.chunk_size),
@@ -145,11 +153,7 @@ class _Worker:
         self.watch = TopicWatch(config.client, config.topics, every_s=5.0) \
             if session is None else None
         self.producer: Any = producer
-        self.eos: ExactlyOnce | None = None
-        if config.exactly_once_outputs:
-            self.eos = ExactlyOnce.start(
-                config.client, config.producer_settings(), self.index, self.attempt,
-                lock_budget_s(spec.lock_ms, config.lock_safety_fraction))
+        if self.eos is not None:
             self.producer = self.eos.txn.producer
         elif producer is None and (config.output_topic or config.dead_letter_topic):
             from confluent_kafka import Producer
