@@ -165,6 +165,7 @@ bench: $(BENCH_STAMP) jars
 	$(PY) bench/_jars.py >/dev/null
 	$(PY) bench/run.py $(if $(filter-out 0 no false,$(QUICK)),--quick) $(BENCH_ARGS)
 	$(PY) bench/journal_slot.py
+	$(PY) bench/workers_eos.py --out docs/benchmarks/workers_eos.json  # exactly-once outputs' cost
 
 demo-workers: $(STAMP) jars
 	$(PY) demo/workers_demo.py

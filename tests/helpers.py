@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
@@ -66,6 +66,7 @@ __all__ = [
     "start_parquet",
     "tier_hooks",
     "wait_for",
+    "worker_faults",
 ]
 
 T = TypeVar("T")
@@ -154,12 +155,13 @@ def record_value(m: Message) -> bytes:
 
 
 def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,
-               settle_s: float = 2.0) -> list[Message]:
-    """Every record of ``topic`` (classic consumer from the start): waits until ``expect``
-    records arrived and then ``settle_s`` without more, or ``timeout_s`` in all."""
+               settle_s: float = 2.0, isolation: str = "read_committed") -> list[Message]:
+    """Every record of ``topic`` (classic consumer from the start, ``isolation.level``
+    ``isolation``): waits until ``expect`` records arrived and then ``settle_s`` without more,
+    or ``timeout_s`` in all."""
     c = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
                   "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, "isolation.level": isolation})
     c.subscribe([topic])
     out: list[Message] = []
     deadline = time.monotonic() + timeout_s
@@ -178,6 +180,12 @@ def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30
     finally:
         c.close()
     return out
+
+
+def worker_faults(points: str) -> dict[str, Any]:
+    """The queue workers' test-only fault points (``_kafka/faults.py``) as a keyword argument
+    of ``run_workers`` / ``start_workers`` (not in their typed options)."""
+    return {"_fault_injection": points}
 
 
 def poll_share(consumer: ShareConsumer, ack: AcknowledgeType = AcknowledgeType.ACCEPT, *,

@@ -1,44 +1,8 @@
-"""Test-only failure injection for the source task (option ``_faultInjection``).
-
-``name[:key=value...]`` items separated by ``;``, e.g. ``kill-after-publish:part=0:attempt=0``.
-Points: ``kill-*`` (the Python worker dies at once, ``os._exit``: no finally, no
-acknowledgement), ``sleep-*`` (``ms=``), ``fail-*`` (raise). Conditions: ``seq``, ``part``,
-``attempt``. See tests/integration/test_source.py.
-"""
+"""The source task's test-only failure injection (option ``_faultInjection``): the kernel's
+:class:`~pyspark_kafka_share._kafka.faults.Faults`, shared with the queue workers."""
 
 from __future__ import annotations
 
-import os
-import time
+from pyspark_kafka_share._kafka.faults import Faults
 
 __all__ = ["Faults"]
-
-
-class Faults:
-    """Test-only failure injection (option ``_faultInjection``); see tests/integration."""
-
-    def __init__(self, raw: str | None, *, seq: int, part: int, attempt_number: int) -> None:
-        self.points: dict[str, dict[str, str]] = {}
-        if not raw:
-            return
-        for item in raw.split(";"):
-            name, *conds = item.strip().split(":")
-            kv = dict(c.split("=", 1) for c in conds if "=" in c)
-            if kv.get("seq", str(seq)) != str(seq):
-                continue
-            if kv.get("part", str(part)) != str(part):
-                continue
-            if kv.get("attempt", str(attempt_number)) != str(attempt_number):
-                continue
-            self.points[name] = kv
-
-    def hit(self, name: str) -> None:
-        kv = self.points.get(name)
-        if kv is None:
-            return
-        if name.startswith("kill"):
-            os._exit(137)  # the Python worker dies: no finally, no acknowledgement
-        if name.startswith("sleep"):
-            time.sleep(int(kv.get("ms", "1000")) / 1000)
-            return
-        raise RuntimeError(f"injected failure: {name}")

@@ -47,6 +47,7 @@ from pyspark_kafka_share.errors import OptionError, SetupError, from_client_erro
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
 from pyspark_kafka_share.workers.control import ControlServer, DriverChannel
 from pyspark_kafka_share.workers.control_kafka import KafkaControlServer, control_topic_name
+from pyspark_kafka_share.workers.exactly_once import ensure_marker_topic
 from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
     DUPLICATE,
@@ -386,7 +387,8 @@ def run_workers(spark: Any, fn: WorkerFunction,
     ``chunk_size`` (100), ``output_topic``, ``dead_letter_topic``, ``max_attempts`` (3),
     ``retry_on`` (``(Exception,)``), ``time_budget_s``, ``idle_timeout_s``, ``max_records``,
     ``starting_offsets``, ``consumer_config``, ``producer_config``, ``lock_safety_fraction``
-    (0.5), ``progress_interval_s`` (10), ``broker_timeout_s`` (30) and ``on_progress``.
+    (0.5), ``progress_interval_s`` (10), ``broker_timeout_s`` (30), ``exactly_once_outputs``
+    (False) and ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to
@@ -505,6 +507,8 @@ def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
             f"config share.delivery.count.limit of {config.group!r}), so it would never reach "
             f"attempt {config.max_attempts}. Lower max_attempts or raise the group's limit")
     _check_out_topics(config)
+    if config.exactly_once_outputs:
+        ensure_marker_topic(config.client)
     broker_dlq = check_one_dead_letter_topic(config.client, "dead_letter_topic",
                                              config.dead_letter_topic)
     if config.starting_offsets is not None:

@@ -39,6 +39,8 @@ _PRODUCER_FIXED = {
     "acks": "is always 'all': a record is ACCEPTed only once its output is durable",
     "enable.idempotence": "is always on (no duplicates from producer retries)",
     "bootstrap.servers": "comes from bootstrap_servers",
+    "transactional.id": "is set per worker slot with exactly_once_outputs=True",
+    "transaction.timeout.ms": "is the lock budget with exactly_once_outputs=True",
 }
 
 
@@ -70,6 +72,7 @@ class WorkerOptions(_Required, total=False):
     broker_timeout_s: float
     control_port: int
     control_topic: str | None
+    exactly_once_outputs: bool
     on_progress: Callable[[Any], None] | bool | None
 
 
@@ -106,8 +109,14 @@ class WorkerConfig:
     """The Kafka topic of the control channel (``workers/control_kafka.py``): always used over
     Spark Connect (default ``kafka-share-control.<group>``); setting it on a classic session
     uses it instead of the driver port."""
+    exactly_once_outputs: bool = False
+    """Outputs, dead letters and markers of each chunk's origins in one Kafka transaction per
+    chunk; records a committed marker covers are acknowledged without running the function
+    (``workers/exactly_once.py``; consumers read with ``isolation.level=read_committed``)."""
     token_provider: TokenProvider | None = field(default=None, repr=False, compare=False)
     """``consumer_config['oauth_cb']``: the OAUTHBEARER token callback, kept as it is."""
+    _fault_injection: str | None = field(default=None, repr=False)
+    """Test only: failure points (``_kafka/faults.py``; ``seq`` = the transaction number)."""
 
     @classmethod
     def create(cls, **options: Any) -> WorkerConfig:
@@ -115,7 +124,8 @@ class WorkerConfig:
         names = {f.name for f in fields(cls)} - {"token_provider"}  # consumer_config's
         for key, value in options.items():
             if key not in names:
-                close = difflib.get_close_matches(key, sorted(names), n=1)
+                close = difflib.get_close_matches(
+                    key, sorted(n for n in names if not n.startswith("_")), n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 # Only a plain string is shown (never a secret-like one): a misspelled
                 # consumer_config or producer_config may hold passwords.
@@ -158,6 +168,9 @@ class WorkerConfig:
                 not (self.control_port == 0 or 1024 <= self.control_port <= 65535):
             raise OptionError("control_port", self.control_port,
                               "use 0 (a free port) or a port from 1024 to 65535")
+        if not isinstance(self.exactly_once_outputs, bool):
+            raise OptionError("exactly_once_outputs", self.exactly_once_outputs,
+                              "use True or False")
         if not 0.1 <= self.lock_safety_fraction <= 0.9:
             raise OptionError("lock_safety_fraction", self.lock_safety_fraction,
                               "must be between 0.1 and 0.9")
@@ -166,6 +179,10 @@ class WorkerConfig:
                 isinstance(t, type) and issubclass(t, Exception) for t in retry_on)):
             raise OptionError("retry_on", retry_on, "must be a tuple of Exception subclasses, "
                               "e.g. (TimeoutError,), or () to treat every exception as poison")
+        self._check_topics()
+        self._check_client_settings()
+
+    def _check_topics(self) -> None:
         if self.control_topic is not None and \
                 check_topics(self.control_topic, "control_topic") != (self.control_topic,):
             raise OptionError("control_topic", self.control_topic, "must be one topic name")
@@ -174,7 +191,6 @@ class WorkerConfig:
             if topic is not None and topic in self.topics:
                 raise OptionError(name, topic, "must differ from the input topics (the "
                                   "workers would feed themselves)")
-        self._check_client_settings()
 
     def _check_client_settings(self) -> None:
         for key, value in self.producer_config:
@@ -187,7 +203,8 @@ class WorkerConfig:
                                   "is set by run_workers (use chunk_size for max.poll.records, "
                                   "group/bootstrap_servers/topics for the rest); remove it")
         # librdkafka judges the rest now (typos, values), before any task starts.
-        producing = self.producer_config or self.output_topic or self.dead_letter_topic
+        producing = self.producer_config or self.output_topic or self.dead_letter_topic or \
+            self.exactly_once_outputs
         check_client_config(self.client, dict(self.producer_config) if producing else None)
 
     @property

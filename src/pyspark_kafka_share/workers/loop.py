@@ -15,6 +15,13 @@ Per poll (explicit acknowledgement: every record of a poll is acknowledged befor
    RELEASEd instead.
 5. Acknowledgements are committed with ``commit_sync`` per chunk.
 
+With ``exactly_once_outputs`` (``exactly_once``) the worker first reads the committed markers
+up to the end of the marker topic (step 1 and a half), acknowledges the records a marker
+covers as it decided without running the function, and produces each chunk's outputs, dead
+letters and marker in one transaction, committed only while the poll's locks are provably held
+(before the deadline, with the commit's own time as margin, and no connection loss since the
+poll); the acknowledgements follow the commit.
+
 The worker's counters travel to the driver over :mod:`_control` and as the task's result.
 """
 
@@ -25,6 +32,7 @@ import dataclasses
 import datetime as dt
 import os
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -34,11 +42,13 @@ from typing import Any
 import pyarrow as pa
 
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
+from pyspark_kafka_share._kafka.faults import Faults
 from pyspark_kafka_share._kafka.group import TopicWatch
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share._kafka.share import (
     SETTLE_COUNTERS,
     BrokerWatch,
+    Settled,
     ShareSession,
     lock_budget_s,
     split_last_delivery,
@@ -47,6 +57,13 @@ from pyspark_kafka_share._spark import attempt_identity
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.workers.config import WorkerSpec
 from pyspark_kafka_share.workers.control import WorkerChannel, open_worker_channel
+from pyspark_kafka_share.workers.exactly_once import (
+    ExactlyOnce,
+    Fenced,
+    Origin,
+    TransactionFailed,
+    origins_of,
+)
 from pyspark_kafka_share.workers.outcome import (
     Outcome,
     Record,
@@ -119,6 +136,14 @@ class _Worker:
         # "All brokers down" (a rolling restart) fails the worker only if it lasts.
         self.brokers = BrokerWatch(config.client, config.topics, config.broker_timeout_s)
         self.unacked: list[Any] = []  # polled, not yet acknowledged
+        # Exactly-once: the transactional producer (init_transactions fences older attempts of
+        # this slot) and the markers read so far, before the share consumer exists, so that
+        # no record is acquired while they start.
+        self.eos: ExactlyOnce | None = None
+        if config.exactly_once_outputs:
+            self.eos = ExactlyOnce.start(
+                config.client, config.producer_settings(), self.index, self.attempt,
+                lock_budget_s(spec.lock_ms, config.lock_safety_fraction))
         self.session = session if session is not None else ShareSession.open(
             config.client.consumer(client_id=f"kafka-share-worker-{self.index}",
                                    max_poll_records=config.chunk_size),
@@ -128,7 +153,9 @@ class _Worker:
         self.watch = TopicWatch(config.client, config.topics, every_s=5.0) \
             if session is None else None
         self.producer: Any = producer
-        if producer is None and (config.output_topic or config.dead_letter_topic):
+        if self.eos is not None:
+            self.producer = self.eos.txn.producer
+        elif producer is None and (config.output_topic or config.dead_letter_topic):
             from confluent_kafka import Producer
 
             self.producer = Producer(config.producer_settings())
@@ -171,6 +198,8 @@ class _Worker:
         budget_s = lock_budget_s(self.spec.lock_ms, config.lock_safety_fraction)
         try:
             while not self.should_stop():
+                if self.eos is not None and self.eos.due(time.monotonic()):
+                    self._tombstones_alone()
                 msgs, acquired = self.session.poll(0.5)
                 self.unacked = msgs
                 self.brokers.observe(self.session.take_errors(), bool(msgs))
@@ -183,6 +212,8 @@ class _Worker:
                     continue
                 self.stats["received"] += len(msgs)
                 self.last_active = time.monotonic()
+                if self.eos is not None:
+                    msgs = self._catch_up(msgs, acquired + budget_s)
                 self._work_through(msgs, acquired + budget_s)
         except BaseException:
             if self.unacked:
@@ -226,6 +257,10 @@ class _Worker:
         self.unacked = []
 
     def _process(self, chunk: list[Any], deadline: float) -> None:
+        if self.eos is not None:
+            chunk = self._skip_decided(chunk)
+            if not chunk:
+                return
         t0 = time.monotonic()
         verdicts = self._call(chunk)
         t1 = time.monotonic()
@@ -287,9 +322,12 @@ class _Worker:
         Repeated produce failures fail the worker rather than burn every record's deliveries.
         """
         final = [(m, self._resolve(m, v), v) for m, v in zip(chunk, verdicts, strict=True)]
-        failed_any = self._produce_outputs(final)
-        failed_any = self._produce_dead_letters(final, deadline) or failed_any
-        self._ack([(m, outcome) for m, outcome, _ in final])
+        if self.eos is not None:
+            failed_any = self._settle_in_transaction(final, deadline)
+        else:
+            failed_any = self._produce_outputs(final)
+            failed_any = self._produce_dead_letters(final, deadline) or failed_any
+            self._ack([(m, outcome) for m, outcome, _ in final])
         self.produce_failure_streak = self.produce_failure_streak + 1 if failed_any else 0
         if self.produce_failure_streak >= _PRODUCE_FAILURE_LIMIT:
             config = self.config
@@ -304,24 +342,31 @@ class _Worker:
         """Produce the ACCEPTed records' outputs; True if any failed. An output the broker did
         not acknowledge turns its record into a retry (RELEASE), or poison on its last
         attempt."""
-        topic = self.config.output_topic
-        if topic is None:
-            return False
-        sent = self._produce_all([
-            (i, topic, v.key if v.key is not None else m.key(), v.value,
-             _origin_headers(m, self.config.group))
-            for i, (m, outcome, v) in enumerate(final)
-            if outcome is Outcome.ACCEPT and v.value is not None])
+        sent = self._produce_all(self._output_items(final))
         for i, err in sent.items():
-            m = final[i][0]
             if err is None:
                 self.stats["outputs"] += 1
                 continue
             self.stats["produce_failures"] += 1
-            retry = _Verdict(Outcome.RELEASE, error=f"output not delivered: {err}",
-                             error_type="OutputNotDelivered")
-            final[i] = (m, self._resolve(m, retry), retry)
+            self._output_failed(final, i, err)
         return any(err is not None for err in sent.values())
+
+    def _output_items(self, final: list[tuple[Any, Outcome, _Verdict]]) -> list[_Item]:
+        topic = self.config.output_topic
+        if topic is None:
+            return []
+        return [(i, topic, v.key if v.key is not None else m.key(), v.value,
+                 _origin_headers(m, self.config.group))
+                for i, (m, outcome, v) in enumerate(final)
+                if outcome is Outcome.ACCEPT and v.value is not None]
+
+    def _output_failed(self, final: list[tuple[Any, Outcome, _Verdict]], i: int,
+                       err: str) -> None:
+        """Record ``i``'s output was refused: a retry, or poison on its last attempt."""
+        m = final[i][0]
+        retry = _Verdict(Outcome.RELEASE, error=f"output not delivered: {err}",
+                         error_type="OutputNotDelivered")
+        final[i] = (m, self._resolve(m, retry), retry)
 
     def _produce_dead_letters(self, final: list[tuple[Any, Outcome, _Verdict]],
                               deadline: float) -> bool:
@@ -329,14 +374,12 @@ class _Worker:
         letter the broker did not acknowledge turns its record into a RELEASE, except on the
         record's last delivery (a RELEASE would archive it): that one is retried until the
         lock deadline, then the worker fails."""
-        dlq, group = self.config.dead_letter_topic, self.config.group
+        dlq = self.config.dead_letter_topic
         todo = [i for i, (_m, outcome, _v) in enumerate(final)
                 if outcome is Outcome.REJECT and dlq is not None]
         failed_any = False
         while todo and dlq is not None:
-            sent = self._produce_all([
-                (i, dlq, m.key(), m.value(), [*(m.headers() or ()), *_dlq_headers(m, group, v)])
-                for i in todo for m, _, v in (final[i],)])
+            sent = self._produce_all(self._dead_letter_items(final, todo))
             todo = []
             for i, err in sent.items():
                 m, _, v = final[i]
@@ -358,6 +401,17 @@ class _Worker:
                         f"before its lock deadline: {err}. The broker archives the record")
         return failed_any
 
+    def _dead_letter_items(self, final: list[tuple[Any, Outcome, _Verdict]],
+                           todo: list[int] | None = None) -> list[_Item]:
+        """Dead letters of the REJECTed records (of ``todo``, by index, if given)."""
+        dlq, group = self.config.dead_letter_topic, self.config.group
+        if dlq is None:
+            return []
+        wanted = todo if todo is not None else [
+            i for i, (_m, outcome, _v) in enumerate(final) if outcome is Outcome.REJECT]
+        return [(i, dlq, m.key(), m.value(), [*(m.headers() or ()), *_dlq_headers(m, group, v)])
+                for i in wanted for m, _, v in (final[i],)]
+
     def _resolve(self, m: Any, v: _Verdict) -> Outcome:
         """A RELEASE on the record's last allowed attempt becomes poison."""
         if v.outcome is Outcome.RELEASE and m.delivery_count() >= self.spec.attempts_allowed:
@@ -366,9 +420,7 @@ class _Worker:
             return Outcome.REJECT
         return v.outcome
 
-    def _produce_all(self, items: list[tuple[int, str, bytes | None, bytes | None,
-                                             list[tuple[str, bytes | None]]]]) \
-            -> dict[int, str | None]:
+    def _produce_all(self, items: list[_Item]) -> dict[int, str | None]:
         """Produce ``items`` (index, topic, key, value, headers) and flush; errors by index.
 
         The producer's ``message.timeout.ms`` is below the flush timeout, so a record not
@@ -388,9 +440,9 @@ class _Worker:
                     else str(errs[0]) if errs else "not delivered within the broker timeout")
                 for i, errs in reports.items()}
 
-    def _ack(self, acks: list[tuple[Any, Outcome]]) -> None:
+    def _ack(self, acks: list[tuple[Any, Outcome]]) -> Settled:
         if not acks:
-            return
+            return Settled(frozenset(), {})
         by_kind: dict[Outcome, list[Any]] = {o: [] for o in Outcome}
         for m, outcome in acks:
             by_kind[outcome].append(m)
@@ -403,15 +455,159 @@ class _Worker:
                 self.stats[SETTLE_COUNTERS[outcome.value]] += 1
             else:
                 self.stats["ack_failures"] += 1
+        return settled
+
+    # ---- exactly-once outputs (workers/exactly_once.py) ----------------------------------------
+
+    def _catch_up(self, msgs: list[Any], deadline: float) -> list[Any]:
+        """The barrier after a poll: the committed markers up to the marker topic's end, open
+        transactions there decided. Not done by the poll's deadline: the poll is RELEASEd,
+        except records on their last delivery (processed unchecked, counted)."""
+        assert self.eos is not None
+        self.eos.new_poll()
+        t0 = time.monotonic()
+        done = self.eos.log.catch_up(deadline)
+        self.stats["marker_wait_ms"] += int((time.monotonic() - t0) * 1000)
+        self.stats["marker_conflicts"] = self.eos.log.conflicts
+        if done:
+            return msgs
+        last, give_back = split_last_delivery(msgs, self.spec.delivery_limit)
+        self.stats["released_marker_wait"] += len(give_back)
+        self.stats["unchecked_last_deliveries"] += len(last)
+        self._ack([(m, Outcome.RELEASE) for m in give_back])
+        return last
+
+    def _skip_decided(self, chunk: list[Any]) -> list[Any]:
+        """Acknowledge the records a committed marker covers as it decided; the others."""
+        assert self.eos is not None
+        decided = [(m, o) for m in chunk if (o := self.eos.decided(m)) is not None]
+        if not decided:
+            return chunk
+        self.stats["already_committed"] += len(decided)
+        self._ack(decided)
+        done = {id(m) for m, _ in decided}
+        return [m for m in chunk if id(m) not in done]
+
+    def _settle_in_transaction(self, final: list[tuple[Any, Outcome, _Verdict]],
+                               deadline: float) -> bool:
+        """Outputs, dead letters and the chunk's marker in one transaction, then the
+        acknowledgements; True if a produce failed. A refused produce aborts the transaction
+        and changes its record's verdict as without one (output: a retry; dead letter: a
+        RELEASE, or another try on the last delivery); the chunk is then tried once more.
+        Not committed: everything is RELEASEd (a commit that went through after all is found
+        by the marker check when the records come back)."""
+        for round_ in range(2):
+            outputs, dead = self._output_items(final), self._dead_letter_items(final)
+            try:
+                failed, key = self._transact([*outputs, *dead], origins_of(
+                    [(m, o) for m, o, _ in final]), deadline)
+            except TransactionFailed as exc:
+                self._aborted(exc)
+                self._ack([(m, Outcome.RELEASE) for m, _, _ in final])
+                return False
+            except Fenced as exc:
+                self.stop_reason = str(exc)
+                self._ack([(m, Outcome.RELEASE) for m, _, _ in final])
+                return False
+            if not failed:
+                self.stats["outputs"] += len(outputs)
+                self.stats["dead_lettered"] += len(dead)
+                settled = self._ack([(m, o) for m, o, _ in final])
+                if key is not None:
+                    self.eos.confirmed(key, settled.confirmed)  # type: ignore[union-attr]
+                return round_ > 0
+            self.stats["produce_failures"] += len(failed)
+            for i, err in failed.items():
+                m, outcome, v = final[i]
+                if outcome is Outcome.ACCEPT:
+                    self._output_failed(final, i, err)
+                elif m.delivery_count() < self.spec.delivery_limit:
+                    final[i] = (m, Outcome.RELEASE, v)
+        last = [m for m, o, _ in final if o is Outcome.REJECT and
+                m.delivery_count() >= self.spec.delivery_limit]
+        if last and self.config.dead_letter_topic is not None:
+            raise BrokerError(
+                f"the dead-letter topic {self.config.dead_letter_topic!r} did not take record "
+                f"{last[0].topic()}-{last[0].partition()}@{last[0].offset()} on its last "
+                "delivery in two transactions; the broker archives the record")
+        self._ack([(m, Outcome.RELEASE) for m, _, _ in final])
+        return True
+
+    def _tombstones_alone(self) -> None:
+        """A transaction of the tombstones due (while idle, and at the end)."""
+        try:
+            self._transact([], [])
+        except TransactionFailed as exc:
+            self._aborted(exc)
+        except Fenced as exc:
+            self.stop_reason = str(exc)
+
+    def _aborted(self, exc: TransactionFailed) -> None:
+        self.stats["transactions_aborted"] += 1
+        if exc.fatal:
+            assert self.eos is not None
+            self.stats["producers_replaced"] += 1
+            self.producer = self.eos.replace_producer()
+
+    def _transact(self, items: list[_Item], origins: list[Origin],
+                  deadline: float | None = None) -> tuple[dict[int, str], bytes | None]:
+        """One transaction: ``items``, the marker of ``origins`` and the tombstones due.
+        Returns the refused produces by index (the transaction was aborted) and the marker's
+        key. Raises :class:`TransactionFailed` if it was not committed for another reason:
+        past ``deadline`` (with the commit's own time as margin), a connection lost since the
+        poll, a failed commit; :class:`Fenced` if a newer attempt of the slot took over."""
+        eos = self.eos
+        assert eos is not None
+        key, marker = None, list[_Item]()
+        if origins:
+            key, value = eos.next_marker(origins)
+            marker = [(-1, eos.txn.topic, key, value, [])]
+        tombstones: list[_Item] = [(-2 - i, eos.txn.topic, k, None, [])
+                                   for i, k in enumerate(eos.take_tombstones())]
+        if not (items or marker or tombstones):
+            return {}, None
+        faults = Faults(self.config._fault_injection, seq=eos.seq, part=self.index,
+                        attempt_number=self.attempt)
+        eos.txn.begin()
+        sent = self._produce_all([*items, *marker, *tombstones])
+        failed = {i: str(err) for i, err in sent.items() if err is not None}
+        if failed:
+            eos.txn.abort("a produce failed")
+            return failed, None
+        faults.hit("kill-before-commit")
+        faults.hit("sleep-before-commit")
+        if deadline is not None:
+            why = eos.session_lost() or (
+                "the poll's lock deadline is too close" if time.monotonic() + max(
+                    _COMMIT_MARGIN_S, 2 * eos.txn.commit_s) > deadline else None)
+            if why is not None:
+                eos.txn.abort(why)
+                raise TransactionFailed(f"not committed: {why}")
+        during = faults.points.get("kill-during-commit")
+        if during is not None:  # the worker dies while commit_transaction runs
+            threading.Timer(int(during.get("ms", "5")) / 1000, os._exit, (137,)).start()
+        eos.txn.commit()
+        self.stats["transactions"] += 1
+        eos.committed(key, origins)
+        faults.hit("kill-after-commit")
+        return {}, key
 
     def _close(self) -> None:
         # close() RELEASEs records a background fetch acquired after the last poll.
         self.session.close()
-        if self.producer is not None:
+        if self.eos is not None:
+            with contextlib.suppress(Exception):
+                if self.eos.tombstones:
+                    self._tombstones_alone()
+            self.eos.close()
+        elif self.producer is not None:
             with contextlib.suppress(Exception):
                 self.producer.flush(self.config.broker_timeout_s)
 
 
+_Item = tuple[int, str, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+"""A record to produce: (index, topic, key, value, headers)."""
+_COMMIT_MARGIN_S = 0.2  # at least this much of the lock budget left for a commit
 _PRODUCE_FAILURE_LIMIT = 3  # chunks in a row with a failed produce: the worker fails
 DUPLICATE = "duplicate"  # the state of an attempt that did not run: another held the lease
 

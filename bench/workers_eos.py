@@ -1,0 +1,162 @@
+"""What exactly-once outputs cost the queue workers: the same work with and without
+``exactly_once_outputs``, side by side in one run, on one broker and one Spark.
+
+Throughput: a backlog of ``--records`` records (2 partitions) drained by 2 workers that turn
+each record into an output record; records per second from the first function call to the
+last. Latency: records produced at ``--rate`` per second for ``--seconds``; the time from a
+record's production to its output being readable by a ``read_committed`` consumer (p50, p99).
+Each mode runs at each ``--chunk-sizes`` (the knob that trades latency for throughput: one
+transaction per chunk). Results go to stdout and, with ``--out``, to a JSON file.
+
+    .venv/bin/python bench/workers_eos.py [--records 20000] [--chunk-sizes 100,500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from pyspark_kafka_share.harness import LocalKafka, local_spark
+from pyspark_kafka_share.workers import run_workers
+
+
+def _stamp_calls(stamps: str) -> Any:
+    """A batch function: each row's value is its output; the call's time goes to a file."""
+
+    def work(table: Any) -> list[bytes]:
+        with open(os.path.join(stamps, f"{os.getpid()}.txt"), "a") as f:
+            f.write(f"{time.time()} {table.num_rows}\n")
+        return [v or b"" for v in table.column("value").to_pylist()]
+
+    return work
+
+
+def _span_s(stamps: str) -> float:
+    times = [float(line.split()[0]) for p in Path(stamps).iterdir()
+             for line in p.read_text().splitlines()]
+    return max(times) - min(times) if len(times) > 1 else 0.0
+
+
+def _fresh(kafka: LocalKafka, what: str, partitions: int) -> str:
+    return kafka.create_topic(f"bench-eos-{what}-{uuid.uuid4().hex[:8]}", partitions)
+
+
+def throughput(spark: Any, kafka: LocalKafka, tmp: Path, *, records: int, chunk: int,
+               eos: bool) -> dict[str, Any]:
+    src, out = _fresh(kafka, "src", 2), _fresh(kafka, "out", 1)
+    kafka.produce(src, (b"%08d" % i for i in range(records)),
+                  producer_config={"batch.size": "65536", "linger.ms": "20"})
+    stamps = tempfile.mkdtemp(dir=tmp)
+    group = f"bench-eos-{uuid.uuid4().hex[:8]}"
+    start = time.monotonic()
+    summary = run_workers(spark, _stamp_calls(stamps), topics=src, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                          batch_format="arrow", chunk_size=chunk, output_topic=out,
+                          exactly_once_outputs=eos, max_records=records,
+                          starting_offsets="earliest", idle_timeout_s=30, on_progress=False)
+    wall = time.monotonic() - start
+    if summary.totals["accepted"] < records:
+        raise RuntimeError(f"accepted {summary.totals['accepted']} of {records}: {summary}")
+    span = _span_s(stamps)
+    return {"records": records, "wall_s": round(wall, 2), "span_s": round(span, 2),
+            "records_per_s": round(records / span, 1) if span else None,
+            **{k: sum(int(w.get(k, 0)) for w in summary.workers)
+               for k in ("transactions", "polls", "marker_wait_ms")}}
+
+
+def latency(spark: Any, kafka: LocalKafka, tmp: Path, *, rate: int, seconds: float,
+            chunk: int, eos: bool) -> dict[str, Any]:
+    src, out = _fresh(kafka, "lsrc", 2), _fresh(kafka, "lout", 1)
+    group = f"bench-eos-{uuid.uuid4().hex[:8]}"
+    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+    seen: list[float] = []
+    done = threading.Event()
+
+    def read() -> None:
+        c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group + "-r",
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        c.subscribe([out])
+        while not done.is_set():
+            m = c.poll(0.2)
+            if m is not None and m.error() is None and m.value():
+                seen.append(time.time() - float(m.value() or b"0"))
+        c.close()
+
+    def produce() -> None:
+        time.sleep(12)  # the workers start and join
+        p = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 1})
+        t0 = time.monotonic()
+        for i in range(int(rate * seconds)):
+            while time.monotonic() < t0 + i / rate:
+                time.sleep(0.0005)
+            p.produce(src, value=repr(time.time()).encode())
+            p.poll(0)
+        p.flush(30)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (read, produce)]
+    for t in threads:
+        t.start()
+    stamps = tempfile.mkdtemp(dir=tmp)
+    run_workers(spark, _stamp_calls(stamps), topics=src, group=group,
+                bootstrap_servers=kafka.bootstrap_servers, workers=2, batch_format="arrow",
+                chunk_size=chunk, output_topic=out, exactly_once_outputs=eos,
+                time_budget_s=12 + seconds + 5, on_progress=False)
+    threads[1].join(60)
+    time.sleep(2)
+    done.set()
+    threads[0].join(10)
+    lat = sorted(seen)
+    if not lat:
+        raise RuntimeError("no output was read")
+    return {"outputs_read": len(lat), "p50_ms": round(statistics.median(lat) * 1000, 1),
+            "p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=20_000)
+    ap.add_argument("--chunk-sizes", default="100,500")
+    ap.add_argument("--rate", type=int, default=500)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    results: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                               "load_avg": os.getloadavg(), "cpus": os.cpu_count()}
+    with LocalKafka() as kafka, tempfile.TemporaryDirectory() as tmp:
+        spark = local_spark("local[2]", "bench-workers-eos", log_level="ERROR")
+        throughput(spark, kafka, Path(tmp), records=2000, chunk=100, eos=True)  # warm-up
+        for chunk in (int(c) for c in args.chunk_sizes.split(",")):
+            for eos in (False, True):
+                name = f"chunk={chunk} {'exactly-once' if eos else 'at-least-once'}"
+                row = {**throughput(spark, kafka, Path(tmp), records=args.records, chunk=chunk,
+                                    eos=eos),
+                       **latency(spark, kafka, Path(tmp), rate=args.rate,
+                                 seconds=args.seconds, chunk=chunk, eos=eos)}
+                results[name] = row
+                print(name, json.dumps(row), flush=True)
+            a = results[f"chunk={chunk} at-least-once"]["records_per_s"]
+            e = results[f"chunk={chunk} exactly-once"]["records_per_s"]
+            if a and e:
+                results[f"chunk={chunk} ratio"] = round(e / a, 2)
+                print(f"chunk={chunk}: exactly-once / at-least-once throughput = {e / a:.2f}x",
+                      flush=True)
+        results["load_avg_end"] = os.getloadavg()
+        spark.stop()
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,597 @@
+"""Exactly-once outputs for the queue workers (``exactly_once_outputs=True``).
+
+Each worker produces a chunk's outputs, dead letters and one **marker** (the chunk's origins:
+topic, partition, offset runs and the outcome decided for them) in one Kafka transaction, and
+acknowledges the records only after the commit. The markers go to a compacted topic of the
+workers' own, :func:`marker_topic` of the group. Before it runs the function on a poll's
+records a worker reads that topic with ``isolation.level=read_committed`` up to the offset it
+ended at when the poll returned, waiting for transactions still open there
+(:meth:`MarkerLog.catch_up`): a record a committed marker covers is acknowledged as that
+marker decided (ACCEPT or REJECT), without running the function or producing anything. The
+delivery count plays no part (after a broker crash a redelivered record can come back with
+``deliveryCount=1``).
+
+A marker is tombstoned once the acknowledgement of every record it covers is confirmed (by
+its own worker), or once the group's share-partition start offsets passed all of them (for the
+markers of workers that died); the live set stays the size of the in-flight work.
+
+- :class:`MarkerSet`: the committed markers, by key and by partition (pure; unit-tested).
+- :class:`MarkerLog`: the read_committed reader of the marker topic and its barrier.
+- :class:`Transactions`: the worker slot's transactional producer (``transactional.id`` per
+  worker index, so a newer attempt of the same slot fences the older one at the broker).
+- :func:`ensure_marker_topic`: creates the topic, or checks that it is compacted (driver).
+
+The argument (failure table, the window the released client leaves open):
+``docs/design.md``, "Queue workers: exactly-once outputs".
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import hashlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kafka_share._kafka.group import admin_client
+from pyspark_kafka_share._kafka.logs import client_config
+from pyspark_kafka_share._kafka.partition import TopicPartition
+from pyspark_kafka_share._kafka.settings import ClientSettings
+from pyspark_kafka_share.errors import BrokerError, OptionError, from_client_error
+from pyspark_kafka_share.workers.outcome import Outcome
+
+__all__ = [
+    "MARKER_TOPIC_CONFIG",
+    "MarkerLog",
+    "MarkerSet",
+    "Origin",
+    "Transactions",
+    "decode_marker",
+    "encode_marker",
+    "ensure_marker_topic",
+    "marker_topic",
+    "runs",
+    "transactional_id",
+]
+
+Origin = tuple[str, int, int, Outcome]
+"""(topic, partition, offset, outcome decided) of one record a marker covers."""
+
+_CODES = {Outcome.ACCEPT: "A", Outcome.REJECT: "R"}
+_OUTCOMES = {v: k for k, v in _CODES.items()}
+
+MARKER_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    # Compaction only cleans closed segments: roll them often, so that markers and their
+    # tombstones do not pile up for the broker default of 7 days.
+    "segment.ms": "600000",
+    "delete.retention.ms": "3600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
+"""How :func:`ensure_marker_topic` creates the marker topic (one partition)."""
+
+_LEGAL = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def marker_topic(group: str) -> str:
+    """The marker topic of share group ``group``: ``kafka-share-markers.<group>`` (characters a
+    topic name cannot hold, or a name too long, are replaced by a hash)."""
+    name = _LEGAL.sub("_", group)
+    if name != group or len(name) > 200:
+        name = f"{name[:180]}-{hashlib.sha256(group.encode()).hexdigest()[:12]}"
+    return f"kafka-share-markers.{name}"
+
+
+def transactional_id(group: str, worker: int) -> str:
+    """The ``transactional.id`` of worker slot ``worker`` of ``group``: every attempt of the
+    slot uses it, so the broker fences all but the newest."""
+    return f"kafka-share-workers.{group}.{worker}"
+
+
+def runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted, de-duplicated ``offsets`` as ``[start, end)`` runs of consecutive offsets."""
+    out: list[tuple[int, int]] = []
+    for o in sorted(set(offsets)):
+        if out and out[-1][1] == o:
+            out[-1] = (out[-1][0], o + 1)
+        else:
+            out.append((o, o + 1))
+    return out
+
+
+def encode_marker(origins: Iterable[Origin]) -> bytes:
+    """A marker's value: per (topic, partition, outcome), the offset runs (compact JSON)."""
+    grouped: dict[tuple[str, int, str], list[int]] = {}
+    for topic, partition, offset, outcome in origins:
+        grouped.setdefault((topic, partition, _CODES[outcome]), []).append(offset)
+    body = [[t, p, code, [list(r) for r in runs(offs)]]
+            for (t, p, code), offs in sorted(grouped.items())]
+    return json.dumps({"v": 1, "o": body}, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class _Run:
+    start: int
+    end: int
+    outcome: Outcome
+    key: bytes
+
+
+def decode_marker(value: bytes) -> dict[TopicPartition, list[tuple[int, int, Outcome]]]:
+    """A marker's runs per partition (``[start, end)``, outcome)."""
+    body = json.loads(value)
+    out: dict[TopicPartition, list[tuple[int, int, Outcome]]] = {}
+    for topic, partition, code, spans in body["o"]:
+        out.setdefault(TopicPartition(topic, int(partition)), []).extend(
+            (int(s), int(e), _OUTCOMES[code]) for s, e in spans)
+    return out
+
+
+@dataclass
+class MarkerSet:
+    """The committed, not yet tombstoned markers: what a worker looks records up in."""
+
+    _by_key: dict[bytes, dict[TopicPartition, list[tuple[int, int, Outcome]]]] = \
+        field(default_factory=dict)
+    _by_tp: dict[TopicPartition, list[_Run]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def apply(self, key: bytes, value: bytes | None) -> int:
+        """Add a committed marker (``value``) or drop one (a tombstone, ``None``); the number of
+        its offsets that other live markers already covered (two commits of one record)."""
+        self._drop(key)
+        if value is None:
+            return 0
+        marker = decode_marker(value)
+        overlap = sum(self._covered(tp, s, e) for tp, spans in marker.items() for s, e, _ in spans)
+        self._by_key[key] = marker
+        for tp, spans in marker.items():
+            entries = self._by_tp.setdefault(tp, [])
+            for s, e, outcome in spans:
+                bisect.insort(entries, _Run(s, e, outcome, key), key=lambda r: r.start)
+        return overlap
+
+    def _covered(self, tp: TopicPartition, start: int, end: int) -> int:
+        return sum(max(0, min(end, r.end) - max(start, r.start))
+                   for r in self._by_tp.get(tp, ()))
+
+    def _drop(self, key: bytes) -> None:
+        old = self._by_key.pop(key, None)
+        for tp in old or ():
+            kept = [r for r in self._by_tp.get(tp, ()) if r.key != key]
+            if kept:
+                self._by_tp[tp] = kept
+            else:
+                self._by_tp.pop(tp, None)
+
+    def lookup(self, topic: str, partition: int, offset: int) -> Outcome | None:
+        """The outcome a committed marker decided for this record, or None."""
+        entries = self._by_tp.get(TopicPartition(topic, partition))
+        if not entries:
+            return None
+        i = bisect.bisect_right(entries, offset, key=lambda r: r.start)
+        for r in reversed(entries[:i]):  # runs starting at or before offset
+            if r.end > offset:
+                return r.outcome
+        return None
+
+    def passed(self, start_offsets: Mapping[TopicPartition, int]) -> list[bytes]:
+        """Keys of the markers whose every run lies below its partition's share-partition start
+        offset: those records are acknowledged or archived, never delivered again."""
+        return [key for key, marker in self._by_key.items()
+                if all(tp in start_offsets and all(e <= start_offsets[tp] for _, e, _ in spans)
+                       for tp, spans in marker.items())]
+
+    def partitions_of(self, key: bytes) -> set[TopicPartition]:
+        return set(self._by_key.get(key, {}))
+
+
+def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_outputs") -> str:
+    """Create the group's marker topic (compacted, one partition), or check that the existing
+    one is compacted; its name. Raises :class:`OptionError` for a topic that would lose
+    markers, and the broker's error (an ACL: CREATE, or DESCRIBE_CONFIGS) otherwise."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewTopic
+
+    topic = marker_topic(settings.group_id)
+    admin = admin_client(settings)
+    timeout = settings.timeout_s
+    try:
+        future = admin.create_topics([NewTopic(topic, 1, replication_factor=-1,
+                                               config=dict(MARKER_TOPIC_CONFIG))],
+                                     request_timeout=timeout)[topic]
+        try:
+            future.result(timeout)
+        except Exception as exc:  # "already exists" is what we want
+            err = exc.args[0] if exc.args else None
+            if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+        configs = _topic_configs(admin, topic, timeout)
+    except Exception as exc:
+        raise from_client_error(exc, f"the workers' marker topic {topic!r} could not be created "
+                                "or described", "Grant the workers' principal CREATE (or "
+                                "create the topic, compacted) and DESCRIBE_CONFIGS on it; see "
+                                "docs/workers.md, exactly-once outputs") from exc
+    policy = str(configs["cleanup.policy"].value) if "cleanup.policy" in configs else ""
+    if "compact" not in policy or "delete" in policy:
+        raise OptionError(option, True, f"the marker topic {topic!r} has cleanup.policy="
+                          f"{policy!r}: markers would be deleted by retention while records "
+                          "they cover can still be redelivered. Set cleanup.policy=compact on "
+                          "it (or delete it: the workers create it)")
+    return topic
+
+
+def _topic_configs(admin: Any, topic: str, timeout_s: float) -> dict[str, Any]:
+    """The topic's configs; a topic just created is unknown to the broker for a moment."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            configs: dict[str, Any] = admin.describe_configs(
+                [resource], request_timeout=timeout_s)[resource].result(timeout_s)
+            return configs
+        except Exception as exc:
+            err = exc.args[0] if exc.args else None
+            code = getattr(err, "code", lambda: None)()
+            if code != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _connection(settings: ClientSettings) -> dict[str, Any]:
+    """A classic consumer's settings for the marker topic: the cluster's connection and
+    security settings, no group (``assign``, no commits)."""
+    return {**settings.admin(), "group.id": f"kafka-share-markers-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False, "enable.partition.eof": True,
+            "auto.offset.reset": "earliest"}
+
+
+_READER_FETCH_WAIT_MS = 20
+
+
+@dataclass(eq=False)
+class MarkerLog:
+    """The marker topic, read with ``read_committed`` into a :class:`MarkerSet`."""
+
+    topic: str
+    reader: Any
+    probe: Any  # read_uncommitted: the topic's high watermark
+    partitions: list[int]
+    timeout_s: float
+    own_prefix: bytes
+    markers: MarkerSet = field(default_factory=MarkerSet)
+    errors: list[Any] = field(default_factory=list)
+    eof: dict[int, int] = field(default_factory=dict)
+    conflicts: int = 0
+    """Offsets a marker of this worker covered that another committed marker already did."""
+
+    @classmethod
+    def open(cls, settings: ClientSettings, own_prefix: bytes) -> MarkerLog:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        topic = marker_topic(settings.group_id)
+        errors: list[Any] = []
+        base = {**_connection(settings), "error_cb": errors.append}
+        # The broker holds a read_committed fetch for fetch.wait.max.ms even after a commit
+        # made records readable (measured: the barrier took ~500 ms minus the time since the
+        # last commit with the default 500): short fetch waits keep it to tens of ms.
+        reader = Consumer(client_config({**base, "isolation.level": "read_committed",
+                                         "fetch.wait.max.ms": _READER_FETCH_WAIT_MS}))
+        probe = Consumer(client_config({**_connection(settings),
+                                        "isolation.level": "read_uncommitted"}))
+        try:
+            md = reader.list_topics(topic, timeout=settings.timeout_s)
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise BrokerError(f"the workers' marker topic {topic!r} does not exist (it is "
+                                  "created by start_workers with exactly_once_outputs=True)")
+            parts = sorted(meta.partitions)
+            reader.assign([KafkaTopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        except BaseException:
+            reader.close()
+            probe.close()
+            raise
+        return cls(topic, reader, probe, parts, settings.timeout_s, own_prefix, errors=errors)
+
+    def catch_up(self, until: float) -> bool:
+        """Read the committed markers up to where the topic ended when called, transactions
+        still open there included (waiting for their commit or abort); False if ``until``
+        (monotonic) passed first."""
+        from confluent_kafka import KafkaError
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        try:
+            target = {p: self.probe.get_watermark_offsets(
+                KafkaTopicPartition(self.topic, p),
+                timeout=max(0.1, min(self.timeout_s, until - time.monotonic())))[1]
+                for p in self.partitions}
+        except Exception as exc:  # noqa: BLE001 - unreachable now: the barrier is not done
+            err = exc.args[0] if exc.args else None
+            if hasattr(err, "name"):  # a KafkaError: session_lost() judges it
+                self.errors.append(err)
+            return False
+        while any(self.eof.get(p, -1) < end for p, end in target.items()):
+            if time.monotonic() > until:
+                return False
+            # What is there at once; else wait for one (consume would wait out its timeout).
+            batch = self.reader.consume(500, timeout=0) or \
+                [m for m in (self.reader.poll(0.05),) if m is not None]
+            for m in batch:
+                err = m.error()
+                if err is None:
+                    self._apply(m)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    self.eof[m.partition()] = m.offset()
+                else:
+                    self.errors.append(err)
+                    if err.fatal():
+                        raise BrokerError(f"reading the marker topic {self.topic!r} failed: "
+                                          f"{err}")
+        return True
+
+    def _apply(self, m: Any) -> None:
+        key = m.key() or b""
+        overlap = self.markers.apply(key, m.value())
+        if overlap and key.startswith(self.own_prefix):
+            self.conflicts += overlap
+
+    def close(self) -> None:
+        for c in (self.reader, self.probe):
+            with contextlib.suppress(Exception):
+                c.close()
+
+
+class Fenced(BrokerError):
+    """This attempt's transactional producer was fenced (a newer attempt of the worker slot
+    called ``init_transactions``) or failed fatally: the attempt stops."""
+
+
+class TransactionFailed(Exception):
+    """A transaction was aborted (or its outcome is unknown): its records are RELEASEd, and a
+    redelivery finds the marker if the commit went through after all. ``fatal``: the producer
+    is unusable (e.g. its transaction state was lost with a broker restart) and is replaced."""
+
+    def __init__(self, text: str, *, fatal: bool = False) -> None:
+        super().__init__(text)
+        self.fatal = fatal
+
+
+# librdkafka's codes for "a newer producer with this transactional.id exists".
+_FENCED_CODES = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
+
+
+@dataclass(eq=False)
+class Transactions:
+    """The worker slot's transactional producer (outputs, dead letters, markers)."""
+
+    producer: Any
+    topic: str
+    timeout_s: float
+    txn_timeout_s: float
+    errors: list[Any] = field(default_factory=list)
+    open: bool = False
+    began: float = 0.0
+    commit_s: float = 0.0  # moving average of commit_transaction's time
+
+    @classmethod
+    def start(cls, conf: dict[str, Any], txn_id: str, topic: str, lock_budget_s: float,
+              timeout_s: float) -> Transactions:
+        """``init_transactions`` as ``txn_id``: the broker aborts what an older attempt of the
+        slot left open and fences it. The transaction timeout is the lock budget, so a
+        transaction left open by a dead worker holds the other workers' barriers no longer."""
+        from confluent_kafka import Producer
+
+        errors: list[Any] = []
+        budget_ms = max(1000, int(lock_budget_s * 1000))
+        producer = Producer({**conf, "transactional.id": txn_id, "error_cb": errors.append,
+                             "transaction.timeout.ms": budget_ms,
+                             "message.timeout.ms": min(budget_ms,
+                                                       int(conf.get("message.timeout.ms",
+                                                                    budget_ms)))})
+        try:
+            producer.init_transactions(timeout_s)
+        except Exception as exc:
+            raise from_client_error(exc, f"the transactional producer {txn_id!r} could not "
+                                    "start", "Grant the workers' principal WRITE and DESCRIBE "
+                                    "on transactional ids with this prefix") from exc
+        return cls(producer, topic, timeout_s, budget_ms / 1000, errors)
+
+    def begin(self) -> None:
+        self.producer.begin_transaction()
+        self.open = True
+        self.began = time.monotonic()
+
+    def commit(self) -> None:
+        """Commit the open transaction; :class:`TransactionFailed` if it did not (abortable:
+        aborted; outcome unknown: left to the marker check), :class:`BrokerError` if this
+        producer was fenced by a newer attempt of its worker slot."""
+        t0 = time.monotonic()
+        try:
+            self.producer.commit_transaction(self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - judged by _failed
+            self._failed(exc, "commit")
+        finally:
+            self.open = False
+        took = time.monotonic() - t0
+        self.commit_s = took if self.commit_s == 0 else 0.7 * self.commit_s + 0.3 * took
+
+    def abort(self, why: str) -> None:
+        if not self.open:
+            return
+        self.open = False
+        try:
+            self.producer.abort_transaction(self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - judged below
+            self._failed(exc, f"abort ({why})")
+
+    def _failed(self, exc: Exception, what: str) -> None:
+        err = exc.args[0] if exc.args else None
+        fatal = bool(getattr(err, "fatal", lambda: False)())
+        # The broker also fences a producer whose transaction outlived transaction.timeout.ms:
+        # that one is replaced; one fenced sooner was fenced by a newer attempt of its slot.
+        timed_out = time.monotonic() - self.began >= self.txn_timeout_s
+        if fatal and getattr(err, "name", lambda: "")() in _FENCED_CODES and not timed_out:
+            raise Fenced(f"fenced: the transactional producer failed fatally during {what}: "
+                         f"{err} (a newer attempt of this worker slot took over its "
+                         "transactional.id; this attempt stops)") from exc
+        if getattr(err, "txn_requires_abort", lambda: False)():
+            with contextlib.suppress(Exception):
+                self.producer.abort_transaction(self.timeout_s)
+        raise TransactionFailed(f"{what} failed: {err}", fatal=fatal) from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.open:
+                self.producer.abort_transaction(self.timeout_s)
+        with contextlib.suppress(Exception):
+            self.producer.flush(1)
+
+
+def marker_key(prefix: bytes, seq: int) -> bytes:
+    """A marker's key: the attempt's prefix (unique per attempt) and its transaction
+    number."""
+    return prefix + str(seq).encode()
+
+
+def attempt_prefix(worker: int, attempt: int) -> bytes:
+    return f"{worker}:{attempt}:{uuid.uuid4().hex[:8]}:".encode()
+
+
+def origins_of(items: Sequence[tuple[Any, Outcome]]) -> list[Origin]:
+    """The origins of ``(message, outcome)`` pairs that a marker records (ACCEPT, REJECT)."""
+    return [(m.topic(), m.partition(), m.offset(), o) for m, o in items
+            if o in (Outcome.ACCEPT, Outcome.REJECT)]
+
+
+def _transactions(settings: ClientSettings, producer_conf: dict[str, Any], worker: int,
+                  lock_budget_s: float) -> Transactions:
+    return Transactions.start(producer_conf, transactional_id(settings.group_id, worker),
+                              marker_topic(settings.group_id), lock_budget_s,
+                              settings.timeout_s)
+
+
+_LOST = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_FATAL", "_FENCED", "_UNKNOWN_GROUP"})
+GC_EVERY_S = 30.0
+TOMBSTONE_IDLE_S = 1.0
+
+
+@dataclass(eq=False)
+class ExactlyOnce:
+    """One worker's exactly-once state: its marker reader, its transactional producer, the
+    markers it committed whose acknowledgement is not yet confirmed, and the tombstones due."""
+
+    log: MarkerLog
+    txn: Transactions
+    settings: ClientSettings
+    prefix: bytes
+    producer_conf: dict[str, Any] = field(repr=False)
+    worker: int = 0
+    lock_budget_s: float = 0.0
+    seq: int = 0
+    mine: dict[bytes, set[TopicPartition]] = field(default_factory=dict)
+    tombstones: set[bytes] = field(default_factory=set)
+    last_txn: float = field(default_factory=time.monotonic)
+    last_gc: float = field(default_factory=time.monotonic)
+    _sent: set[bytes] = field(default_factory=set)  # tombstones of the open transaction
+
+    @classmethod
+    def start(cls, settings: ClientSettings, producer_conf: dict[str, Any], worker: int,
+              attempt: int, lock_budget_s: float) -> ExactlyOnce:
+        prefix = attempt_prefix(worker, attempt)
+        txn = _transactions(settings, producer_conf, worker, lock_budget_s)
+        log: MarkerLog | None = None
+        try:
+            log = MarkerLog.open(settings, prefix)
+            log.catch_up(time.monotonic() + settings.timeout_s)  # the first read: all of it
+        except BaseException:
+            txn.close()
+            if log is not None:
+                log.close()
+            raise
+        return cls(log, txn, settings, prefix, producer_conf, worker, lock_budget_s)
+
+    def replace_producer(self) -> Any:
+        """A new transactional producer for the slot (the old one failed fatally, e.g. its
+        transaction state was lost with a broker restart); ``init_transactions`` again."""
+        self.txn.close()
+        self.txn = _transactions(self.settings, self.producer_conf, self.worker,
+                                 self.lock_budget_s)
+        self._sent = set()
+        return self.txn.producer
+
+    def new_poll(self) -> None:
+        """A poll returned records: client errors from here on mean the acquisitions may be
+        lost (:meth:`session_lost`)."""
+        self.log.errors.clear()
+        self.txn.errors.clear()
+
+    def session_lost(self) -> str | None:
+        """A connection loss or fatal error the worker's clients reported since the poll."""
+        with contextlib.suppress(Exception):
+            self.txn.producer.poll(0)  # serves the error callbacks queued meanwhile
+        for e in (*self.log.errors, *self.txn.errors):
+            if e.fatal() or e.name() in _LOST:
+                return f"{e.name()}: {e.str()}"
+        return None
+
+    def decided(self, m: Any) -> Outcome | None:
+        return self.log.markers.lookup(m.topic(), m.partition(), m.offset())
+
+    def next_marker(self, origins: Sequence[Origin]) -> tuple[bytes, bytes]:
+        """The next transaction's marker (key, value)."""
+        self.seq += 1
+        return marker_key(self.prefix, self.seq), encode_marker(origins)
+
+    def committed(self, key: bytes | None, origins: Sequence[Origin]) -> None:
+        """The transaction of marker ``key`` (None: tombstones alone) was committed."""
+        self.last_txn = time.monotonic()
+        if key is not None:
+            self.mine[key] = {TopicPartition(t, p) for t, p, _, _ in origins}
+        self.tombstones.difference_update(self._sent)
+        self._sent = set()
+
+    def confirmed(self, key: bytes, partitions: Iterable[TopicPartition]) -> None:
+        """The acknowledgement of these partitions' records was confirmed: a marker whose every
+        partition is confirmed is tombstoned in the next transaction."""
+        need = self.mine.get(key)
+        if need is not None and need <= set(partitions):
+            del self.mine[key]
+            self.tombstones.add(key)
+
+    def take_tombstones(self) -> list[bytes]:
+        """The tombstones the next transaction carries (dropped from the queue at commit)."""
+        self._sent = set(self.tombstones)
+        return sorted(self._sent)
+
+    def due(self, now: float) -> bool:
+        """Whether a transaction of tombstones alone is due (the worker is idle)."""
+        if now - self.last_gc >= GC_EVERY_S:
+            self.last_gc = now
+            self._collect()
+        return bool(self.tombstones) and now - self.last_txn >= TOMBSTONE_IDLE_S
+
+    def _collect(self) -> None:
+        """Markers whose records the group's start offsets passed (left by dead workers)."""
+        from pyspark_kafka_share._kafka.group import read_start_offsets
+
+        with contextlib.suppress(BrokerError):
+            self.log.catch_up(time.monotonic() + 1.0)
+        starts = read_start_offsets(self.settings)
+        if starts:
+            self.tombstones.update(k for k in self.log.markers.passed(starts)
+                                   if k not in self.mine)
+
+    def close(self) -> None:
+        self.txn.close()
+        self.log.close()

@@ -1,0 +1,289 @@
+"""Queue workers with exactly-once outputs (``exactly_once_outputs=True``), failures injected for
+real: a real broker (the session's, or a test's own that is SIGKILLed) and real Spark.
+
+Every test ends with a ``read_committed`` consumer of the output and dead-letter topics seeing
+every origin (``kafka-share.origin.*`` headers) exactly once, and with evidence that the
+failure happened (aborted records a ``read_uncommitted`` reader sees, records acknowledged
+from a committed marker without running the function, aborted transactions).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+from pyspark import cloudpickle
+from pyspark.sql import SparkSession
+
+from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.harness import LocalKafka
+from pyspark_kafka_share.workers import Record, Result, WorkerSummary, run_workers, start_workers
+from pyspark_kafka_share.workers.config import WorkerConfig
+from pyspark_kafka_share.workers.exactly_once import (
+    Fenced,
+    MarkerSet,
+    Transactions,
+    ensure_marker_topic,
+    marker_topic,
+    transactional_id,
+)
+from tests.fixtures.kafka import TopicFactory
+from tests.helpers import (
+    Key,
+    assert_exactly_once,
+    produce_spread,
+    read_topic,
+    wait_for,
+    worker_faults,
+)
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+
+N = 60  # records per test, over 2 partitions
+LOCK_MS = 8_000
+
+
+def _poison(value: bytes) -> bool:
+    return int(value[1:]) % 7 == 0
+
+
+def _work(log: str) -> Any:
+    """The worker function: every 7th record is poison, the others ACCEPTed with an output;
+    each call leaves a line in ``log``."""
+
+    def work(rec: Record) -> Result:
+        with open(log, "a") as f:
+            f.write(json.dumps({"value": (rec.value or b"").decode(),
+                                "dc": rec.delivery_count}) + "\n")
+        value = rec.value or b""
+        if _poison(value):
+            return Result.reject("poison")
+        return Result.accept(value + b"-out")
+
+    return work
+
+
+def _calls(log: str) -> Counter[str]:
+    path = Path(log)
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter(json.loads(line)["value"] for line in lines if line)
+
+
+def _origins(msgs: list[Message]) -> list[Key]:
+    out = []
+    for m in msgs:
+        h = {k: v.decode() if isinstance(v, bytes) else str(v)
+             for k, v in dict(m.headers() or []).items()}
+        out.append((h["kafka-share.origin.topic"], int(h["kafka-share.origin.partition"]),
+                    int(h["kafka-share.origin.offset"])))
+    return out
+
+
+def _assert_each_origin_once(kafka: LocalKafka, src: str, out: str, dlq: str) -> int:
+    """read_committed: each origin once in ``out`` (good records) or ``dlq`` (poison); the
+    count of records a read_uncommitted reader sees in ``out`` beyond them (aborted)."""
+    keys = {(src, i % 2, i // 2): b"v%d" % i for i in range(N)}
+    poison = {k for k, v in keys.items() if _poison(v)}
+    outputs = read_topic(kafka, out, N - len(poison), settle_s=1.0)
+    assert_exactly_once(_origins(outputs), set(keys) - poison)
+    for m in outputs:
+        assert m.value() == keys[_origins([m])[0]] + b"-out"
+    assert_exactly_once(_origins(read_topic(kafka, dlq, len(poison), settle_s=1.0)), poison)
+    seen = read_topic(kafka, out, N - len(poison), settle_s=1.0, isolation="read_uncommitted")
+    return len(seen) - len(outputs)
+
+
+def _run(spark: SparkSession, kafka: LocalKafka, src: str, out: str, dlq: str, group: str,
+         log: str, **options: Any) -> WorkerSummary:
+    kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
+    return run_workers(spark, _work(log), topics=src, group=group,
+                       bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
+                       output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
+                       idle_timeout_s=12, on_progress=False, **options)
+
+
+
+def _stat(summary: WorkerSummary, name: str) -> int:
+    return sum(int(w.get(name, 0)) for w in summary.workers)
+
+
+def _live_markers(kafka: LocalKafka, group: str) -> int:
+    markers = MarkerSet()
+    for m in read_topic(kafka, marker_topic(group), 0, settle_s=1.0):
+        markers.apply(m.key() or b"", m.value())
+    return len(markers)
+
+
+def test_outputs_dead_letters_and_markers_commit_in_one_transaction(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    summary = _run(spark, kafka, src, out, dlq, group, log)
+    t = summary.totals
+    poison = sum(1 for i in range(N) if i % 7 == 0)
+    assert (t["accepted"], t["rejected"], t["outputs"], t["dead_lettered"]) == \
+        (N - poison, poison, N - poison, poison), str(summary)
+    assert _assert_each_origin_once(kafka, src, out, dlq) == 0
+    assert set(_calls(log).values()) == {1}
+    assert _stat(summary, "transactions") >= N // 5
+    # Every marker's acknowledgement was confirmed: tombstoned, the live set is empty.
+    assert _live_markers(kafka, group) == 0
+    # The marker topic is compacted; a second start checks it and leaves it.
+    client = WorkerConfig.create(topics=src, group=group,
+                                 bootstrap_servers=kafka.bootstrap_servers).client
+    assert ensure_marker_topic(client) == marker_topic(group)
+
+
+@pytest.mark.parametrize("point", ["kill-after-commit", "kill-before-commit",
+                                   "kill-during-commit"])
+def test_a_worker_killed_around_the_commit_duplicates_nothing(
+    point: str, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The Python worker of worker 0 dies (``os._exit``) at its 3rd transaction: after the
+    commit and before the acknowledgement, between the produce and the commit, or while the
+    commit runs. Spark retries the task; the records come back when the lock expires."""
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    summary = _run(spark, kafka, src, out, dlq, group, log,
+                   **worker_faults(f"{point}:part=0:attempt=0:seq=3:ms=3"))
+    assert [(w["worker"], w["attempt"]) for w in summary.failed_attempts] == [(0, 0)], \
+        str(summary)
+    aborted = _assert_each_origin_once(kafka, src, out, dlq)
+    calls = _calls(log)
+    assert set(calls) == {f"v{i}" for i in range(N)}
+    if point == "kill-after-commit":
+        # The committed chunk came back and was acknowledged from its marker, not run again.
+        assert _stat(summary, "already_committed") >= 1, str(summary.workers)
+        assert aborted == 0
+    if point == "kill-before-commit":
+        assert aborted >= 1  # the dead attempt's outputs, aborted by the retry's fencing
+        assert max(calls.values()) == 2
+
+
+def test_a_broker_crash_mid_transaction_duplicates_nothing(
+    chaos_kafka: LocalKafka, spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The broker is SIGKILLed while worker 0 sits between its produce and its commit (a
+    4 s pause), and restarted on its data 2 s later: the acquisitions are lost, the records
+    come back (as first deliveries), the transaction is not committed on a lost session."""
+    kafka = chaos_kafka
+    src = kafka.create_topic("eos-src", 2)
+    out, dlq = kafka.create_topic("eos-out", 1), kafka.create_topic("eos-dlq", 1)
+    group = "eos-broker-crash"
+    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 12_000)
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    job = start_workers(spark, _work(log), topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
+                        output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
+                        idle_timeout_s=25, on_progress=False, broker_timeout_s=60,
+                        **worker_faults("sleep-before-commit:part=0:attempt=0:seq=2:ms=4000"))
+    # Worker 0 committed one transaction and processed its second chunk: it is in the pause.
+    wait_for(lambda: job.progress().workers.get(0, {}),
+             lambda w: w.get("transactions", 0) >= 1 and w.get("processed", 0) >= 6,
+             timeout_s=120, what="worker 0 in its second transaction")
+    kafka.kill()
+    time.sleep(2)
+    kafka.restart()
+    summary = job.wait(240)
+    _assert_each_origin_once(kafka, src, out, dlq)
+    assert _stat(summary, "transactions_aborted") >= 1, str(summary.workers)
+    assert not any(str(w.get("stop_reason")).startswith("fenced") for w in summary.workers), \
+        str(summary)
+
+
+def test_a_zombie_past_its_lock_commits_nothing(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """Worker 0 pauses between produce and commit for longer than the lock: the broker hands
+    its records to worker 1, and worker 0 must not commit (the deadline check aborts)."""
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    summary = _run(spark, kafka, src, out, dlq, group, log,
+                   **worker_faults(f"sleep-before-commit:part=0:seq=2:ms={LOCK_MS + 2000}"))
+    assert _assert_each_origin_once(kafka, src, out, dlq) >= 1
+    assert _stat(summary, "transactions_aborted") >= 1, str(summary.workers)
+
+
+def test_an_older_attempt_of_a_worker_slot_is_fenced(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+) -> None:
+    """Two attempts of one worker slot (an executor thought lost, a speculative copy): the
+    newer one's ``init_transactions`` fences the older, whose commit then fails."""
+    out = topic_factory(1)
+    client = WorkerConfig.create(topics=out, group=group,
+                                 bootstrap_servers=kafka.bootstrap_servers).client
+    topic = ensure_marker_topic(client)
+    conf = client.producer()
+    old = Transactions.start(conf, transactional_id(group, 0), topic, 10.0, 10.0)
+    old.begin()
+    old.producer.produce(out, value=b"zombie")
+    old.producer.flush(10)
+    new = Transactions.start(conf, transactional_id(group, 0), topic, 10.0, 10.0)
+    new.begin()
+    new.producer.produce(out, value=b"winner")
+    new.commit()
+    with pytest.raises(Fenced, match="fenced"):
+        old.commit()
+    assert [m.value() for m in read_topic(kafka, out, 1, settle_s=1.0)] == [b"winner"]
+    for t in (old, new):
+        t.close()
+
+
+def test_records_already_committed_are_not_run_again(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """A committed marker decides: a record it covers that comes back is ACCEPTed or REJECTed
+    as the marker says, without running the function or producing. Here a marker covering
+    every record is committed before the workers start (as a worker that died after its
+    commit leaves it)."""
+    from pyspark_kafka_share.workers.exactly_once import encode_marker
+    from pyspark_kafka_share.workers.outcome import Outcome
+
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    produce_spread(kafka, src, 2, N)
+    client = WorkerConfig.create(topics=src, group=group,
+                                 bootstrap_servers=kafka.bootstrap_servers).client
+    topic = ensure_marker_topic(client)
+    txn = Transactions.start(client.producer(), transactional_id(group, 9), topic, 10.0, 10.0)
+    txn.begin()
+    txn.producer.produce(topic, key=b"earlier", value=encode_marker(
+        [(src, i % 2, i // 2, Outcome.REJECT if i % 7 == 0 else Outcome.ACCEPT)
+         for i in range(N)]))
+    txn.commit()
+    txn.close()
+    log = str(tmp_path / "calls.jsonl")
+    summary = _run(spark, kafka, src, out, dlq, group, log)
+    assert _calls(log) == Counter()
+    assert (summary.totals["accepted"], summary.totals["rejected"]) == (N - 9, 9)
+    assert _stat(summary, "already_committed") == N
+    assert read_topic(kafka, out, 0, settle_s=1.0) == []
+
+
+def test_a_marker_topic_that_is_not_compacted_is_refused(
+    kafka: LocalKafka, topic: str, group: str, spark: SparkSession,
+) -> None:
+    """Retention would delete markers whose records can still come back: refused at start,
+    before any task, naming the topic and the fix."""
+    kafka.create_topic(marker_topic(group), 1, config={"cleanup.policy": "delete"})
+    with pytest.raises(OptionError, match=r"'exactly_once_outputs'.*cleanup.policy='delete'.*"
+                                          r"Set cleanup.policy=compact"):
+        run_workers(spark, lambda r: None, topics=topic, group=group,
+                    bootstrap_servers=kafka.bootstrap_servers, exactly_once_outputs=True,
+                    on_progress=False)
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
