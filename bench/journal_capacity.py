@@ -1,0 +1,398 @@
+"""The journal's request rate on an object store: a simulation against the local S3 server.
+
+    python bench/journal_capacity.py [--tasks 1000] [--polls-per-s 5] [--batch-s 0.4]
+                                     [--batches 2] [--workers 1] [--records 2]
+
+N simulated tasks drive the journal's own code paths (``Journal``, ``PartLog``: the calls
+``source/task.py`` and the driver make, in the same order) on ``s3://`` against
+:class:`~pyspark_kafka_share.harness.s3.LocalS3` (moto), with no Kafka and no Spark:
+
+- task start: ``spec.journal()`` (``check_marker``), ``claim``, ``PartLog.open``;
+- each poll: ``find_journaled`` (the duplicate lookup), ``PartLog.append``, the fence re-read;
+- task end: ``PartLog.end``;
+- per batch on the driver: ``batch_ends`` (the batch's metrics), then ``commit``.
+
+Time is scaled down: the tasks poll in lockstep rounds, one poll each per round, and a round
+stands for ``1 / polls-per-s`` seconds, so the request *counts* are those of the real rate and
+the wall time does not matter. ``--workers`` is the number of Python worker processes the tasks
+are spread over (round robin): the journal's key cache and index are per process, so each
+simulated worker gets its own (the module's globals are swapped in around its calls).
+
+Every HTTP request is counted from the server's request log, by kind (exclusive create, fence
+overwrite, GET, LIST page, bulk DELETE) and by key group, and the rates are set beside the
+formula of docs/design.md ("Capacity: requests per second against the stores' limits"),
+:func:`predict`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import math
+import re
+import sys
+import time
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from journal_slot import _batch
+
+from pyspark_kafka_share.harness.s3 import LocalS3
+from pyspark_kafka_share.source.journal import journal as journal_mod
+from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, ScanResult
+from pyspark_kafka_share.source.journal.keys import SlotKeys
+
+BUCKET = "capacity-journal"
+LIST_PAGE = 1000  # keys per LIST response (S3, GCS and Azure alike)
+
+# The published limits (sources in docs/design.md): requests per second.
+S3_WRITES_PER_PREFIX = 3_500  # PUT/COPY/POST/DELETE per partitioned prefix
+S3_READS_PER_PREFIX = 5_500   # GET/HEAD per partitioned prefix
+GCS_WRITES_INITIAL = 1_000    # per bucket, before autoscaling
+GCS_READS_INITIAL = 5_000     # per bucket (listing included), before autoscaling
+AZURE_PER_BLOB = 500          # target for one blob
+AZURE_PER_ACCOUNT = 20_000    # default per account (40,000 in the larger regions)
+
+KINDS = ("create", "overwrite", "get", "list", "delete")
+
+# One request line of werkzeug's log, its colour codes included.
+_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/[0-9.]+(?:\x1b\[0m)?" (\d{3})')
+
+
+# -- counting the server's requests ---------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Requests by kind, by (kind, key group), and answers other than 2xx."""
+
+    kinds: Counter[str] = field(default_factory=Counter)
+    groups: Counter[tuple[str, str]] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: Tally) -> None:
+        self.kinds.update(other.kinds)
+        self.groups.update(other.groups)
+        self.refused.update(other.refused)
+
+
+def _group(key: str) -> str:
+    """The key group of a journal key (its prefix as the journal lays it out)."""
+    parts = key.split("/")[1:]  # below the journal's root
+    if not parts or not parts[0]:
+        return "(root)"
+    if parts[0] == "batches":
+        return "batches/<seq>/<part>/<slot>" if len(parts) >= 4 and parts[3] else "batches/"
+    if parts[0] == "committed":
+        return "committed (the fence: one key)"
+    return f"{parts[0]}/" if len(parts) > 1 else parts[0]
+
+
+def classify(method: str, target: str) -> tuple[str, str] | None:
+    """(kind, key group) of one request of the journal's bucket; None for anything else."""
+    url = urlsplit(target)
+    path = unquote(url.path).lstrip("/")
+    bucket, _, key = path.partition("/")
+    if bucket != BUCKET:
+        return None
+    query = parse_qs(url.query, keep_blank_values=True)
+    if method == "GET" and "list-type" in query:
+        return "list", _group(query.get("prefix", [""])[0])
+    if method == "POST" and "delete" in query:
+        return "delete", "batches/ (bulk, up to 1,000 keys)"
+    if not key:
+        return None
+    kind = {"GET": "get", "HEAD": "get", "DELETE": "delete"}.get(method)
+    if method == "PUT":
+        kind = "overwrite" if key.endswith("/committed") else "create"
+    return (kind, _group(key)) if kind else None
+
+
+class RequestLog:
+    """The requests LocalS3 logged since the last :meth:`take`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size
+
+    def _settled_size(self) -> int:
+        """The log's size once it stopped growing (the server logs after it answers)."""
+        size = -1
+        while (now := self.path.stat().st_size) != size:
+            size = now
+            time.sleep(0.15)
+        return size
+
+    def take(self) -> Tally:
+        end = self._settled_size()
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            text = f.read(end - self.offset).decode(errors="replace")
+        self.offset = end
+        tally = Tally()
+        for m in _LINE.finditer(text):
+            found = classify(m.group(1), m.group(2))
+            if found is None:
+                continue
+            tally.kinds[found[0]] += 1
+            tally.groups[found] += 1
+            if not m.group(3).startswith("2"):
+                tally.refused[f"{found[0]} {m.group(3)}"] += 1
+        return tally
+
+
+# -- one Python worker process per simulated worker --------------------------------------------
+
+
+@dataclass
+class Worker:
+    """The per-process state of the journal module (key cache, index, markers seen)."""
+
+    key_cache: OrderedDict[str, Any] = field(default_factory=OrderedDict)
+    cache_fence: dict[str, int] = field(default_factory=dict)
+    index: dict[str, Any] = field(default_factory=dict)
+    claimed: dict[str, str] = field(default_factory=dict)
+    markers: set[tuple[str, str]] = field(default_factory=set)
+
+
+_STATE = {"_KEY_CACHE": "key_cache", "_KEY_CACHE_FENCE": "cache_fence", "_INDEX": "index",
+          "_CLAIMED": "claimed", "_MARKERS_SEEN": "markers"}
+
+
+@contextlib.contextmanager
+def as_worker(worker: Worker) -> Iterator[None]:
+    """Run the journal's code with ``worker``'s per-process state."""
+    saved = {name: getattr(journal_mod, name) for name in _STATE}
+    for name, attr in _STATE.items():
+        setattr(journal_mod, name, getattr(worker, attr))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(journal_mod, name, value)
+
+
+# -- the simulation -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Load:
+    tasks: int
+    polls_per_s: float
+    batch_s: float
+    batches: int
+    workers: int
+    records: int
+
+    @property
+    def polls_per_batch(self) -> int:
+        """Polls of one task in one batch."""
+        return max(1, round(self.polls_per_s * self.batch_s))
+
+    @property
+    def seconds(self) -> float:
+        """Simulated time of the run's batches."""
+        return self.batches * self.polls_per_batch / self.polls_per_s
+
+
+class Simulation:
+    """``load.tasks`` tasks of one query, batch after batch, on one ``s3://`` journal."""
+
+    def __init__(self, s3: LocalS3, load: Load) -> None:
+        self.load = load
+        opts = {k.removeprefix("journal."): v for k, v in s3.journal_options().items()}
+        self.uri = f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
+        self.opts = opts
+        self.workers = [Worker() for _ in range(load.workers)]
+        self.driver = Worker()
+        self.log = RequestLog(s3.log_path or Path("/nonexistent"))
+        self.phases: dict[str, Tally] = {p: Tally() for p in ("start", "poll", "end", "driver")}
+        self.offset = 0
+        self.query = uuid.uuid4().hex
+
+    def journal(self) -> Journal:
+        return Journal(self.uri, options=self.opts)
+
+    def run(self) -> Tally:
+        """Run every batch; return the one-off requests of the query's start."""
+        with as_worker(self.driver):
+            driver = self.journal()
+            driver.claim(self.query)
+            self.marker = driver.place_marker()
+        once = self.log.take()
+        for seq in range(self.load.batches):
+            self._batch(seq)
+        return once
+
+    def _on(self, task: int) -> Worker:
+        return self.workers[task % len(self.workers)]
+
+    def _batch(self, seq: int) -> None:
+        load = self.load
+        logs = []
+        for task in range(load.tasks):
+            with as_worker(self._on(task)):
+                j = self.journal()
+                j.check_marker(self.marker)
+                j.claim(self.query)
+                log = j.part_log(seq, task)
+                log.open()
+                logs.append(log)
+        self.phases["start"].add(self.log.take())
+        for _ in range(load.polls_per_batch):
+            for task, log in enumerate(logs):
+                with as_worker(self._on(task)):
+                    self._poll(log, seq, task)
+        self.phases["poll"].add(self.log.take())
+        for task, log in enumerate(logs):
+            with as_worker(self._on(task)):
+                log.end(functools.partial(_marker, task))
+        self.phases["end"].add(self.log.take())
+        with as_worker(self.driver):
+            driver = self.journal()
+            driver.batch_ends(seq)
+            driver.commit(seq, dedup_retention_ms=3_600_000, start_offsets={})
+        self.phases["driver"].add(self.log.take())
+
+    def _poll(self, log: Any, seq: int, task: int) -> None:
+        """What ``_Fill._step`` asks of the journal for one poll of fresh records."""
+        batch = _batch(self.load.records, 10, self.offset)
+        self.offset += self.load.records
+        keys = SlotKeys.of_table(batch)
+        if log.journal.find_journaled(keys):
+            raise AssertionError("fresh offsets found in the journal")
+        log.append(batch, attempt=task, keys=keys)
+        if log.journal.committed_seq() >= seq:
+            raise AssertionError("the fence passed a running batch")
+
+
+def _marker(attempt: int, scan: ScanResult) -> EndMarker:
+    """An END marker that says every data slot was acknowledged (no dedup entries)."""
+    return EndMarker(attempt=attempt, data_slots=len(scan.data_slots), records=0,
+                     acked_slots=tuple(scan.data_slots))
+
+
+# -- the formula ------------------------------------------------------------------------------
+
+
+def _pages(keys: int) -> int:
+    return max(1, math.ceil(keys / LIST_PAGE))
+
+
+def predict(load: Load) -> dict[str, float]:
+    """Requests per second by kind (docs/design.md, "Capacity"), steady state: every poll
+    brings records, every slot is acknowledged (no dedup entries), batches follow back to
+    back. T tasks, p polls/s per task, n = p * B polls per task in a batch of B seconds, W
+    worker processes."""
+    t, n, w = load.tasks, load.polls_per_batch, load.workers
+    batch_s = n / load.polls_per_s
+    slots = t * n  # data slots per batch
+    # The lookup's recursive LIST of batches/ sees the batch's slots published so far.
+    lookup_pages = sum(_pages(r * t + i) for r in range(n) for i in range(t))
+    per_batch = {
+        # slots + END per task
+        "create": slots + t,
+        "overwrite": 1.0,  # the fence, once per commit
+        # per poll: fence twice; start: fence; END: ranged GET of the last slot;
+        # driver: batch_ends and commit each read a log's last slot and its END, commit the
+        # fence; every worker process reads each slot published by another process once,
+        # but for those published after its last lookup in the batch (about half a round).
+        "get": 2 * slots + t + t + 4 * t + 1 + (w - 1) * (slots - w / 2),
+        # per poll: LIST batches/ (pages) + LIST dedup/; start and END: LIST the log;
+        # driver: batch_ends LISTs the batch and each log; commit LISTs batches/, the
+        # batch, each log, batches/ recursively (pages) and dedup/.
+        "list": lookup_pages + slots + 2 * t + (_pages(t) + t) * 2 + 1
+        + _pages(slots + t) + 1,
+        "delete": math.ceil((slots + t) / LIST_PAGE),  # bulk deletes, 1,000 keys each
+    }
+    return {k: v / batch_s for k, v in per_batch.items()}
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def report(load: Load, sim: Simulation, once: Tally, took: float) -> None:
+    seconds = load.seconds
+    total = Tally()
+    for tally in sim.phases.values():
+        total.add(tally)
+    polls = load.tasks * load.polls_per_batch * load.batches
+    print(f"{load.tasks} tasks x {load.polls_per_s:g} polls/s, batches of {load.batch_s:g} s "
+          f"({load.polls_per_batch} polls per task), {load.batches} batches, {load.workers} "
+          f"worker process(es): {polls:,} polls = {seconds:g} simulated s, run in {took:.0f} s "
+          f"wall against moto")
+    print(f"query start (once): {dict(once.kinds)}")
+    print("\nrequests per operation (measured)")
+    per = {"start": load.tasks * load.batches, "poll": polls, "end": load.tasks * load.batches,
+           "driver": load.batches}
+    for phase, tally in sim.phases.items():
+        shown = ", ".join(f"{k} {tally.kinds[k] / per[phase]:.2f}" for k in KINDS
+                          if tally.kinds[k])
+        print(f"  per {'batch (driver)' if phase == 'driver' else 'task ' + phase:16} {shown}")
+    print("\nrequests per second: measured / formula")
+    expected = predict(load)
+    for kind in KINDS:
+        measured = total.kinds[kind] / seconds
+        print(f"  {kind:10} {measured:12,.0f} / {expected[kind]:12,.0f}")
+    print("\nrequests per second by key group (S3 prefix)")
+    for (kind, group), count in sorted(total.groups.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind:10} {group:36} {count / seconds:12,.0f}")
+    if total.refused:
+        print(f"\nanswers other than 2xx: {dict(total.refused)}")
+    _limits(total, seconds)
+
+
+def _limits(total: Tally, seconds: float) -> None:
+    """The rates against the stores' published limits, as if every key shared one prefix
+    (a new journal's prefix, before S3 partitions it)."""
+    writes = (total.kinds["create"] + total.kinds["overwrite"] + total.kinds["delete"]) / seconds
+    reads = (total.kinds["get"] + total.kinds["list"]) / seconds
+    fence = sum(c for (k, g), c in total.groups.items() if g.startswith("committed")) / seconds
+    print("\nagainst the published limits (whole journal under one prefix)")
+    print(f"  writes {writes:10,.0f}/s: S3 {S3_WRITES_PER_PREFIX:,}/prefix "
+          f"{_x(writes, S3_WRITES_PER_PREFIX)}, GCS initial {GCS_WRITES_INITIAL:,}/bucket "
+          f"{_x(writes, GCS_WRITES_INITIAL)}")
+    print(f"  reads  {reads:10,.0f}/s: S3 {S3_READS_PER_PREFIX:,}/prefix "
+          f"{_x(reads, S3_READS_PER_PREFIX)}, GCS initial {GCS_READS_INITIAL:,}/bucket "
+          f"{_x(reads, GCS_READS_INITIAL)}")
+    print(f"  all    {writes + reads:10,.0f}/s: Azure {AZURE_PER_ACCOUNT:,}/account "
+          f"{_x(writes + reads, AZURE_PER_ACCOUNT)}")
+    print(f"  the fence (one key) {fence:,.0f}/s: S3 {S3_READS_PER_PREFIX:,} "
+          f"{_x(fence, S3_READS_PER_PREFIX)}, Azure {AZURE_PER_BLOB}/blob "
+          f"{_x(fence, AZURE_PER_BLOB)}")
+
+
+def _x(rate: float, limit: int) -> str:
+    return f"({rate / limit:.2f}x: {'OVER' if rate > limit else 'under'})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=1000)
+    ap.add_argument("--polls-per-s", type=float, default=5.0, help="per task")
+    ap.add_argument("--batch-s", type=float, default=0.4, help="simulated seconds per batch")
+    ap.add_argument("--batches", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1, help="Python worker processes")
+    ap.add_argument("--records", type=int, default=2, help="records per poll")
+    args = ap.parse_args()
+    load = Load(args.tasks, args.polls_per_s, args.batch_s, args.batches,
+                min(args.workers, args.tasks), args.records)
+    with LocalS3() as s3:
+        s3.create_bucket(BUCKET)
+        sim = Simulation(s3, load)
+        start = time.perf_counter()
+        once = sim.run()
+        report(load, sim, once, time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
