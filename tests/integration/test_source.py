@@ -280,7 +280,10 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
     fsync: str, spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
     journal: JournalAt, share_consumer: ShareConsumerFactory,
 ) -> None:
-    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    # A poll must be journaled within lockSafetyFraction x lock - 0.5 s of its start: 2.5 s
+    # under a 6 s lock. Under 3 s (1 s) a loaded 2-core machine processed the first poll
+    # (1,338 records) too late: it was RELEASEd, the task stopped and the kill never happened.
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 6000)
     expected = produce_spread(kafka, topic, 1, 3000)
     # One task, so the killed task surely holds records.
     df = share_stream(spark, kafka, [topic], group, journal, numPartitions=1, journalFsync=fsync,
@@ -288,7 +291,7 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
     run_available_now(df, tmp_path / "out", tmp_path / "chk")
     # The killed attempt's journaled records were never acknowledged: once their lock expires
     # they are redelivered; a later batch must recognise and ACCEPT them without emitting them.
-    time.sleep(4)
+    time.sleep(7)
     df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2, journalFsync=fsync)
     run_available_now(df2, tmp_path / "out", tmp_path / "chk")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
