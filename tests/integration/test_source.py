@@ -28,6 +28,7 @@ from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
     Key,
     assert_exactly_once,
+    fails_within,
     poll_share,
     produce_spread,
     read_only_dir,
@@ -517,6 +518,23 @@ def test_bad_input_fails_at_load_with_the_option_and_fix(
     with pytest.raises(Exception, match=message.replace("(", r"\(")):
         r.load()
     assert time.monotonic() - started < 30
+    assert not spark.streams.active
+
+
+@pytest.mark.parametrize(("address", "cause"), [("127.0.0.1:1", "connection refused"),
+                                              ("no-such-host.invalid:9092", "unknown host")])
+def test_an_unreachable_broker_fails_load_within_5_s(
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    address: str, cause: str,
+) -> None:
+    """What the client knows at once fails load() in seconds on every Spark line, at the
+    default brokerTimeoutMs (30 s), naming the option; only a silent network waits that."""
+    share_stream(spark, kafka, [topic], group, tmp_path / "warm")  # Spark's Python worker is up
+    r = (spark.readStream.format("kafka-share").option("kafka.bootstrap.servers", address)
+         .option("kafka.group.id", group).option("subscribe", topic)
+         .option("journalPath", str(tmp_path / "j")))
+    text = fails_within(r.load, Exception, "kafka.bootstrap.servers", seconds=5)
+    assert cause in text.lower(), text
     assert not spark.streams.active
 
 
