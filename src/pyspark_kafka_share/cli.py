@@ -100,21 +100,39 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     if not os.environ.get(ENV_BOOTSTRAP):
         ensure_jars(quiet=False)  # a first run downloads for a minute or two: show progress
     kafka = LocalKafka(lock_duration_ms=args.lock_duration_ms, security=args.security,
-                       port=args.port)
+                       port=args.port, data_dir=args.data_dir)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with kafka:
+        kept = {name: len(t.partitions)
+                for name, t in kafka.admin().list_topics(timeout=30).topics.items()} \
+            if args.data_dir is not None else {}
         for name, partitions in _new_topics(args.topic):
+            if name in kept:
+                _check_kept_topic(name, partitions, kept[name])
+                print(f"# topic {name}: {partitions} partition(s), kept in the data dir",
+                      file=sys.stderr)
+                continue
             kafka.create_topic(name, partitions)
             print(f"# topic {name}: {partitions} partition(s)", file=sys.stderr)
         print(kafka.client_config()["bootstrap.servers"], flush=True)
         if args.security != "plaintext":
             _print_client_files(kafka)
+        if args.data_dir is not None:
+            print(f"# data: {args.data_dir} (kept when the broker stops)", file=sys.stderr)
         if kafka.log_path is not None:
             print(f"# broker log: {kafka.log_path}; Ctrl-C stops the broker", file=sys.stderr)
         stop.wait()
     return EXIT_OK
+
+
+def _check_kept_topic(name: str, partitions: int, kept: int) -> None:
+    """``broker --topic name:partitions`` where ``--data-dir`` already holds ``name``."""
+    if kept != partitions:
+        raise OptionError("--topic", f"{name}:{partitions}",
+                          f"topic {name!r} is in the data dir already, with {kept} "
+                          f"partition(s): give {name}:{kept}, or another name")
 
 
 def _print_client_files(kafka: LocalKafka) -> None:
@@ -611,8 +629,9 @@ BROKER_HELP = """\
 Run a local Kafka broker (one JVM, share groups enabled) in the foreground until Ctrl-C.
 It prints its address (HOST:PORT) as the first line on stdout: pass it as --bootstrap-server
 or as the source's kafka.bootstrap.servers. It keeps its data in a temporary directory,
-deleted when it stops; the broker's log path is printed on stderr. Java 17+ is needed; the
-first run downloads the Kafka jars (see fetch-jars)."""
+deleted when it stops, or with --data-dir in a directory that stays: started again on it, the
+broker has the same topics, records and share groups. The broker's log path is printed on
+stderr. Java 17+ is needed; the first run downloads the Kafka jars (see fetch-jars)."""
 
 
 def _add_broker_parser(sub: Any) -> None:
@@ -626,6 +645,11 @@ def _add_broker_parser(sub: Any) -> None:
                              "partitions (default 1); repeatable")
     broker.add_argument("--port", type=int, default=None, metavar="PORT",
                         help="the port to listen on, on 127.0.0.1 (default: a free port)")
+    broker.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="keep the broker's data (and its log) in DIR, which stays when the "
+                             "broker stops; start again with the same DIR to have it back. DIR "
+                             "must be new, empty or an earlier broker's (default: a temporary "
+                             "directory, deleted on exit; plaintext listener only)")
     broker.add_argument("--lock-duration-ms", type=int, default=30_000, metavar="MS",
                         help="how long a share consumer holds a record before the broker "
                              "hands it out again (share.record.lock.duration.ms; "
@@ -653,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Where the library's names for a value differ from the command line's flags.
 _CLI_NAMES = {"topics": "--topic", "to": "--to", "bootstrap_servers": "--bootstrap-server",
-              "timeout_s": "--timeout", "group": "group"}
+              "timeout_s": "--timeout", "group": "group", "data_dir": "--data-dir"}
 
 
 def _cli_message(exc: KafkaShareError) -> str:

@@ -1,7 +1,8 @@
 """The docs' progress recipe on every Spark line (docs/operations.md, "Watching a query"):
 ``pyspark_kafka_share.progress(query)`` gives the lag and the last batch's counters, and the
 lag reads 0 once the group is drained, also on Spark 4.0/4.1, where the source refreshes its
-report with one empty micro-batch. Run by ``make test`` (newest line) and
+report with one empty micro-batch. And one Trigger.AvailableNow run over 50,000 records: it
+drains them (4.2+) or warns at start (4.0/4.1). Run by ``make test`` (newest line) and
 ``make test-spark-lines`` (4.0, 4.1)."""
 
 from __future__ import annotations
@@ -97,3 +98,53 @@ def test_progress_recipe_available_now_runs_until_lag_zero_are_exactly_once(
     keys = [(r.partition, r.offset)
             for r in spark.read.parquet(str(out)).select("partition", "offset").collect()]
     assert len(keys) == 900 and len(set(keys)) == 900, (len(keys), len(set(keys)), runs)
+
+
+# One run of Trigger.AvailableNow in a process of its own, as a user starts it: on Spark < 4.2
+# the source's reader runs in a Python process Spark starts, whose stderr (the WARNING) is the
+# driver's console. Prints the rows the run wrote.
+_AVAILABLE_NOW_RUN = """
+import sys
+from pyspark_kafka_share.harness import local_spark
+bootstrap, topic, group, base = sys.argv[1:5]
+spark = local_spark("local[2]", "available-now-once")
+df = (spark.readStream.format("kafka-share").option("kafka.bootstrap.servers", bootstrap)
+      .option("kafka.group.id", group).option("subscribe", topic)
+      .option("startingOffsets", "earliest").option("journalPath", base + "/journal").load())
+q = (df.writeStream.format("parquet").option("path", base + "/out")
+     .option("checkpointLocation", base + "/chk").trigger(availableNow=True).start())
+q.awaitTermination(600)
+assert q.exception() is None, q.exception()
+print(spark.read.parquet(base + "/out").select("partition", "offset").distinct().count(),
+      spark.read.parquet(base + "/out").count())
+"""
+
+
+def test_available_now_drains_50000_records_in_one_run_or_warns_at_start(
+    kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path
+) -> None:
+    """Issue 25's promise: one Trigger.AvailableNow run over 50,000 waiting records reads them
+    all (Spark 4.2+) or, where Spark gives Python sources no AvailableNow (4.0/4.1), says so at
+    start, naming the records waiting and the fix; what it read is there once."""
+    import subprocess
+    import sys
+
+    from pyspark_kafka_share._spark import ADMISSION_CONTROL
+
+    topic = topic_factory(3)
+    kafka.produce(topic, (b"%d" % i for i in range(50_000)))
+    done = subprocess.run([sys.executable, "-c", _AVAILABLE_NOW_RUN, kafka.bootstrap_servers,
+                           topic, group, str(tmp_path)],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    distinct, rows = (int(n) for n in done.stdout.split()[-2:])
+    assert distinct == rows, (distinct, rows)  # nothing twice
+    warning = f"share group {group!r} has 50000 records waiting at this query's start"
+    if ADMISSION_CONTROL:
+        assert rows == 50_000, rows
+        assert warning not in done.stderr
+    else:
+        assert warning in done.stderr, done.stderr[-3000:]
+        assert "has no Trigger.AvailableNow for Python sources" in done.stderr
+        assert "progress(query).lag == 0" in done.stderr  # the fix
+        assert 0 < rows <= 50_000, rows

@@ -29,6 +29,7 @@ from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
     Key,
     assert_exactly_once,
+    fails_within,
     poll_share,
     produce_spread,
     read_only_dir,
@@ -283,7 +284,10 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
     fsync: str, spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
     journal: JournalAt, share_consumer: ShareConsumerFactory,
 ) -> None:
-    kafka.set_group_config(group, "share.record.lock.duration.ms", 3000)
+    # A poll must be journaled within lockSafetyFraction x lock - 0.5 s of its start: 2.5 s
+    # under a 6 s lock. Under 3 s (1 s) a loaded 2-core machine processed the first poll
+    # (1,338 records) too late: it was RELEASEd, the task stopped and the kill never happened.
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 6000)
     expected = produce_spread(kafka, topic, 1, 3000)
     # One task, so the killed task surely holds records.
     df = share_stream(spark, kafka, [topic], group, journal, numPartitions=1, journalFsync=fsync,
@@ -291,7 +295,7 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
     run_available_now(df, tmp_path / "out", tmp_path / "chk")
     # The killed attempt's journaled records were never acknowledged: once their lock expires
     # they are redelivered; a later batch must recognise and ACCEPT them without emitting them.
-    time.sleep(4)
+    time.sleep(7)
     df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2, journalFsync=fsync)
     run_available_now(df2, tmp_path / "out", tmp_path / "chk")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
@@ -520,6 +524,23 @@ def test_bad_input_fails_at_load_with_the_option_and_fix(
     with pytest.raises(Exception, match=message.replace("(", r"\(")):
         r.load()
     assert time.monotonic() - started < 30
+    assert not spark.streams.active
+
+
+@pytest.mark.parametrize(("address", "cause"), [("127.0.0.1:1", "connection refused"),
+                                              ("no-such-host.invalid:9092", "unknown host")])
+def test_an_unreachable_broker_fails_load_within_5_s(
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
+    address: str, cause: str,
+) -> None:
+    """What the client knows at once fails load() in seconds on every Spark line, at the
+    default brokerTimeoutMs (30 s), naming the option; only a silent network waits that."""
+    share_stream(spark, kafka, [topic], group, tmp_path / "warm")  # Spark's Python worker is up
+    r = (spark.readStream.format("kafka-share").option("kafka.bootstrap.servers", address)
+         .option("kafka.group.id", group).option("subscribe", topic)
+         .option("journalPath", str(tmp_path / "j")))
+    text = fails_within(r.load, Exception, "kafka.bootstrap.servers", seconds=5)
+    assert cause in text.lower(), text
     assert not spark.streams.active
 
 

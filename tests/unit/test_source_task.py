@@ -152,6 +152,48 @@ def test_a_poll_past_its_lock_deadline_is_released_but_last_deliveries_are_kept(
     assert end.min_offsets == {TopicPartition("in", 0): 0}
 
 
+class SlowFirstCommit(Consumer):
+    """Its first ``commit_sync`` takes ``seconds`` (a loaded machine, a slow broker)."""
+
+    def __init__(self, polls: list[list[Msg]], seconds: float, **kwargs: Any) -> None:
+        super().__init__(polls, **kwargs)
+        self.seconds = seconds
+
+    def commit_sync(self, timeout: float) -> dict[Any, Any]:
+        time.sleep(self.seconds)
+        self.seconds = 0.0
+        return super().commit_sync(timeout)
+
+
+@pytest.mark.parametrize("slow", ["processed past its lock deadline",
+                                  "acknowledged in more than pollTimeoutMs"])
+def test_a_poll_of_duplicates_only_does_not_end_the_task(slow: str, tmp_path: Path) -> None:
+    """A killed attempt journaled offsets 0-1 and never ACCEPTed them; their lock expired, and
+    the retry's first poll holds only them. They are ACCEPTed, not emitted again, and the task
+    polls on to journal the next poll, although the duplicates' poll was slow: processed past
+    its lock deadline (3 s lock: 1 s from the poll's start; with nothing to journal the
+    deadline guards nothing), or its lookup and ACCEPT took longer than pollTimeoutMs (1 s
+    here: that is no time without records). The task used to stop there, leaving its share
+    to a later batch; under Trigger.AvailableNow on Spark 4.0/4.1, to the next run."""
+    late = slow.startswith("processed")
+    spec = _spec(tmp_path / "j", lock_ms=3_000 if late else 30_000)
+    killed = Journal(str(spec.options.journal_path), fsync=False).part_log(SEQ, 0)
+    killed.open()
+    assert killed.append(messages_to_batch([Msg(0), Msg(1)], False), attempt=3) == 0
+
+    def sleep_in_first_poll(n: int) -> None:
+        if late and n == 1:
+            time.sleep(1.1)
+
+    consumer = SlowFirstCommit([[Msg(0, dc=2), Msg(1, dc=2)], [Msg(2), Msg(3)]],
+                               0.0 if late else 1.2, before_poll=sleep_in_first_poll)
+    fill, offsets, end = _run(spec, consumer)
+    assert consumer.acks == {0: "ACCEPT", 1: "ACCEPT", 2: "ACCEPT", 3: "ACCEPT"}
+    assert offsets == [0, 1, 2, 3]  # the killed attempt's slot, then this attempt's
+    assert fill.stats["duplicates_dropped"] == 2
+    assert fill.stats["released_lock_deadline"] == 0 and end.records == 4
+
+
 def test_a_batch_committed_while_a_late_attempt_polls_withdraws_its_slot(
         tmp_path: Path) -> None:
     journal_dir = tmp_path / "j"

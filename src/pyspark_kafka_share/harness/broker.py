@@ -19,6 +19,8 @@ The JVM never outlives its owner: :meth:`LocalKafka.stop` (also run by the conte
 interpreter exit and on SIGTERM) terminates it, and on Linux the kernel kills it if the owning
 process dies without cleaning up (``PR_SET_PDEATHSIG``). :meth:`LocalKafka.kill` and
 :meth:`LocalKafka.restart` rehearse a broker crash: the data and the ports survive them.
+``LocalKafka(data_dir=...)`` keeps the data in a directory of the caller's that outlives the
+broker: a later ``LocalKafka`` on it starts with the same topics, records and groups.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark_kafka_share._kafka.group import write_group_configs
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.produce import produce
-from pyspark_kafka_share.errors import LocalKafkaError, NotReady
+from pyspark_kafka_share.errors import LocalKafkaError, NotReady, OptionError
 from pyspark_kafka_share.harness import _process
 from pyspark_kafka_share.harness.jars import (
     ENV_CACHE,
@@ -158,6 +160,32 @@ def _cluster_id() -> str:
 
 
 _WORKDIR_PREFIX = "localkafka-"
+DATA_DIR_MARK = "localkafka-data-dir"
+"""The file that marks a ``data_dir`` as a :class:`LocalKafka`'s own (written when it is first
+taken): only such a directory, or an empty one, is used."""
+
+
+def _take_data_dir(path: Path, security: str) -> bool:
+    """Make ``path`` a broker's data directory, or check that it is one already: whether its
+    storage is formatted (a broker ran on it before). Raises :class:`OptionError`
+    (``data_dir``) for a directory that is neither empty nor a broker's, or a secured broker."""
+    if security.lower() != "plaintext":
+        raise OptionError("data_dir", str(path),
+                          "a secured broker makes new certificates and passwords at each start, "
+                          "so it cannot start on kept data: leave the data directory out, or "
+                          "use the plaintext listener")
+    if path.exists() and not path.is_dir():
+        raise OptionError("data_dir", str(path), "it is a file, not a directory")
+    if path.is_dir() and any(path.iterdir()) and not (path / DATA_DIR_MARK).is_file():
+        raise OptionError("data_dir", str(path),
+                          f"the directory is not empty and holds no earlier broker's data (no "
+                          f"{DATA_DIR_MARK} file in it): give a new or empty directory, or one "
+                          "an earlier broker kept its data in")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / DATA_DIR_MARK).write_text(
+        "The data of a local Kafka broker (pyspark-kafka-share's LocalKafka, `kafka-share "
+        "broker --data-dir`): a broker started on this directory again finds it.\n")
+    return (path / "data" / "meta.properties").is_file()
 
 
 @dataclass(frozen=True)
@@ -177,7 +205,7 @@ class LocalKafka(_process.Harness):
 
     Life cycle: :meth:`start` (fresh data, new ports), then any number of :meth:`kill` (a
     crash: SIGKILL, data kept) and :meth:`restart` (same data, same ports), then :meth:`stop`
-    (data deleted).
+    (data deleted, unless it is in ``data_dir``).
 
     Args:
         lock_duration_ms: broker default for ``share.record.lock.duration.ms`` (acquisition lock).
@@ -198,6 +226,11 @@ class LocalKafka(_process.Harness):
             with ACLs (see :mod:`pyspark_kafka_share.harness.security`).
         users: SASL users (name -> password) known from the start (PLAIN needs them here;
             SCRAM users can also be added later with :meth:`add_user`).
+        data_dir: where the broker keeps its data, configuration and ``broker.log`` (None: a
+            new temporary directory, which :meth:`stop` deletes). :meth:`stop` leaves this
+            one, and a broker started on it later (any port) finds the topics, records and
+            groups again. It must be new, empty, or one that a broker used before (marked by
+            :data:`DATA_DIR_MARK`); a secured broker cannot use one (:class:`OptionError`).
     """
 
     lock_duration_ms: int = 30_000
@@ -211,6 +244,7 @@ class LocalKafka(_process.Harness):
     security: str = "plaintext"
     users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
     port: int | None = None
+    data_dir: str | Path | None = None
 
     _bootstrap: str | None = field(default=None, init=False, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -298,7 +332,12 @@ class LocalKafka(_process.Harness):
             return self
         java = require_tool("java", "the broker runs in a Java 17+ JVM")
         libs = ensure_jars(self.version)
-        workdir = _process.make_workdir(_WORKDIR_PREFIX)
+        formatted = False
+        if self.data_dir is None:
+            workdir = _process.make_workdir(_WORKDIR_PREFIX)
+        else:
+            workdir = Path(self.data_dir).absolute()
+            formatted = _take_data_dir(workdir, self.security)
         self._workdir = workdir
         try:
             port, controller_port = self.port or _process.free_port(), _process.free_port()
@@ -308,13 +347,13 @@ class LocalKafka(_process.Harness):
             props = self.server_properties(port, controller_port, workdir / "data")
             conf = workdir / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            fmt = subprocess.run(
+            fmt = None if formatted else subprocess.run(
                 [java, f"-Dlog4j2.configurationFile={_broker_log4j(libs)}", "-cp", f"{libs}/*",
                  "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(conf),
                  *(self._security.format_args() if self._security else ())],
                 capture_output=True, text=True, check=False,
             )
-            if fmt.returncode != 0:
+            if fmt is not None and fmt.returncode != 0:
                 raise LocalKafkaError(
                     f"formatting KRaft storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}"
                 )
@@ -421,13 +460,14 @@ class LocalKafka(_process.Harness):
         )
 
     def stop(self) -> None:
-        """Stop the JVM (SIGTERM, then SIGKILL after 15 s) and delete its data. Idempotent."""
+        """Stop the JVM (SIGTERM, then SIGKILL after 15 s) and delete its data (not the data
+        in ``data_dir``). Idempotent."""
         proc, self._proc = self._proc, None
         if proc is not None:
             _process.end_process_groups([proc], graceful=True)
         _process.untrack(self)
         workdir, self._workdir = self._workdir, None
-        if workdir is not None:
+        if workdir is not None and self.data_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
         self._bootstrap = None
         self._external = False

@@ -96,8 +96,9 @@ class Poller:
         self.past_plan = False  # polled a record produced after the batch was planned
 
     def resume(self) -> None:
-        """Spark took the rows of the last poll: waiting for records starts again now (time
-        spent downstream is not time without records)."""
+        """The last poll is journaled and acknowledged and Spark took its rows: waiting for
+        records starts again now (time spent on a poll and downstream is not time without
+        records)."""
         now = time.monotonic()
         self.last_record = max(self.last_record, now)
         self.last_seen = max(self.last_seen, now)

@@ -9,8 +9,8 @@ which keeps the task within its record and time budget. Exactly-once protocol pe
 2. records the journal already holds are duplicates of published records whose
    acknowledgement was lost: ACCEPT them, do not emit them (every record is looked up: after
    a broker crash they come back as first deliveries);
-3. if the poll's lock deadline has passed, RELEASE everything (but records on their last
-   delivery) and stop;
+3. if the poll's lock deadline has passed, RELEASE its fresh records (but those on their last
+   delivery) and stop; a poll of duplicates only goes on to step 5;
 4. publish the fresh records in the next free journal slot (exclusive create); if the batch
    was committed meanwhile (a late attempt), withdraw the slot and RELEASE;
 5. ACCEPT and ``commit_sync``; a failed commit is counted, not fatal: the records are
@@ -235,7 +235,10 @@ class _Fill:
                 if self.own:
                     # Everything polled is acknowledged: waiting here holds no lock.
                     yield from self._emit(max(self.own))
-                    poller.resume()
+                # Journaling, acknowledging and Spark taking the rows is no time without
+                # records; a poll of duplicates only emits nothing, and its lookup and ACCEPT
+                # under load took pollTimeoutMs (the task ended with its share unread).
+                poller.resume()
                 if not go_on:
                     break
             self.faults.hit("fail-before-end")
@@ -267,11 +270,13 @@ class _Fill:
         fresh, dups, batch, keys = self._split_duplicates(msgs)
         self.faults.hit("fail-before-publish")
         self.faults.hit("sleep-before-publish")
-        if time.monotonic() > deadline:
+        if fresh and time.monotonic() > deadline:
             # Past the deadline the lock may expire before the slot is visible, and the record
             # could be journaled twice. A record at the delivery limit is the exception: the
             # broker archives it instead of redelivering it, so RELEASE would lose it and
-            # publishing cannot duplicate it.
+            # publishing cannot duplicate it. A poll of duplicates only has nothing to
+            # journal: it is ACCEPTed below and the task polls on (stopping here left a killed
+            # attempt's retry without its share, test_worker_killed_after_publish_...).
             last, late = split_last_delivery(fresh, self.spec.delivery_limit)
             self._give_back(dups, late, "released_lock_deadline")
             if not last:
