@@ -325,6 +325,25 @@ def _bind(host: str, port: int, max_retries: int) -> _Server:
                       "for a random port")
 
 
+
+def start_reporter(closed: threading.Event, interval_s: float,
+                   snapshot: Callable[[], dict[str, Any]],
+                   report: Callable[[dict[str, Any]], object]) -> threading.Thread:
+    """A daemon thread that sends ``report(snapshot())`` every ``interval_s`` until ``closed``
+    is set (both transports' workers report this way)."""
+
+    def loop() -> None:
+        while not closed.wait(interval_s):
+            try:
+                current = snapshot()
+            except RuntimeError:  # a counter changed size while copied: next time
+                continue
+            report(current)
+
+    thread = threading.Thread(target=loop, name="kafka-share-worker-report", daemon=True)
+    thread.start()
+    return thread
+
 class ControlClient:
     """The TCP transport's worker side (a :class:`WorkerChannel`): proves the secret, asks
     for the lease, sends reports, learns whether to stop. Never raises.
@@ -350,18 +369,7 @@ class ControlClient:
         """Report ``snapshot()`` every ``interval_s`` from a daemon thread until :meth:`close`."""
         if self.endpoint is None:
             return
-
-        def loop() -> None:
-            while not self._closed.wait(self.interval_s):
-                try:
-                    report = snapshot()
-                except RuntimeError:  # a counter changed size while copied: next time
-                    continue
-                self.report(report)
-
-        self._thread = threading.Thread(target=loop, name="kafka-share-worker-report",
-                                        daemon=True)
-        self._thread.start()
+        self._thread = start_reporter(self._closed, self.interval_s, snapshot, self.report)
 
     def acquire_lease(self, worker: int, attempt: int, *,
                       should_quit: Callable[[], bool] = lambda: False) -> bool:

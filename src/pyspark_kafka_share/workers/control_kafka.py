@@ -525,18 +525,8 @@ class KafkaControlClient:
         """Report ``snapshot()`` every ``interval_s`` from a daemon thread until :meth:`close`."""
         if self._producer is None:
             return
-
-        def loop() -> None:
-            while not self._closed.wait(self.interval_s):
-                try:
-                    report = snapshot()
-                except RuntimeError:  # a counter changed size while copied: next time
-                    continue
-                self.report(report)
-
-        self._reporter = threading.Thread(target=loop, name="kafka-share-worker-report",
-                                          daemon=True)
-        self._reporter.start()
+        self._reporter = _control.start_reporter(self._closed, self.interval_s, snapshot,
+                                                 self.report)
 
     def report(self, report: dict[str, Any]) -> bool:
         """Send ``report`` now; True = stop."""
