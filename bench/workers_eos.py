@@ -5,10 +5,13 @@ Throughput: a backlog of ``--records`` records (2 partitions) drained by 2 worke
 each record into an output record; records per second from the first function call to the
 last. Latency: records produced at ``--rate`` per second for ``--seconds``; the time from a
 record's production to its output being readable by a ``read_committed`` consumer (p50, p99).
-Each mode runs at each ``--chunk-sizes`` (the knob that trades latency for throughput: one
-transaction per chunk). Results go to stdout and, with ``--out``, to a JSON file.
+Each mode runs at each ``--chunk-sizes``; exactly-once runs with ``--transaction-interval-s``
+(the knob that trades latency for throughput: how long one transaction keeps taking a poll's
+chunks; default: the workers' default, 0.1 s; 0 is one transaction per chunk). Results go to
+stdout and, with ``--out``, to a JSON file.
 
     .venv/bin/python bench/workers_eos.py [--records 20000] [--chunk-sizes 100,500]
+        [--transaction-interval-s 0.1]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from confluent_kafka import Consumer, Producer
 
 from pyspark_kafka_share.harness import LocalKafka, local_spark
 from pyspark_kafka_share.workers import run_workers
+from pyspark_kafka_share.workers.config import WorkerConfig
 
 
 def _stamp_calls(stamps: str) -> Any:
@@ -52,8 +56,15 @@ def _fresh(kafka: LocalKafka, what: str, partitions: int) -> str:
     return kafka.create_topic(f"bench-eos-{what}-{uuid.uuid4().hex[:8]}", partitions)
 
 
+def _eos_options(eos: bool, interval: float | None) -> dict[str, Any]:
+    options: dict[str, Any] = {"exactly_once_outputs": eos}
+    if eos and interval is not None:
+        options["transaction_interval_s"] = interval
+    return options
+
+
 def throughput(spark: Any, kafka: LocalKafka, tmp: Path, *, records: int, chunk: int,
-               eos: bool) -> dict[str, Any]:
+               eos: bool, interval: float | None = None) -> dict[str, Any]:
     src, out = _fresh(kafka, "src", 2), _fresh(kafka, "out", 1)
     kafka.produce(src, (b"%08d" % i for i in range(records)),
                   producer_config={"batch.size": "65536", "linger.ms": "20"})
@@ -63,7 +74,7 @@ def throughput(spark: Any, kafka: LocalKafka, tmp: Path, *, records: int, chunk:
     summary = run_workers(spark, _stamp_calls(stamps), topics=src, group=group,
                           bootstrap_servers=kafka.bootstrap_servers, workers=2,
                           batch_format="arrow", chunk_size=chunk, output_topic=out,
-                          exactly_once_outputs=eos, max_records=records,
+                          **_eos_options(eos, interval), max_records=records,
                           starting_offsets="earliest", idle_timeout_s=30, on_progress=False)
     wall = time.monotonic() - start
     if summary.totals["accepted"] < records:
@@ -76,7 +87,7 @@ def throughput(spark: Any, kafka: LocalKafka, tmp: Path, *, records: int, chunk:
 
 
 def latency(spark: Any, kafka: LocalKafka, tmp: Path, *, rate: int, seconds: float,
-            chunk: int, eos: bool) -> dict[str, Any]:
+            chunk: int, eos: bool, interval: float | None = None) -> dict[str, Any]:
     src, out = _fresh(kafka, "lsrc", 2), _fresh(kafka, "lout", 1)
     group = f"bench-eos-{uuid.uuid4().hex[:8]}"
     kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
@@ -110,7 +121,7 @@ def latency(spark: Any, kafka: LocalKafka, tmp: Path, *, rate: int, seconds: flo
     stamps = tempfile.mkdtemp(dir=tmp)
     run_workers(spark, _stamp_calls(stamps), topics=src, group=group,
                 bootstrap_servers=kafka.bootstrap_servers, workers=2, batch_format="arrow",
-                chunk_size=chunk, output_topic=out, exactly_once_outputs=eos,
+                chunk_size=chunk, output_topic=out, **_eos_options(eos, interval),
                 time_budget_s=12 + seconds + 5, on_progress=False)
     threads[1].join(60)
     time.sleep(2)
@@ -129,20 +140,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-sizes", default="100,500")
     ap.add_argument("--rate", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--transaction-interval-s", type=float, default=None)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     results: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                               "load_avg": os.getloadavg(), "cpus": os.cpu_count()}
+                               "load_avg": os.getloadavg(), "cpus": os.cpu_count(),
+                               "transaction_interval_s": WorkerConfig.transaction_interval_s
+                               if args.transaction_interval_s is None
+                               else args.transaction_interval_s}
     with LocalKafka() as kafka, tempfile.TemporaryDirectory() as tmp:
         spark = local_spark("local[2]", "bench-workers-eos", log_level="ERROR")
         throughput(spark, kafka, Path(tmp), records=2000, chunk=100, eos=True)  # warm-up
         for chunk in (int(c) for c in args.chunk_sizes.split(",")):
             for eos in (False, True):
                 name = f"chunk={chunk} {'exactly-once' if eos else 'at-least-once'}"
+                interval = args.transaction_interval_s
                 row = {**throughput(spark, kafka, Path(tmp), records=args.records, chunk=chunk,
-                                    eos=eos),
+                                    eos=eos, interval=interval),
                        **latency(spark, kafka, Path(tmp), rate=args.rate,
-                                 seconds=args.seconds, chunk=chunk, eos=eos)}
+                                 seconds=args.seconds, chunk=chunk, eos=eos,
+                                 interval=interval)}
                 results[name] = row
                 print(name, json.dumps(row), flush=True)
             a = results[f"chunk={chunk} at-least-once"]["records_per_s"]

@@ -134,7 +134,8 @@ def test_outputs_dead_letters_and_markers_commit_in_one_transaction(
         (N - poison, poison, N - poison, poison), str(summary)
     assert _assert_each_origin_once(kafka, src, out, dlq) == 0
     assert set(_calls(log).values()) == {1}
-    assert _stat(summary, "transactions") >= N // 5
+    # The default transaction_interval_s: the chunks of a poll share transactions.
+    assert 1 <= _stat(summary, "transactions") <= N // 5
     # Every marker's acknowledgement was confirmed: tombstoned, the live set is empty.
     assert _live_markers(kafka, group) == 0
     # The marker topic is compacted; a second start checks it and leaves it.
@@ -151,11 +152,12 @@ def test_a_worker_killed_around_the_commit_duplicates_nothing(
 ) -> None:
     """The Python worker of worker 0 dies (``os._exit``) at its 3rd transaction: after the
     commit and before the acknowledgement, between the produce and the commit, or while the
-    commit runs. Spark retries the task; the records come back when the lock expires."""
+    commit runs. Spark retries the task; the records come back when the lock expires. One
+    transaction per chunk (``transaction_interval_s=0``), so that worker 0 has a 3rd."""
     src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
-    summary = _run(spark, kafka, src, out, dlq, group, log,
+    summary = _run(spark, kafka, src, out, dlq, group, log, transaction_interval_s=0,
                    **worker_faults(f"{point}:part=0:attempt=0:seq=3:ms=3"))
     assert [(w["worker"], w["attempt"]) for w in summary.failed_attempts] == [(0, 0)], \
         str(summary)
@@ -169,6 +171,28 @@ def test_a_worker_killed_around_the_commit_duplicates_nothing(
     if point == "kill-before-commit":
         assert aborted >= 1  # the dead attempt's outputs, aborted by the retry's fencing
         assert max(calls.values()) == 2
+
+
+def test_a_worker_killed_with_chunks_in_an_open_transaction_duplicates_nothing(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """Worker 0 dies once two chunks wait in its first transaction (``transaction_interval_s``
+    long enough to hold them): nothing of them was produced or acknowledged, so they all come
+    back (lock expiry) and are processed again, their outputs once for ``read_committed``."""
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    summary = _run(spark, kafka, src, out, dlq, group, log, transaction_interval_s=30,
+                   **worker_faults("kill-in-open-transaction:part=0:attempt=0:seq=1:chunks=2"))
+    assert [(w["worker"], w["attempt"]) for w in summary.failed_attempts] == [(0, 0)], \
+        str(summary)
+    # Produced only at the commit: not even a read_uncommitted reader sees aborted outputs.
+    assert _assert_each_origin_once(kafka, src, out, dlq) == 0
+    calls = _calls(log)
+    assert set(calls) == {f"v{i}" for i in range(N)}
+    assert sum(1 for n in calls.values() if n == 2) >= 10, calls  # the two chunks, again
+    assert _stat(summary, "already_committed") == 0, str(summary.workers)
 
 
 def test_a_broker_crash_mid_transaction_duplicates_nothing(
@@ -189,6 +213,7 @@ def test_a_broker_crash_mid_transaction_duplicates_nothing(
                         bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
                         output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
                         idle_timeout_s=25, on_progress=False, broker_timeout_s=60,
+                        transaction_interval_s=0,  # one per chunk: worker 0 has a 2nd
                         **worker_faults("sleep-before-commit:part=0:attempt=0:seq=2:ms=4000"))
     # Worker 0 committed one transaction and processed its second chunk: it is in the pause.
     wait_for(lambda: job.progress().workers.get(0, {}),
@@ -213,7 +238,7 @@ def test_a_zombie_past_its_lock_commits_nothing(
     src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
-    summary = _run(spark, kafka, src, out, dlq, group, log,
+    summary = _run(spark, kafka, src, out, dlq, group, log, transaction_interval_s=0,
                    **worker_faults(f"sleep-before-commit:part=0:seq=2:ms={LOCK_MS + 2000}"))
     assert _assert_each_origin_once(kafka, src, out, dlq) >= 1
     assert _stat(summary, "transactions_aborted") >= 1, str(summary.workers)

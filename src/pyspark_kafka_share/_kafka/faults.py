@@ -5,7 +5,9 @@
 Both front-ends use it: the source with ``seq`` = batch and ``part`` = partition, the workers
 with ``seq`` = the worker's transaction number and ``part`` = its worker index. Points:
 ``kill-*`` (the Python worker dies at once, ``os._exit``: no finally, no acknowledgement),
-``sleep-*`` (``ms=``), ``fail-*`` (raise). Conditions: ``seq``, ``part``, ``attempt``.
+``sleep-*`` (``ms=``), ``fail-*`` (raise). Conditions: ``seq``, ``part``, ``attempt``. The
+workers' ``kill-in-open-transaction:chunks=N`` fires once N chunks wait in the open
+transaction (``seq``: its number), before its Kafka transaction begins.
 See tests/integration/test_source.py and test_workers_eos.py.
 """
 

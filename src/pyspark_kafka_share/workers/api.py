@@ -388,7 +388,7 @@ def run_workers(spark: Any, fn: WorkerFunction,
     ``retry_on`` (``(Exception,)``), ``time_budget_s``, ``idle_timeout_s``, ``max_records``,
     ``starting_offsets``, ``consumer_config``, ``producer_config``, ``lock_safety_fraction``
     (0.5), ``progress_interval_s`` (10), ``broker_timeout_s`` (30), ``exactly_once_outputs``
-    (False) and ``on_progress``.
+    (False), ``transaction_interval_s`` (0.1) and ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to

@@ -73,6 +73,7 @@ class WorkerOptions(_Required, total=False):
     control_port: int
     control_topic: str | None
     exactly_once_outputs: bool
+    transaction_interval_s: float
     on_progress: Callable[[Any], None] | bool | None
 
 
@@ -110,9 +111,14 @@ class WorkerConfig:
     Spark Connect (default ``kafka-share-control.<group>``); setting it on a classic session
     uses it instead of the driver port."""
     exactly_once_outputs: bool = False
-    """Outputs, dead letters and markers of each chunk's origins in one Kafka transaction per
-    chunk; records a committed marker covers are acknowledged without running the function
+    """Outputs, dead letters and a marker of the chunks' origins in Kafka transactions; records
+    a committed marker covers are acknowledged without running the function
     (``workers/exactly_once.py``; consumers read with ``isolation.level=read_committed``)."""
+    transaction_interval_s: float = 0.1
+    """With ``exactly_once_outputs``: how long one transaction keeps taking the chunks of a
+    poll before it is committed (as Kafka Streams' ``commit.interval.ms``); 0: one transaction
+    per chunk. Longer: fewer transactions (throughput), later visible outputs (latency). A
+    transaction never spans two polls and is committed before the poll's lock deadline."""
     token_provider: TokenProvider | None = field(default=None, repr=False, compare=False)
     """``consumer_config['oauth_cb']``: the OAUTHBEARER token callback, kept as it is."""
     _fault_injection: str | None = field(default=None, repr=False)
@@ -171,6 +177,13 @@ class WorkerConfig:
         if not isinstance(self.exactly_once_outputs, bool):
             raise OptionError("exactly_once_outputs", self.exactly_once_outputs,
                               "use True or False")
+        interval = self.transaction_interval_s
+        if not isinstance(interval, int | float) or isinstance(interval, bool) or \
+                not 0 <= interval <= _MAX_TRANSACTION_INTERVAL_S:
+            raise OptionError("transaction_interval_s", interval,
+                              f"must be a number of seconds from 0 (one transaction per chunk) "
+                              f"to {_MAX_TRANSACTION_INTERVAL_S:g}, e.g. 0.1 (the default); "
+                              "the poll's lock deadline ends a transaction sooner anyway")
         if not 0.1 <= self.lock_safety_fraction <= 0.9:
             raise OptionError("lock_safety_fraction", self.lock_safety_fraction,
                               "must be between 0.1 and 0.9")
@@ -217,6 +230,10 @@ class WorkerConfig:
     def producer_settings(self) -> dict[str, Any]:
         """The output / dead-letter producer's configuration."""
         return self.client.producer(dict(self.producer_config))
+
+
+# Above the default lock budget (15 s); a longer interval is almost surely a unit mistake.
+_MAX_TRANSACTION_INTERVAL_S = 60.0
 
 
 def _whole(value: object, name: str) -> None:

@@ -1,8 +1,9 @@
 """Exactly-once outputs for the queue workers (``exactly_once_outputs=True``).
 
-Each worker produces a chunk's outputs, dead letters and one **marker** (the chunk's origins:
-topic, partition, offset runs and the outcome decided for them) in one Kafka transaction, and
-acknowledges the records only after the commit. The markers go to a compacted topic of the
+Each worker produces the outputs and dead letters of the chunks of a poll it processed within
+``transaction_interval_s`` and one **marker** (their origins: topic, partition, offset runs and
+the outcome decided for them) in one Kafka transaction, and acknowledges the records only
+after the commit. The markers go to a compacted topic of the
 workers' own, :func:`marker_topic` of the group. Before it runs the function on a poll's
 records a worker reads that topic with ``isolation.level=read_committed`` up to the offset it
 ended at when the poll returned, waiting for transactions still open there

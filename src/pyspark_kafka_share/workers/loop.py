@@ -17,10 +17,11 @@ Per poll (explicit acknowledgement: every record of a poll is acknowledged befor
 
 With ``exactly_once_outputs`` (``exactly_once``) the worker first reads the committed markers
 up to the end of the marker topic (step 1 and a half), acknowledges the records a marker
-covers as it decided without running the function, and produces each chunk's outputs, dead
-letters and marker in one transaction, committed only while the poll's locks are provably held
-(before the deadline, with the commit's own time as margin, and no connection loss since the
-poll); the acknowledgements follow the commit.
+covers as it decided without running the function, and produces the outputs and dead letters
+of the chunks it processed within ``transaction_interval_s`` (never of two polls), with one
+marker of their origins, in one transaction, committed only while the poll's locks are
+provably held (before the deadline, with the commit's own time as margin, and no connection
+loss since the poll); the acknowledgements of all those chunks follow the commit.
 
 The worker's counters travel to the driver over :mod:`_control` and as the task's result.
 """
@@ -136,6 +137,10 @@ class _Worker:
         # "All brokers down" (a rolling restart) fails the worker only if it lasts.
         self.brokers = BrokerWatch(config.client, config.topics, config.broker_timeout_s)
         self.unacked: list[Any] = []  # polled, not yet acknowledged
+        # Exactly-once: the chunks processed since the open transaction's first one (its
+        # Kafka transaction begins when it is committed, _commit_open), and when that was.
+        self.open_txn: list[tuple[Any, Outcome, _Verdict]] = []
+        self.open_since = 0.0
         # Exactly-once: the transactional producer (init_transactions fences older attempts of
         # this slot) and the markers read so far, before the share consumer exists, so that
         # no record is acquired while they start.
@@ -231,18 +236,20 @@ class _Worker:
         return final
 
     def _work_through(self, msgs: list[Any], deadline: float) -> None:
-        """Process ``msgs`` chunk by chunk; RELEASE what is left at a stop or the deadline."""
+        """Process ``msgs`` chunk by chunk; RELEASE what is left at a stop or the deadline.
+
+        With exactly-once outputs the chunks processed within ``transaction_interval_s`` share
+        one transaction (:meth:`_commit_open`), committed before a stop or the deadline releases
+        the rest, and at the end of the poll at the latest."""
         size = self.config.chunk_size
         rest = list(msgs)
         while rest:
-            self.unacked = list(rest)
+            self.unacked = [*(m for m, _, _ in self.open_txn), *rest]
             chunk, rest = rest[:size], rest[size:]
-            needed = self.per_record_s * len(chunk) + self.settle_s
-            reason = None
-            if self.should_stop():
-                reason = "released_on_stop"
-            elif time.monotonic() + needed > deadline:
-                reason = "released_lock_deadline"
+            reason = self._cut_short(chunk, deadline)
+            if reason is not None and self.open_txn:
+                self._commit_open(deadline)  # the chunks already processed first
+                reason = self._cut_short(chunk, deadline)
             if reason is not None:
                 # RELEASE would make the broker archive a record on its last delivery
                 # (unprocessed, and without a dead-letter record): those are processed anyway.
@@ -254,7 +261,32 @@ class _Worker:
                 if not chunk:
                     break
             self._process(chunk, deadline)
+            if self.open_txn and (not rest or time.monotonic() - self.open_since >=
+                                  self.config.transaction_interval_s):
+                self._commit_open(deadline)
+            elif self.open_txn:
+                self._open_fault()
         self.unacked = []
+
+    def _open_fault(self) -> None:
+        """Test only: ``kill-in-open-transaction:chunks=N`` (``seq``: the open transaction's
+        number) kills the worker once N chunks wait in its open transaction."""
+        if self.config._fault_injection is None or self.eos is None:
+            return
+        point = Faults(self.config._fault_injection, seq=self.eos.seq + 1, part=self.index,
+                       attempt_number=self.attempt).points.get("kill-in-open-transaction")
+        size = self.config.chunk_size
+        if point is not None and len(self.open_txn) >= int(point.get("chunks", "2")) * size:
+            os._exit(137)
+
+    def _cut_short(self, chunk: list[Any], deadline: float) -> str | None:
+        """Why the poll stops before ``chunk``: a stop, or a chunk (and the settling of the
+        open transaction) that would end past the lock deadline; None to go on."""
+        if self.should_stop():
+            return "released_on_stop"
+        if time.monotonic() + self.per_record_s * len(chunk) + self.settle_s > deadline:
+            return "released_lock_deadline"
+        return None
 
     def _process(self, chunk: list[Any], deadline: float) -> None:
         if self.eos is not None:
@@ -269,10 +301,18 @@ class _Worker:
         self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
         self.stats["processed"] += len(chunk)
         self.stats["function_ms"] += int((t1 - t0) * 1000)
-        self._settle(chunk, verdicts, deadline)
-        took = time.monotonic() - t1
-        self.settle_s = took if first else 0.7 * self.settle_s + 0.3 * took
+        final = [(m, self._resolve(m, v), v) for m, v in zip(chunk, verdicts, strict=True)]
+        if self.eos is not None:  # settled with the open transaction's other chunks
+            if not self.open_txn:
+                self.open_since = t0
+            self.open_txn.extend(final)
+        else:
+            self._settle(final, deadline)
+            self._timed_settle(time.monotonic() - t1, first)
         self.last_active = time.monotonic()
+
+    def _timed_settle(self, took: float, first: bool) -> None:
+        self.settle_s = took if first else 0.7 * self.settle_s + 0.3 * took
 
     def _call(self, chunk: list[Any]) -> list[_Verdict]:
         """The function's verdict per record; its mistakes are the records' poison."""
@@ -316,12 +356,12 @@ class _Worker:
                             "output_topic; pass output_topic=... or return None")
         return v
 
-    def _settle(self, chunk: list[Any], verdicts: list[_Verdict], deadline: float) -> None:
-        """Produce outputs, then dead letters, wait for the broker each time, then acknowledge.
+    def _settle(self, final: list[tuple[Any, Outcome, _Verdict]], deadline: float) -> None:
+        """Produce outputs, then dead letters, wait for the broker each time, then acknowledge
+        (with exactly-once outputs: one transaction, then acknowledge).
 
         Repeated produce failures fail the worker rather than burn every record's deliveries.
         """
-        final = [(m, self._resolve(m, v), v) for m, v in zip(chunk, verdicts, strict=True)]
         if self.eos is not None:
             failed_any = self._settle_in_transaction(final, deadline)
         else:
@@ -337,6 +377,16 @@ class _Worker:
                 f"{next((v.error for _, _, v in final if v.error), 'see the worker log')}); "
                 "stopping rather than spend every record's deliveries. Check the topic, the "
                 "producer_config and the brokers")
+
+    def _commit_open(self, deadline: float) -> None:
+        """Settle the open transaction's chunks: their outputs, dead letters and one marker in
+        one Kafka transaction, then their acknowledgements."""
+        final, self.open_txn = self.open_txn, []
+        first = self.stats["transactions"] + self.stats["transactions_aborted"] == 0
+        t0 = time.monotonic()
+        self._settle(final, deadline)
+        self._timed_settle(time.monotonic() - t0, first)
+        self.last_active = time.monotonic()
 
     def _produce_outputs(self, final: list[tuple[Any, Outcome, _Verdict]]) -> bool:
         """Produce the ACCEPTed records' outputs; True if any failed. An output the broker did
@@ -490,10 +540,11 @@ class _Worker:
 
     def _settle_in_transaction(self, final: list[tuple[Any, Outcome, _Verdict]],
                                deadline: float) -> bool:
-        """Outputs, dead letters and the chunk's marker in one transaction, then the
-        acknowledgements; True if a produce failed. A refused produce aborts the transaction
-        and changes its record's verdict as without one (output: a retry; dead letter: a
-        RELEASE, or another try on the last delivery); the chunk is then tried once more.
+        """Outputs, dead letters and the marker of ``final`` (the chunks of the open
+        transaction) in one transaction, then the acknowledgements; True if a produce failed.
+        A refused produce aborts the transaction and changes its record's verdict as without
+        one (output: a retry; dead letter: a RELEASE, or another try on the last delivery);
+        the transaction is then tried once more.
         Not committed: everything is RELEASEd (a commit that went through after all is found
         by the marker check when the records come back)."""
         for round_ in range(2):

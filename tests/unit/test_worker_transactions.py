@@ -1,0 +1,189 @@
+"""The exactly-once workers' transaction shape (``transaction_interval_s``) against a scripted
+share consumer and transactional producer (no broker): which chunks share a transaction, that
+no record is acknowledged before its transaction's commit, and what a stop or a crash between
+the chunks of an open transaction does. The broker-side behaviour is in
+tests/integration/test_workers_eos.py."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+
+from pyspark_kafka_share._kafka.share import ShareSession
+from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
+from pyspark_kafka_share.workers.exactly_once import (
+    ExactlyOnce,
+    MarkerLog,
+    MarkerSet,
+    Transactions,
+    decode_marker,
+)
+from pyspark_kafka_share.workers.loop import _Worker
+from pyspark_kafka_share.workers.outcome import Outcome, Record, Result
+
+from .fakes import FakeConsumer, FakeProducer, Msg
+
+Event = tuple[str, ...]
+
+
+class _Consumer(FakeConsumer):
+    """Logs each acknowledgement into the shared ``events``."""
+
+    def __init__(self, polls: list[list[Msg]], events: list[Event]) -> None:
+        super().__init__(polls)
+        self.events = events
+
+    def acknowledge(self, m: Msg, kind: Any) -> None:
+        super().acknowledge(m, kind)
+        self.events.append(("ack", kind.name, str(m.offset())))
+
+
+class _TxnProducer(FakeProducer):
+    """A transactional producer: what a committed transaction holds, in ``committed``."""
+
+    def __init__(self, events: list[Event]) -> None:
+        super().__init__()
+        self.events = events
+        self.committed: list[list[tuple[str, bytes | None]]] = []
+        self._open: list[tuple[str, bytes | None]] = []
+
+    def begin_transaction(self) -> None:
+        self.events.append(("begin",))
+        self._open = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                headers: Any = None, on_delivery: Any = None) -> None:
+        super().produce(topic, value, key, headers, on_delivery)
+        self._open.append((topic, value))
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.events.append(("commit",))
+        self.committed.append(self._open)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.events.append(("abort",))
+
+
+class _Log:
+    """A marker log with nothing committed by others (the barrier is always done)."""
+
+    def __init__(self) -> None:
+        self.markers, self.errors, self.conflicts = MarkerSet(), list[Any](), 0
+
+    def catch_up(self, until: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def _spec(**kw: Any) -> WorkerSpec:
+    base: dict[str, Any] = {
+        "bootstrap_servers": "unused:9092", "group": "g", "topics": ("in",),
+        "chunk_size": 2, "output_topic": "out", "dead_letter_topic": "dlq",
+        "time_budget_s": 1.0, "transaction_interval_s": 60.0}
+    base.update(kw)
+    return WorkerSpec(WorkerConfig(**base), lock_ms=30_000, delivery_limit=5)
+
+
+def _worker(spec: WorkerSpec, fn: Callable[[Any], Any], polls: list[list[Msg]]) -> tuple[
+        _Worker, _Consumer, _TxnProducer, list[Event]]:
+    events: list[Event] = []
+    consumer, producer = _Consumer(polls, events), _TxnProducer(events)
+    worker = _Worker(spec, fn, session=ShareSession(consumer, timeout_s=1.0),
+                     producer=producer)
+    txn = Transactions(producer, "markers", timeout_s=1.0, txn_timeout_s=15.0)
+    worker.eos = ExactlyOnce(cast(MarkerLog, _Log()), txn, spec.config.client, b"w0:0:x:",
+                             {}, lock_budget_s=15.0)
+    return worker, consumer, producer, events
+
+
+def _echo(r: Record) -> Any:
+    return Result.reject("bad") if r.offset % 5 == 4 else r.value
+
+
+def _with_markers(producer: _TxnProducer) -> list[list[tuple[str, bytes | None]]]:
+    """The committed transactions that carry a marker (not tombstones alone)."""
+    return [t for t in producer.committed if any(k == "markers" and v for k, v in t)]
+
+
+def _marked(transaction: list[tuple[str, bytes | None]]) -> dict[int, Outcome]:
+    """The offsets of partition ``in``-0 the transaction's marker covers, and their outcome."""
+    (value,) = [v for t, v in transaction if t == "markers" and v is not None]
+    return {o: outcome for tp, spans in decode_marker(value).items()
+            for s, e, outcome in spans for o in range(s, e)}
+
+
+def test_the_chunks_of_a_poll_share_one_transaction_acknowledged_after_its_commit() -> None:
+    worker, consumer, producer, events = _worker(_spec(), _echo, [[Msg(i) for i in range(6)]])
+    summary = worker.run()
+    assert summary["processed"] == 6
+    (txn,) = _with_markers(producer)
+    assert sorted(t for t, v in txn if v is not None) == ["dlq", "markers", *["out"] * 5]
+    assert _marked(txn) == {0: Outcome.ACCEPT, 1: Outcome.ACCEPT, 2: Outcome.ACCEPT,
+                            3: Outcome.ACCEPT, 4: Outcome.REJECT, 5: Outcome.ACCEPT}
+    # Nothing acknowledged before the commit; all six after it.
+    assert events[:2] == [("begin",), ("commit",)]
+    assert sorted(e[2] for e in events[2:8]) == [str(i) for i in range(6)]
+    assert consumer.acks == {i: "REJECT" if i == 4 else "ACCEPT" for i in range(6)}
+
+
+def test_an_interval_of_zero_commits_each_chunk() -> None:
+    spec = _spec(transaction_interval_s=0)
+    worker, _, producer, events = _worker(spec, _echo, [[Msg(i) for i in range(6)]])
+    worker.run()
+    assert [sorted(_marked(t)) for t in _with_markers(producer)] == [[0, 1], [2, 3], [4, 5]]
+    kinds = [e[0] for e in events]
+    assert kinds[:12] == ["begin", "commit", "ack", "ack"] * 3
+
+
+def test_a_transaction_never_spans_two_polls() -> None:
+    polls = [[Msg(i) for i in range(3)], [Msg(i) for i in range(3, 6)]]
+    worker, _, producer, _ = _worker(_spec(), _echo, polls)
+    worker.run()
+    assert [sorted(_marked(t)) for t in _with_markers(producer)] == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_a_stop_commits_the_open_transaction_then_releases_the_rest() -> None:
+    spec = _spec(max_records=2)  # the stop comes after the first chunk
+    worker, consumer, producer, events = _worker(spec, _echo, [[Msg(i) for i in range(6)]])
+    summary = worker.run()
+    assert [sorted(_marked(t)) for t in _with_markers(producer)] == [[0, 1]]
+    assert consumer.acks == {0: "ACCEPT", 1: "ACCEPT", 2: "RELEASE", 3: "RELEASE",
+                             4: "RELEASE", 5: "RELEASE"}
+    assert events.index(("commit",)) < events.index(("ack", "ACCEPT", "0"))
+    assert summary["released_on_stop"] == 4 and summary["stop_reason"] == "record count"
+
+
+def test_a_crash_between_the_chunks_of_an_open_transaction_commits_nothing() -> None:
+    def fn(r: Record) -> Any:
+        if r.offset == 4:
+            raise KeyboardInterrupt  # the worker dies in its third chunk
+        return r.value
+
+    worker, consumer, producer, events = _worker(_spec(), fn, [[Msg(i) for i in range(6)]])
+    with pytest.raises(KeyboardInterrupt):
+        worker.run()
+    # Two chunks were processed in the open transaction: nothing produced, none ACCEPTed.
+    assert producer.committed == [] and producer.sent == []
+    assert ("begin",) not in events
+    assert consumer.acks == dict.fromkeys(range(6), "RELEASE")
+
+
+@pytest.mark.parametrize("value", [-1, 61, "0.1", True, math.nan, math.inf, None])
+def test_transaction_interval_s_is_checked(value: object) -> None:
+    with pytest.raises(OptionError, match=r"transaction_interval_s.*from 0 \(one transaction "
+                                          r"per chunk\) to 60"):
+        WorkerConfig.create(topics="in", group="g", bootstrap_servers="b:9092",
+                            transaction_interval_s=value)
+
+
+@pytest.mark.parametrize("value", [0, 0.1, 5])
+def test_transaction_interval_s_takes_seconds(value: float) -> None:
+    config = WorkerConfig.create(topics="in", group="g", bootstrap_servers="b:9092",
+                                 transaction_interval_s=value)
+    assert config.transaction_interval_s == value
