@@ -74,7 +74,11 @@ __all__ = [
 
 _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_lettered",
              "outputs", "exhausted", "released_on_stop", "released_lock_deadline",
-             "produce_failures", "ack_failures")
+             "produce_failures", "ack_failures",
+             # exactly_once_outputs (0 without it): docs/workers.md, "Counters"
+             "transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
+             "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
+             "producers_replaced")
 
 @dataclass(frozen=True)
 class WorkerProgress:
@@ -132,6 +136,15 @@ class WorkerSummary:
             f"at lock deadline={t['released_lock_deadline']}; produce failures="
             f"{t['produce_failures']} acknowledgement failures={t['ack_failures']}",
         ]
+        if t["transactions"] or t["transactions_aborted"]:
+            lines.append(
+                f"  exactly-once: transactions={t['transactions']} aborted="
+                f"{t['transactions_aborted']} decided by a committed marker="
+                f"{t['already_committed']} marker waits={t['marker_wait_ms']} ms "
+                f"marker conflicts={t['marker_conflicts']} released at the marker wait="
+                f"{t['released_marker_wait']} unchecked last deliveries="
+                f"{t['unchecked_last_deliveries']} producers replaced="
+                f"{t['producers_replaced']}")
         lost = self.failed_attempts
         if lost:
             lines.append(f"  {len(lost)} attempt(s) died (Spark retried them); their counts are "
