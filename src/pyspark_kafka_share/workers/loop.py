@@ -590,6 +590,7 @@ class _Worker:
         self.stats["transactions"] += 1
         eos.committed(key, origins)
         faults.hit("kill-after-commit")
+        faults.hit("sleep-after-commit")  # the cluster tier kills the executor meanwhile
         return {}, key
 
     def _close(self) -> None:
