@@ -47,7 +47,7 @@ from pyspark_kafka_share.errors import OptionError, SetupError, from_client_erro
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
 from pyspark_kafka_share.workers.control import ControlServer, DriverChannel
 from pyspark_kafka_share.workers.control_kafka import KafkaControlServer, control_topic_name
-from pyspark_kafka_share.workers.exactly_once import ensure_marker_topic
+from pyspark_kafka_share.workers.eos_access import check_exactly_once_access
 from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
     DUPLICATE,
@@ -520,8 +520,10 @@ def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
             f"config share.delivery.count.limit of {config.group!r}), so it would never reach "
             f"attempt {config.max_attempts}. Lower max_attempts or raise the group's limit")
     _check_out_topics(config)
-    if config.exactly_once_outputs:
-        ensure_marker_topic(config.client)
+    if config.exactly_once_outputs:  # every ACL it needs, used once
+        check_exactly_once_access(config.client, config.producer_settings(),
+                                  [t for t in (config.output_topic, config.dead_letter_topic)
+                                   if t is not None])
     broker_dlq = check_one_dead_letter_topic(config.client, "dead_letter_topic",
                                              config.dead_letter_topic)
     if config.starting_offsets is not None:

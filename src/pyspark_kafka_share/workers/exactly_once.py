@@ -42,7 +42,13 @@ from pyspark_kafka_share._kafka.group import admin_client
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import ClientSettings
-from pyspark_kafka_share.errors import BrokerError, OptionError, from_client_error
+from pyspark_kafka_share.errors import (
+    AuthorizationError,
+    BrokerError,
+    ErrorCode,
+    OptionError,
+    from_client_error,
+)
 from pyspark_kafka_share.workers.outcome import Outcome
 
 __all__ = [
@@ -210,10 +216,19 @@ def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_ou
         try:
             future.result(timeout)
         except Exception as exc:  # "already exists" is what we want
-            err = exc.args[0] if exc.args else None
-            if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
+            code = _code(exc)
+            if code in _DENIED and not _listed(admin, topic, timeout):
+                raise _denied(settings, topic, "Create", "creating the workers' marker topic "
+                              "(or create it beforehand: compacted, one partition)") from None
+            if code != KafkaError.TOPIC_ALREADY_EXISTS and code not in _DENIED:
                 raise
-        configs = _topic_configs(admin, topic, timeout)
+        try:
+            configs = _topic_configs(admin, topic, timeout)
+        except Exception as exc:
+            if _code(exc) in _DENIED:
+                raise _denied(settings, topic, "DescribeConfigs", "checking that the workers' "
+                              "marker topic is compacted") from None
+            raise
     except Exception as exc:
         raise from_client_error(exc, f"the workers' marker topic {topic!r} could not be created "
                                 "or described", "Grant the workers' principal CREATE (or "
@@ -226,6 +241,32 @@ def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_ou
                           "they cover can still be redelivered. Set cleanup.policy=compact on "
                           "it (or delete it: the workers create it)")
     return topic
+
+
+_DENIED = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                     ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
+
+
+def _code(exc: BaseException) -> int | None:
+    """The librdkafka/Kafka error code of a client exception, if it has one."""
+    err = exc.args[0] if exc.args else None
+    code = getattr(err, "code", None)
+    return int(code()) if callable(code) else None
+
+
+def _listed(admin: Any, topic: str, timeout_s: float) -> bool:
+    with contextlib.suppress(Exception):
+        meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        return meta is not None and meta.error is None and bool(meta.partitions)
+    return False
+
+
+def _denied(settings: ClientSettings, topic: str, operation: str, what: str) -> BrokerError:
+    from pyspark_kafka_share._kafka.access import authorization_error
+
+    return authorization_error(settings, "topic", topic, (operation,),
+                               f"{what} (exactly_once_outputs)",
+                               code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _topic_configs(admin: Any, topic: str, timeout_s: float) -> dict[str, Any]:
@@ -335,6 +376,12 @@ class MarkerLog:
                     self.eof[m.partition()] = m.offset()
                 else:
                     self.errors.append(err)
+                    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # never passes
+                        raise AuthorizationError(
+                            ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"reading the workers' "
+                            f"marker topic {self.topic!r} (Read)", err.str(),
+                            hint="Grant the workers' principal READ on it (docs/workers.md, "
+                            "exactly-once outputs)")
                     if err.fatal():
                         raise BrokerError(f"reading the marker topic {self.topic!r} failed: "
                                           f"{err}")
