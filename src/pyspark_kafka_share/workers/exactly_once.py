@@ -34,7 +34,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -459,13 +459,17 @@ class Transactions:
         self.open = True
         self.began = time.monotonic()
 
-    def commit(self) -> None:
+    def commit(self, inject: Callable[[Any, float], None] | None = None) -> None:
         """Commit the open transaction; :class:`TransactionFailed` if it did not (abortable:
         aborted; outcome unknown: left to the marker check), :class:`BrokerError` if this
-        producer was fenced by a newer attempt of its worker slot."""
+        producer was fenced by a newer attempt of its worker slot. ``inject``: a test's
+        ``commit_transaction`` (``Faults.commit``)."""
         t0 = time.monotonic()
         try:
-            self.producer.commit_transaction(self.timeout_s)
+            if inject is not None:
+                inject(self.producer, self.timeout_s)
+            else:
+                self.producer.commit_transaction(self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - judged by _failed
             self._failed(exc, "commit")
         finally:
@@ -492,10 +496,15 @@ class Transactions:
             raise Fenced(f"fenced: the transactional producer failed fatally during {what}: "
                          f"{err} (a newer attempt of this worker slot took over its "
                          "transactional.id; this attempt stops)") from exc
-        if getattr(err, "txn_requires_abort", lambda: False)():
+        requires_abort = bool(getattr(err, "txn_requires_abort", lambda: False)())
+        if requires_abort:
             with contextlib.suppress(Exception):
                 self.producer.abort_transaction(self.timeout_s)
-        raise TransactionFailed(f"{what} failed: {err}", fatal=fatal) from exc
+        # Neither abortable nor fatal (a timeout, a lost reply): the outcome is unknown and the
+        # producer is left inside the commit; a new producer's init_transactions completes or
+        # aborts it (so the marker, in the same transaction, tells a redelivery which).
+        raise TransactionFailed(f"{what} failed: {err}", fatal=fatal or not requires_abort) \
+            from exc
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
