@@ -152,6 +152,7 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_VERSION = 35
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -266,6 +267,7 @@ _FACTS: dict[ErrorCode, _Facts] = {
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: _AUTHORIZATION,
     ErrorCode.GROUP_AUTHORIZATION_FAILED: _AUTHORIZATION,
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: _AUTHORIZATION,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _AUTHORIZATION,
     ErrorCode.UNSUPPORTED_VERSION: _Facts(
         False, UnsupportedVersionError,
         "Share-group administration needs Apache Kafka 4.1 or newer (4.2+ for GA)"),

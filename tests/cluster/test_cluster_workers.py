@@ -1,10 +1,16 @@
 """Queue workers (``run_workers``) on a Spark standalone cluster, one executor JVM killed mid-run.
 
-One run serves both tests (module fixture ``killed_run``): two workers, one per executor; the
-worker of Spark partition 0 blocks inside the function on its 31st call, the driver receives
-its report of what it finished before, and the test SIGKILLs the executor JVM running it.
-Spark retries the task on the replacement executor; the other worker takes the records the
-dead one held (the broker hands them back when its connection closes).
+One run serves the first two tests (module fixture ``killed_run``): two workers, one per
+executor; the worker of Spark partition 0 blocks inside the function on its 31st call, the
+driver receives its report of what it finished before, and the test SIGKILLs the executor JVM
+running it. Spark retries the task on the replacement executor; the other worker takes the
+records the dead one held (the broker hands them back when its connection closes).
+
+A second run (``eos_killed_run``) does the same with ``exactly_once_outputs=True`` and a
+dead-letter topic, and kills the executor where exactly-once matters most: worker 0 sits
+after a transaction's commit and before its acknowledgement (the test-only fault point
+``sleep-after-commit``), so the records it committed come back to a worker that must decide
+them from the committed marker, without running the function or producing again.
 """
 
 from __future__ import annotations
@@ -21,14 +27,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Message
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster, ProducerRecord
 from pyspark_kafka_share.harness.spark import ExecutorProcess
-from pyspark_kafka_share.workers import Record, WorkerProgress, WorkerSummary, run_workers
-from tests.helpers import read_topic
+from pyspark_kafka_share.workers import (
+    Record,
+    Result,
+    WorkerProgress,
+    WorkerSummary,
+    run_workers,
+)
+from tests.helpers import Key, assert_exactly_once, read_topic, worker_faults
 
 pytestmark = pytest.mark.cluster
 
@@ -181,3 +194,152 @@ def test_the_summary_counts_the_killed_attempt(killed_run: KilledRun) -> None:
     assert run.summary.totals["processed"] == len(run.calls) - interrupted
     # Every attempt that called the function has its entry.
     assert {(c["worker"], c["attempt"]) for c in run.calls} <= attempts
+
+
+# -- exactly-once outputs: the executor killed between a commit and its acknowledgement ------
+
+EOS_N = 400
+EOS_KILL_AT = 2  # worker 0's transaction after whose commit it waits to be killed
+
+
+def _poison(value: bytes) -> bool:
+    return int(value[1:]) % 7 == 0
+
+
+@dataclass
+class EosKilledRun:
+    summary: WorkerSummary
+    killed: ExecutorProcess
+    reported_before_kill: dict[str, Any]
+    source: dict[Key, bytes]  # every input record: (topic, partition, offset) -> value
+    outputs: list[tuple[Key, bytes]]  # read_committed: (origin, value)
+    dead: list[Key]  # read_committed: origins of the dead letters
+    uncommitted_outputs: int  # what a read_uncommitted reader sees in the output topic
+    calls: Counter[str]  # function calls per input value
+    lag: int | None
+    took_s: float
+
+
+def _origin(m: Message) -> Key:
+    h = {k: (v.encode() if isinstance(v, str) else v or b"").decode()
+         for k, v in dict(m.headers() or []).items()}
+    return (h["kafka-share.origin.topic"], int(h["kafka-share.origin.partition"]),
+            int(h["kafka-share.origin.offset"]))
+
+
+def _kill_when_parked(cluster: LocalSparkCluster, state: dict[str, Any]) -> \
+        Callable[[WorkerProgress], None]:
+    """``on_progress``: once worker 0 (attempt 0) reports its ``EOS_KILL_AT``-th commit and
+    then no progress for 2.5 s (it sits in the fault point), SIGKILL its executor."""
+
+    def on_progress(p: WorkerProgress) -> None:
+        if "killed" in state:
+            return
+        report = dict(p.workers.get(0, {}))
+        if report.get("attempt") != 0 or report.get("transactions", 0) < EOS_KILL_AT:
+            return
+        first = state.setdefault("parked", (time.monotonic(), report.get("processed")))
+        if time.monotonic() - first[0] < 2.5:
+            return
+        try:  # the monitor thread swallows exceptions: keep them for the assertion
+            if report.get("processed") != first[1]:
+                raise AssertionError(f"worker 0 went on after its commit: {first} {report}")
+            executor = cluster.executor_of(int(report["pid"]))
+            if executor is None:
+                raise AssertionError(f"python worker {report['pid']} runs under no executor")
+            state["report"] = report
+            state["killed"] = cluster.kill_executor(executor.worker)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion after the run
+            state.setdefault("errors", []).append(repr(exc))
+            state["killed"] = None
+
+    return on_progress
+
+
+@pytest.fixture(scope="module")
+def eos_killed_run(cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
+                   tmp_path_factory: pytest.TempPathFactory) -> EosKilledRun:
+    started = time.monotonic()
+    tmp = tmp_path_factory.mktemp("workers-eos")
+    tag = uuid.uuid4().hex[:8]
+    src = kafka.create_topic(f"cluster-eos-in-{tag}", 2)
+    out = kafka.create_topic(f"cluster-eos-out-{tag}", 1)
+    dlq = kafka.create_topic(f"cluster-eos-dlq-{tag}", 1)
+    group = f"cluster-eos-{tag}"
+    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+    kafka.produce(src, [ProducerRecord(value=f"v{i}".encode(), key=f"k{i}".encode())
+                        for i in range(EOS_N)], producer_config={"batch.size": "800"})
+    source = {(m.topic() or "", m.partition() or 0, m.offset() or 0): m.value() or b""
+              for m in read_topic(kafka, src, EOS_N, settle_s=0.5)}
+    log = str(tmp / "calls.jsonl")
+
+    def work(rec: Record) -> Result:
+        with open(log, "a") as f:
+            f.write(json.dumps({"value": (rec.value or b"").decode()}) + "\n")
+        time.sleep(0.02)
+        value = rec.value or b""
+        return Result.reject("poison") if _poison(value) else Result.accept(value + b"-out")
+
+    state: dict[str, Any] = {}
+    summary = run_workers(
+        cluster_spark, work, topics=src, group=group, bootstrap_servers=kafka.bootstrap_servers,
+        workers=2, chunk_size=CHUNK, output_topic=out, dead_letter_topic=dlq,
+        exactly_once_outputs=True, idle_timeout_s=15, on_progress=_kill_when_parked(cluster, state),
+        progress_interval_s=0.5,
+        **worker_faults(f"sleep-after-commit:part=0:attempt=0:seq={EOS_KILL_AT}:ms=600000"))
+    assert state.get("killed") is not None, (
+        f"the executor was not killed (errors: {state.get('errors')}); summary:\n{summary}")
+    cluster.wait_for_executors(cluster_spark, timeout_s=120)  # the replacement
+    good = sum(1 for v in source.values() if not _poison(v))
+    outputs = read_topic(kafka, out, good, timeout_s=60.0, settle_s=1.0)
+    dead = read_topic(kafka, dlq, EOS_N - good, timeout_s=60.0, settle_s=1.0)
+    seen = read_topic(kafka, out, good, settle_s=1.0, isolation="read_uncommitted")
+    calls = Counter(json.loads(line)["value"] for line in Path(log).read_text().splitlines())
+    return EosKilledRun(
+        summary=summary, killed=state["killed"], reported_before_kill=state["report"],
+        source=source, outputs=[(_origin(m), m.value() or b"") for m in outputs],
+        dead=[_origin(m) for m in dead], uncommitted_outputs=len(seen), calls=calls,
+        lag=_lag(kafka, group), took_s=time.monotonic() - started)
+
+
+def test_exactly_once_outputs_survive_an_executor_killed_after_a_commit(
+        eos_killed_run: EosKilledRun, evidence: Callable[[str], None]) -> None:
+    run = eos_killed_run
+    k = run.killed
+    evidence(f"exactly_once_outputs: SIGKILLed executor {k.executor_id} (pid {k.pid}, worker "
+             f"{k.worker}) while queue worker 0 sat after its commit #{EOS_KILL_AT}, before the "
+             f"acknowledgement; its last report: {run.reported_before_kill.get('processed')} "
+             f"processed, {run.reported_before_kill.get('transactions')} transactions")
+    for line in str(run.summary).splitlines():
+        evidence(line)
+    poison = {key for key, v in run.source.items() if _poison(v)}
+    # read_committed: every origin exactly once, in the output topic or the dead-letter topic.
+    assert_exactly_once([key for key, _ in run.outputs], set(run.source) - poison)
+    assert all(value == run.source[key] + b"-out" for key, value in run.outputs)
+    assert_exactly_once(run.dead, poison)
+    assert run.lag == 0, f"the group's lag is {run.lag}, not 0"
+    # The committed records came back (the dead attempt never acknowledged them) and were
+    # decided by the marker, not run again: no function call twice for them.
+    t = run.summary.totals
+    assert t["already_committed"] >= 1, str(run.summary.workers)
+    assert t["transactions"] >= 2 * EOS_KILL_AT, str(t)
+    assert set(run.calls) == {v.decode() for v in run.source.values()}
+    evidence(f"read_committed: {len(run.outputs)} outputs and {len(run.dead)} dead letters, each "
+             f"origin once; {t['already_committed']} records decided by a committed marker; "
+             f"{sum(n - 1 for n in run.calls.values())} function calls repeated (a chunk the "
+             f"kill interrupted); read_uncommitted sees {run.uncommitted_outputs} outputs; "
+             f"lag 0; the run took {run.took_s:.0f}s")
+
+
+def test_the_exactly_once_summary_counts_the_killed_attempt(
+        eos_killed_run: EosKilledRun) -> None:
+    run = eos_killed_run
+    assert [(w["worker"], w["attempt"]) for w in run.summary.failed_attempts] == [(0, 0)], \
+        str(run.summary)
+    killed = next(w for w in run.summary.workers if (w["worker"], w["attempt"]) == (0, 0))
+    assert killed["transactions"] == run.reported_before_kill["transactions"] >= EOS_KILL_AT
+    final = {w["worker"]: w for w in run.summary.workers}
+    assert final[0]["attempt"] >= 1, "Spark did not retry the killed worker's task"
+    # The totals count the dead attempt's transactions too.
+    assert run.summary.totals["transactions"] == sum(
+        int(w.get("transactions", 0)) for w in run.summary.workers)

@@ -43,6 +43,7 @@ from pyspark import cloudpickle
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, run_workers
+from pyspark_kafka_share.workers.config import WorkerConfig
 from tests.helpers import (
     DRIVER_LOG_SENTINEL,
     assert_exactly_once,
@@ -109,7 +110,8 @@ def _grant_source(kafka: LocalKafka, user: str, topic: str, group: str, *,
         kafka.grant(user, "GROUP", group, "ALTER_CONFIGS")
 
 
-def _revoke(kafka: LocalKafka, user: str, resource_type: str, name: str, operation: str) -> None:
+def _revoke(kafka: LocalKafka, user: str, resource_type: str, name: str, operation: str, *,
+            pattern: str = "LITERAL") -> None:
     from confluent_kafka.admin import (
         AclBindingFilter,
         AclOperation,
@@ -119,7 +121,7 @@ def _revoke(kafka: LocalKafka, user: str, resource_type: str, name: str, operati
     )
 
     admin = kafka.admin()  # kept alive until its futures are done
-    match = AclBindingFilter(ResourceType[resource_type], name, ResourcePatternType.LITERAL,
+    match = AclBindingFilter(ResourceType[resource_type], name, ResourcePatternType[pattern],
                              f"User:{user}", "*", AclOperation[operation],
                              AclPermissionType.ALLOW)
     for fut in admin.delete_acls([match]).values():
@@ -509,6 +511,121 @@ def test_workers_control_topic_with_exactly_the_listed_acls(
     # it would have stopped on its own idle timeout).
     assert {w.get("stop_reason") for w in summary.workers} == {"stopped by driver"}, \
         str(summary)
+
+
+def _grant_eos(kafka: LocalKafka, user: str, src: str, outs: tuple[str, ...],
+               group: str) -> list[tuple[str, str, str, str]]:
+    """The ACLs docs/security.md lists for the workers with ``exactly_once_outputs=True``, but
+    the marker topic's CREATE: (resource type, name, operation, pattern) of each granted."""
+    from pyspark_kafka_share.workers.exactly_once import marker_topic
+
+    grants = [("TOPIC", src, "READ", "LITERAL"),
+              *(("GROUP", group, op, "LITERAL") for op in ("READ", "DESCRIBE", "DESCRIBE_CONFIGS")),
+              *(("TOPIC", t, "WRITE", "LITERAL") for t in outs),
+              *(("TRANSACTIONAL_ID", f"kafka-share-workers.{group}.", op, "PREFIXED")
+                for op in ("WRITE", "DESCRIBE")),
+              *(("TOPIC", marker_topic(group), op, "LITERAL")
+                for op in ("READ", "WRITE", "DESCRIBE_CONFIGS"))]
+    for rtype, name, op, pattern in grants:
+        kafka.grant(user, rtype, name, op, pattern=pattern)
+    return grants
+
+
+def _denial_problems(exc: BaseException, name: str, operation: str) -> list[str]:
+    """What an exactly-once ACL error lacks: authorization, the resource, the operation and
+    the grant; never "does not exist"."""
+    text = str(exc)
+    problems = []
+    if "does not exist" in text or "do not exist" in text:
+        problems.append("it calls something missing")
+    if not re.search(r"not allowed to .*" + re.escape(operation), text):
+        problems.append(f"it does not name the operation {operation}")
+    if name not in text:
+        problems.append(f"it does not name {name!r}")
+    if "kafka-acls.sh" not in text:
+        problems.append("it gives no grant")
+    return [f"{p}: {text}" for p in problems]
+
+
+def test_workers_exactly_once_outputs_with_exactly_the_listed_acls(
+    spark: Any, secured: LocalKafka,
+) -> None:
+    """``exactly_once_outputs=True`` over SASL_SSL with exactly the ACLs docs/security.md lists
+    for it (no CLUSTER IDEMPOTENT_WRITE): a run ends with every record's output or dead letter
+    once for a read_committed reader. Before it, without CREATE on the missing marker topic,
+    and after it, without each of the other grants, ``run_workers`` fails before any task
+    with an authorization error naming what is missing. The marker topic's CREATE (once it
+    exists) and the transactional ids' DESCRIBE (implied by WRITE) are not needed."""
+    from pyspark_kafka_share.errors import AuthorizationError
+    from pyspark_kafka_share.workers.eos_access import check_exactly_once_access
+    from pyspark_kafka_share.workers.exactly_once import marker_topic
+
+    src, out, dlq, group = _topic(secured), _topic(secured, 1), _topic(secured, 1), \
+        _group(secured)
+    markers = marker_topic(group)
+    kafka_conf = secured.client_config(ALICE, mechanism="SCRAM-SHA-512", listener="sasl_ssl")
+    bootstrap = kafka_conf.pop("bootstrap.servers")
+    grants = _grant_eos(secured, ALICE, src, (out, dlq), group)
+    _settle_acls()
+    secured.produce(src, [f"{kind}-{i}".encode() for i in range(10) for kind in ("ok", "poison")])
+    common: dict[str, Any] = {"topics": src, "group": group, "bootstrap_servers": bootstrap,
+                              "consumer_config": kafka_conf, "workers": 2, "output_topic": out,
+                              "dead_letter_topic": dlq, "exactly_once_outputs": True,
+                              "on_progress": False}
+    problems: list[str] = []
+
+    def denied(name: str, operation: str) -> None:
+        started = time.monotonic()
+        with pytest.raises(AuthorizationError) as caught:
+            run_workers(spark, _triage, idle_timeout_s=5, **common)
+        problems.extend(_denial_problems(caught.value, name, operation))
+        if time.monotonic() - started > 30:
+            problems.append(f"{operation} on {name}: took {time.monotonic() - started:.0f}s")
+        assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+
+    denied(markers, "Create")
+    secured.grant(ALICE, "TOPIC", markers, "CREATE")
+    _settle_acls()
+    # Stops once all 20 are processed (a short idle timeout stopped it early on a loaded
+    # machine: the first transactional producers wait for the coordinator to load).
+    summary = run_workers(spark, _triage, idle_timeout_s=60, max_records=20, **common)
+    t = summary.totals
+    assert (t["accepted"], t["rejected"], t["dead_lettered"], t["outputs"]) == \
+        (10, 10, 10, 10), f"{summary}\n{summary.workers}"
+    assert t["transactions"] >= 1, str(summary)
+    outputs = Counter((m.value() or b"").decode() for m in _read_topic(secured, out, 10))
+    assert outputs == Counter(f"ok-{i}:done" for i in range(10))
+    dead = Counter((m.value() or b"").decode() for m in _read_topic(secured, dlq, 10))
+    assert dead == Counter(f"poison-{i}" for i in range(10))
+
+    # Each grant taken away in turn (and given back): named in the error.
+    prefix = f"kafka-share-workers.{group}."
+    for rtype, name, op, label in [("TOPIC", markers, "DESCRIBE_CONFIGS", "DescribeConfigs"),
+                                   ("TOPIC", markers, "READ", "Read"),
+                                   ("TOPIC", markers, "WRITE", "Write"),
+                                   ("TRANSACTIONAL_ID", prefix, "WRITE", "Write")]:
+        pattern = "PREFIXED" if rtype == "TRANSACTIONAL_ID" else "LITERAL"
+        assert (rtype, name, op, pattern) in grants
+        _revoke(secured, ALICE, rtype, name, op, pattern=pattern)
+        _settle_acls()
+        denied(name, label)
+        secured.grant(ALICE, rtype, name, op, pattern=pattern)
+        _settle_acls()
+    # WRITE on the output topic (with DESCRIBE, so that it is not hidden from the workers).
+    secured.grant(ALICE, "TOPIC", out, "DESCRIBE")
+    _revoke(secured, ALICE, "TOPIC", out, "WRITE")
+    _settle_acls()
+    denied(out, "Write")
+    secured.grant(ALICE, "TOPIC", out, "WRITE")
+    _revoke(secured, ALICE, "TOPIC", out, "DESCRIBE")
+    # Not needed: CREATE on a marker topic that exists; the transactional ids' DESCRIBE.
+    _revoke(secured, ALICE, "TOPIC", markers, "CREATE")
+    _revoke(secured, ALICE, "TRANSACTIONAL_ID", prefix, "DESCRIBE", pattern="PREFIXED")
+    _settle_acls()
+    settings = WorkerConfig.create(topics=src, group=group, bootstrap_servers=bootstrap,
+                                   consumer_config=kafka_conf)
+    assert check_exactly_once_access(settings.client, settings.producer_settings()) == markers
+    assert not problems, "\n".join(problems)
 
 
 # -- missing ACLs ------------------------------------------------------------------------------

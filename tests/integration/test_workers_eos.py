@@ -10,6 +10,7 @@ from a committed marker without running the function, aborted transactions).
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -83,6 +84,11 @@ def _origins(msgs: list[Message]) -> list[Key]:
         out.append((h["kafka-share.origin.topic"], int(h["kafka-share.origin.partition"]),
                     int(h["kafka-share.origin.offset"])))
     return out
+
+
+def _header(m: Message, name: str) -> bytes:
+    v = dict(m.headers() or []).get(name)
+    return v.encode() if isinstance(v, str) else v or b""
 
 
 def _assert_each_origin_once(kafka: LocalKafka, src: str, out: str, dlq: str) -> int:
@@ -312,3 +318,93 @@ def test_a_marker_topic_that_is_not_compacted_is_refused(
                     bootstrap_servers=kafka.bootstrap_servers, exactly_once_outputs=True,
                     on_progress=False)
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+
+
+# The input whose output is larger than the output topic takes. One: a worker fails after 3
+# chunks in a row with a refused produce, and a record's redeliveries often come back in a row.
+BIG = {13}
+# The broker refuses a whole batch, and librdkafka purges the rest of the transaction: every
+# output of the chunk is refused with the large one (docs/workers.md). One record per chunk
+# keeps the refusal to the record that causes it.
+REFUSED_CHUNK = 1
+
+
+def _work_big(log: str) -> Any:
+    """As :func:`_work`, but the outputs of the ``BIG`` inputs are too large for the output
+    topic (``max.message.bytes``): the broker refuses them inside the transaction."""
+    work = _work(log)
+
+    def big(rec: Record) -> Result:
+        result: Result = work(rec)
+        if int((rec.value or b"v0")[1:]) in BIG:
+            return Result.accept(b"x" * 4000)
+        return result
+
+    return big
+
+
+def test_a_produce_refused_inside_a_transaction_aborts_it_and_releases(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """An output is too large for the output topic: the broker refuses it inside its chunk's
+    transaction, which aborts; its record is RELEASEd (never ACCEPTed), run again until
+    ``max_attempts`` and then dead-lettered, with the refusal in the dead letter's error; the
+    rest of each chunk is committed in a second transaction."""
+    src, dlq = topic_factory(2), topic_factory(1)
+    out = kafka.create_topic(f"eos-small-{group}", 1, config={"max.message.bytes": "1000"})
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
+    summary = run_workers(spark, _work_big(log), topics=src, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                          chunk_size=REFUSED_CHUNK, output_topic=out, dead_letter_topic=dlq,
+                          exactly_once_outputs=True, max_attempts=2, idle_timeout_s=12,
+                          on_progress=False)
+    keys = {(src, i % 2, i // 2): i for i in range(N)}
+    to_dlq = {k for k, i in keys.items() if _poison(b"v%d" % i) or i in BIG}
+    outputs = read_topic(kafka, out, N - len(to_dlq), settle_s=1.0)
+    dead = read_topic(kafka, dlq, len(to_dlq), settle_s=1.0)
+    errors = {_origins([m])[0]: _header(m, "kafka-share.error") for m in dead}
+    print(f"{summary}\n{summary.workers}\ndead letters: {errors}")  # shown if it fails
+    assert_exactly_once(_origins(outputs), set(keys) - to_dlq)
+    assert_exactly_once(_origins(dead), to_dlq)
+    for k, i in keys.items():
+        if i in BIG:  # the refusal, as docs/workers.md says: an output refused is a retry
+            assert re.search(rb"gave up after 2 attempts: output not delivered: .*too large",
+                             errors[k], re.IGNORECASE), errors[k]
+    calls = _calls(log)
+    assert {f"v{i}": calls[f"v{i}"] for i in BIG} == {f"v{i}": 2 for i in BIG}  # RELEASEd once
+    t = summary.totals
+    assert t["transactions_aborted"] >= 2 and t["produce_failures"] >= 2, str(summary)
+    assert (t["accepted"], t["rejected"]) == (N - len(to_dlq), len(to_dlq)), str(summary)
+    assert t["exhausted"] == len(BIG), str(summary)
+    assert not summary.failed_attempts, str(summary)
+
+
+@pytest.mark.parametrize("committed", [1, 0], ids=["went-through", "did-not"])
+def test_a_commit_whose_outcome_is_unknown_is_not_acknowledged(
+    committed: int, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """Worker 0's ``commit_transaction`` raises the retriable timeout of a lost reply (the
+    test-only fault ``timeout-commit``), after the commit went through or without it: the
+    worker cannot know which, so it must not acknowledge the chunk as processed. It RELEASEs
+    it and replaces its producer (whose ``init_transactions`` completes or aborts the
+    transaction); when the records come back the marker check decides: ACCEPT from the marker,
+    or run again. A read_committed reader sees every origin exactly once."""
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    summary = _run(spark, kafka, src, out, dlq, group, log, **worker_faults(
+        f"timeout-commit:part=0:attempt=0:seq=2:committed={committed}"))
+    assert not summary.failed_attempts, str(summary)
+    aborted = _assert_each_origin_once(kafka, src, out, dlq)
+    t = summary.totals
+    assert (t["accepted"], t["rejected"]) == (N - 9, 9), str(summary)
+    assert t["transactions_aborted"] >= 1 and t["producers_replaced"] >= 1, str(summary)
+    calls = _calls(log)
+    if committed:  # the chunk came back and its marker decided it: not run again
+        assert t["already_committed"] >= 1 and set(calls.values()) == {1}, str(summary)
+    else:  # aborted by the new producer: run again
+        assert max(calls.values()) == 2 and aborted >= 1, str(summary)

@@ -3,6 +3,8 @@ lookups, tombstones and what the start offsets let go. Pure: no broker."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.workers.exactly_once import (
     MarkerSet,
@@ -69,3 +71,26 @@ def test_names_of_the_marker_topic_and_transactional_ids() -> None:
     assert odd.startswith("kafka-share-markers.my_group__-") and len(odd) < 249
     assert marker_topic("x" * 240).startswith("kafka-share-markers." + "x" * 180)
     assert transactional_id("scorers", 3) == "kafka-share-workers.scorers.3"
+
+
+EOS_COUNTERS = ("transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
+                "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
+                "producers_replaced")
+
+
+def test_the_summary_totals_count_the_exactly_once_counters_of_every_attempt() -> None:
+    """Issue 29: the exactly-once counters were per worker only. A dead attempt's last report
+    counts as the others do."""
+    from pyspark_kafka_share.workers.api import WorkerSummary, _totals
+
+    reports: list[dict[str, Any]] = [{"worker": 0, "attempt": 0, "state": "lost",
+                **{k: i + 1 for i, k in enumerate(EOS_COUNTERS)}},
+               {"worker": 0, "attempt": 1, **{k: 10 for k in EOS_COUNTERS}},
+               {"worker": 1, "attempt": 0}]
+    totals = _totals(reports)
+    assert {k: totals[k] for k in EOS_COUNTERS} == \
+        {k: i + 1 + 10 for i, k in enumerate(EOS_COUNTERS)}
+    text = str(WorkerSummary(1.0, "idle timeout", totals, reports))
+    assert "exactly-once: transactions=11 aborted=12 decided by a committed marker=13" in text
+    # Without exactly-once outputs the line is left out.
+    assert "exactly-once" not in str(WorkerSummary(1.0, "idle timeout", _totals(reports[2:])))

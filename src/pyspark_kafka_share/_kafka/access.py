@@ -132,24 +132,30 @@ def _principal_hint(connection: ConnectionConfig | None) -> tuple[str, str]:
     return "User:<principal>", ""
 
 
-def acl_command(principal: str, resource: str, name: str, operations: tuple[str, ...]) -> str:
-    """The ``kafka-acls.sh`` command that grants ``operations`` on a topic or group."""
+def acl_command(principal: str, resource: str, name: str, operations: tuple[str, ...], *,
+                prefixed: bool = False) -> str:
+    """The ``kafka-acls.sh`` command that grants ``operations`` on a topic, group or
+    transactional id (``prefixed``: every name that starts with ``name``)."""
     ops = " ".join(f"--operation {op}" for op in operations)
+    pattern = " --resource-pattern-type prefixed" if prefixed else ""
     return (f"kafka-acls.sh --bootstrap-server <broker> --command-config admin.properties "
-            f"--add --allow-principal '{principal}' {ops} --{resource} '{name}'")
+            f"--add --allow-principal '{principal}' {ops} --{resource} '{name}'{pattern}")
 
 
 def authorization_error(settings: ClientSettings, resource: str, name: str,
                         operations: tuple[str, ...], what: str, *,
-                        code: int = ErrorCode.GROUP_AUTHORIZATION_FAILED) -> AuthorizationError:
-    """The error for a denied ``operations`` on a ``resource`` (``"topic"``/``"group"``)
-    called ``name``, while doing ``what``."""
+                        code: int = ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                        prefixed: bool = False) -> AuthorizationError:
+    """The error for a denied ``operations`` on a ``resource`` (``"topic"``/``"group"``/
+    ``"transactional-id"``) called ``name`` (``prefixed``: names starting so), while doing
+    ``what``."""
     connection = settings.connection
     principal = principal_of(connection)
     who = f"principal {principal!r}" if principal else "this client's principal"
     hint, note = ("", "") if principal else _principal_hint(connection)
-    grant = acl_command(principal or hint, resource, name, operations) + note
+    grant = acl_command(principal or hint, resource, name, operations, prefixed=prefixed) + note
+    names = f"{resource}s starting {name!r}" if prefixed else f"{resource} {name!r}"
     return AuthorizationError(
-        code, f"{what}: {who} is not allowed to {'/'.join(operations)} {resource} {name!r} "
+        code, f"{what}: {who} is not allowed to {'/'.join(operations)} {names} "
         "(an ACL denies it, or none allows it)",
         hint=f"Grant it: {grant}", from_broker=False)

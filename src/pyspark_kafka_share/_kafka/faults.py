@@ -5,9 +5,10 @@
 Both front-ends use it: the source with ``seq`` = batch and ``part`` = partition, the workers
 with ``seq`` = the worker's transaction number and ``part`` = its worker index. Points:
 ``kill-*`` (the Python worker dies at once, ``os._exit``: no finally, no acknowledgement),
-``sleep-*`` (``ms=``), ``fail-*`` (raise). Conditions: ``seq``, ``part``, ``attempt``. The
-workers' ``kill-in-open-transaction:chunks=N`` fires once N chunks wait in the open
-transaction (``seq``: its number), before its Kafka transaction begins.
+``sleep-*`` (``ms=``), ``fail-*`` (raise), and ``timeout-commit`` (:meth:`Faults.commit`).
+Conditions: ``seq``, ``part``, ``attempt``. The workers' ``kill-in-open-transaction:chunks=N``
+fires once N chunks wait in the open transaction (``seq``: its number), before its Kafka
+transaction begins.
 See tests/integration/test_source.py and test_workers_eos.py.
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Faults"]
 
@@ -47,3 +50,22 @@ class Faults:
             time.sleep(int(kv.get("ms", "1000")) / 1000)
             return
         raise RuntimeError(f"injected failure: {name}")
+
+    def commit(self) -> Callable[[Any, float], None] | None:
+        """With ``timeout-commit``: a ``commit_transaction(producer, timeout)`` whose outcome
+        the caller cannot know, as when the coordinator's reply is lost: it raises the
+        retriable timeout librdkafka gives, after committing (``committed=1``, the default)
+        or without (``committed=0``: the transaction stays open). None otherwise."""
+        kv = self.points.get("timeout-commit")
+        if kv is None:
+            return None
+
+        def commit(producer: Any, timeout_s: float) -> None:
+            from confluent_kafka import KafkaError, KafkaException
+
+            if kv.get("committed", "1") == "1":
+                producer.commit_transaction(timeout_s)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: timeout-commit",
+                                            retriable=True))
+
+        return commit

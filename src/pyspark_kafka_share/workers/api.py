@@ -47,7 +47,7 @@ from pyspark_kafka_share.errors import OptionError, SetupError, from_client_erro
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
 from pyspark_kafka_share.workers.control import ControlServer, DriverChannel
 from pyspark_kafka_share.workers.control_kafka import KafkaControlServer, control_topic_name
-from pyspark_kafka_share.workers.exactly_once import ensure_marker_topic
+from pyspark_kafka_share.workers.eos_access import check_exactly_once_access
 from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
     DUPLICATE,
@@ -74,7 +74,11 @@ __all__ = [
 
 _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_lettered",
              "outputs", "exhausted", "released_on_stop", "released_lock_deadline",
-             "produce_failures", "ack_failures")
+             "produce_failures", "ack_failures",
+             # exactly_once_outputs (0 without it): docs/workers.md, "Counters"
+             "transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
+             "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
+             "producers_replaced")
 
 @dataclass(frozen=True)
 class WorkerProgress:
@@ -132,6 +136,15 @@ class WorkerSummary:
             f"at lock deadline={t['released_lock_deadline']}; produce failures="
             f"{t['produce_failures']} acknowledgement failures={t['ack_failures']}",
         ]
+        if t["transactions"] or t["transactions_aborted"]:
+            lines.append(
+                f"  exactly-once: transactions={t['transactions']} aborted="
+                f"{t['transactions_aborted']} decided by a committed marker="
+                f"{t['already_committed']} marker waits={t['marker_wait_ms']} ms "
+                f"marker conflicts={t['marker_conflicts']} released at the marker wait="
+                f"{t['released_marker_wait']} unchecked last deliveries="
+                f"{t['unchecked_last_deliveries']} producers replaced="
+                f"{t['producers_replaced']}")
         lost = self.failed_attempts
         if lost:
             lines.append(f"  {len(lost)} attempt(s) died (Spark retried them); their counts are "
@@ -507,8 +520,10 @@ def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
             f"config share.delivery.count.limit of {config.group!r}), so it would never reach "
             f"attempt {config.max_attempts}. Lower max_attempts or raise the group's limit")
     _check_out_topics(config)
-    if config.exactly_once_outputs:
-        ensure_marker_topic(config.client)
+    if config.exactly_once_outputs:  # every ACL it needs, used once
+        check_exactly_once_access(config.client, config.producer_settings(),
+                                  [t for t in (config.output_topic, config.dead_letter_topic)
+                                   if t is not None])
     broker_dlq = check_one_dead_letter_topic(config.client, "dead_letter_topic",
                                              config.dead_letter_topic)
     if config.starting_offsets is not None:

@@ -35,7 +35,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,13 @@ from pyspark_kafka_share._kafka.group import admin_client
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import ClientSettings
-from pyspark_kafka_share.errors import BrokerError, OptionError, from_client_error
+from pyspark_kafka_share.errors import (
+    AuthorizationError,
+    BrokerError,
+    ErrorCode,
+    OptionError,
+    from_client_error,
+)
 from pyspark_kafka_share.workers.outcome import Outcome
 
 __all__ = [
@@ -211,10 +217,19 @@ def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_ou
         try:
             future.result(timeout)
         except Exception as exc:  # "already exists" is what we want
-            err = exc.args[0] if exc.args else None
-            if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
+            code = _code(exc)
+            if code in _DENIED and not _listed(admin, topic, timeout):
+                raise _denied(settings, topic, "Create", "creating the workers' marker topic "
+                              "(or create it beforehand: compacted, one partition)") from None
+            if code != KafkaError.TOPIC_ALREADY_EXISTS and code not in _DENIED:
                 raise
-        configs = _topic_configs(admin, topic, timeout)
+        try:
+            configs = _topic_configs(admin, topic, timeout)
+        except Exception as exc:
+            if _code(exc) in _DENIED:
+                raise _denied(settings, topic, "DescribeConfigs", "checking that the workers' "
+                              "marker topic is compacted") from None
+            raise
     except Exception as exc:
         raise from_client_error(exc, f"the workers' marker topic {topic!r} could not be created "
                                 "or described", "Grant the workers' principal CREATE (or "
@@ -227,6 +242,32 @@ def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_ou
                           "they cover can still be redelivered. Set cleanup.policy=compact on "
                           "it (or delete it: the workers create it)")
     return topic
+
+
+_DENIED = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                     ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
+
+
+def _code(exc: BaseException) -> int | None:
+    """The librdkafka/Kafka error code of a client exception, if it has one."""
+    err = exc.args[0] if exc.args else None
+    code = getattr(err, "code", None)
+    return int(code()) if callable(code) else None
+
+
+def _listed(admin: Any, topic: str, timeout_s: float) -> bool:
+    with contextlib.suppress(Exception):
+        meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        return meta is not None and meta.error is None and bool(meta.partitions)
+    return False
+
+
+def _denied(settings: ClientSettings, topic: str, operation: str, what: str) -> BrokerError:
+    from pyspark_kafka_share._kafka.access import authorization_error
+
+    return authorization_error(settings, "topic", topic, (operation,),
+                               f"{what} (exactly_once_outputs)",
+                               code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _topic_configs(admin: Any, topic: str, timeout_s: float) -> dict[str, Any]:
@@ -336,6 +377,12 @@ class MarkerLog:
                     self.eof[m.partition()] = m.offset()
                 else:
                     self.errors.append(err)
+                    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # never passes
+                        raise AuthorizationError(
+                            ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"reading the workers' "
+                            f"marker topic {self.topic!r} (Read)", err.str(),
+                            hint="Grant the workers' principal READ on it (docs/workers.md, "
+                            "exactly-once outputs)")
                     if err.fatal():
                         raise BrokerError(f"reading the marker topic {self.topic!r} failed: "
                                           f"{err}")
@@ -413,13 +460,17 @@ class Transactions:
         self.open = True
         self.began = time.monotonic()
 
-    def commit(self) -> None:
+    def commit(self, inject: Callable[[Any, float], None] | None = None) -> None:
         """Commit the open transaction; :class:`TransactionFailed` if it did not (abortable:
         aborted; outcome unknown: left to the marker check), :class:`BrokerError` if this
-        producer was fenced by a newer attempt of its worker slot."""
+        producer was fenced by a newer attempt of its worker slot. ``inject``: a test's
+        ``commit_transaction`` (``Faults.commit``)."""
         t0 = time.monotonic()
         try:
-            self.producer.commit_transaction(self.timeout_s)
+            if inject is not None:
+                inject(self.producer, self.timeout_s)
+            else:
+                self.producer.commit_transaction(self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - judged by _failed
             self._failed(exc, "commit")
         finally:
@@ -446,10 +497,15 @@ class Transactions:
             raise Fenced(f"fenced: the transactional producer failed fatally during {what}: "
                          f"{err} (a newer attempt of this worker slot took over its "
                          "transactional.id; this attempt stops)") from exc
-        if getattr(err, "txn_requires_abort", lambda: False)():
+        requires_abort = bool(getattr(err, "txn_requires_abort", lambda: False)())
+        if requires_abort:
             with contextlib.suppress(Exception):
                 self.producer.abort_transaction(self.timeout_s)
-        raise TransactionFailed(f"{what} failed: {err}", fatal=fatal) from exc
+        # Neither abortable nor fatal (a timeout, a lost reply): the outcome is unknown and the
+        # producer is left inside the commit; a new producer's init_transactions completes or
+        # aborts it (so the marker, in the same transaction, tells a redelivery which).
+        raise TransactionFailed(f"{what} failed: {err}", fatal=fatal or not requires_abort) \
+            from exc
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -165,6 +165,9 @@ class _Worker:
 
             self.producer = Producer(config.producer_settings())
         self.control = control or open_worker_channel(spec.control, spec.report_interval_s)
+        # Idle from here: starting (init_transactions while the transaction coordinator loads,
+        # joining) is not idleness, or a short idle_timeout_s stops workers before their poll.
+        self.last_active = time.monotonic()
         self.control.start(self.report)
 
     # ---- reporting and stopping -------------------------------------------------------------
@@ -568,6 +571,13 @@ class _Worker:
                     self.eos.confirmed(key, settled.confirmed)  # type: ignore[union-attr]
                 return round_ > 0
             self.stats["produce_failures"] += len(failed)
+            self.stats["transactions_aborted"] += 1
+            # After a refused produce librdkafka purges the next transaction's first record to
+            # that partition (_PURGE_QUEUE): a new producer (init_transactions) starts clean.
+            # Not while the brokers are unreachable (the connection-loss path handles that).
+            if self.eos.session_lost() is None:  # type: ignore[union-attr]
+                self.stats["producers_replaced"] += 1
+                self.producer = self.eos.replace_producer()  # type: ignore[union-attr]
             for i, err in failed.items():
                 m, outcome, v = final[i]
                 if outcome is Outcome.ACCEPT:
@@ -637,10 +647,11 @@ class _Worker:
         during = faults.points.get("kill-during-commit")
         if during is not None:  # the worker dies while commit_transaction runs
             threading.Timer(int(during.get("ms", "5")) / 1000, os._exit, (137,)).start()
-        eos.txn.commit()
+        eos.txn.commit(faults.commit())
         self.stats["transactions"] += 1
         eos.committed(key, origins)
         faults.hit("kill-after-commit")
+        faults.hit("sleep-after-commit")  # the cluster tier kills the executor meanwhile
         return {}, key
 
     def _close(self) -> None:
