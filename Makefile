@@ -30,7 +30,7 @@ OLDEST_K ?= (more_tasks_than_partitions or worker_killed_after_publish or failed
 	or query_stopped_mid_batch or bad_input_fails_at_load or max_records_per_trigger_caps \
 	or outcomes_dead_letters or batch_form_with_pandas or killed_worker_loses_nothing \
 	or progress_recipe or delta_pipeline or available_now_drains or unreachable_broker_fails_load) \
-	and not (s3 or local-false)
+	and not (s3 or -records or offsets-false)
 # make demo SINK=delta: the Delta Lake example, on this line's venv (Delta has no Spark 4.3).
 DELTA_LINE ?= 4.1.4
 SINK ?=
@@ -50,7 +50,7 @@ KAFKA_VERSIONS_K ?= (test_kafka_versions or test_admin or test_cli \
 	or more_tasks_than_partitions or failed_task_attempt or worker_killed_after_publish \
 	or broker_crash_between_publish or query_stopped_mid_batch \
 	or outcomes_dead_letters or max_attempts_then_dead_letter or killed_worker_loses_nothing) \
-	and not s3
+	and not (s3 or -records)
 # Tests of what Kafka 4.2 lacks: a group's own share.delivery.count.limit (4.3+; on 4.2 the
 # broker's applies: test_kafka_versions.py checks that instead).
 KAFKA_4_3_ONLY := group_configs_read_and_set

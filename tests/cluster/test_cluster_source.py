@@ -1,9 +1,11 @@
 """The kafka-share source on a Spark standalone cluster: speculative copies and a killed executor.
 
 Both tests read with ``numPartitions`` 4 into Spark's exactly-once file sink (Parquet files and
-a checkpoint) and check that the sink holds every produced record exactly once. What Spark did
-is read back from the driver's REST API (``/api/v1/applications/<id>/stages``): which task
-attempts were speculative, which failed with the executor, and which succeeded.
+a checkpoint) and check that the sink holds every produced record exactly once, with the
+journal on each store and content (the ``journal`` fixture: local and ``s3://``, ``offsets``
+and ``records`` slots; :func:`assert_content` checks the slots hold what was asked). What
+Spark did is read back from the driver's REST API (``/api/v1/applications/<id>/stages``):
+which task attempts were speculative, which failed with the executor, and which succeeded.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster
-from tests.fixtures.journal import JournalAt
+from tests.fixtures.journal import JournalAt, assert_content
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
     Key,
@@ -89,6 +91,7 @@ def test_speculative_copies_run_and_the_sink_stays_exactly_once(
     df = _reader(spark, kafka, topic, group, journal,
                  _faultInjection="sleep-before-end:seq=1:part=0:attempt=0:ms=25000")
     run_available_now(df, tmp_path / "out", tmp_path / "chk", 300)
+    assert_content(journal)
     # Spark kills the losing attempt once the copy succeeded: wait until it is gone.
     deadline = time.monotonic() + 60
     while True:
@@ -162,6 +165,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
         f"mid-batch; "
         f"query active: {q.isActive}, error: {q.exception()}; tasks:\n" + "\n".join(
             _describe(t) for t in _tasks(cluster, spark, _stage_ids(cluster, spark) - before)))
+    assert_content(journal, [(1, chosen["index"])])
     victim = executors[chosen["executorId"]]
     killed = cluster.kill_executor(victim.worker)
     assert killed.pid == victim.pid

@@ -4,8 +4,8 @@ Concurrent attempts of one task, as Spark's speculative execution runs them.
 
 The executor-side reader is called directly (two threads, two pooled share consumers, one real
 broker, one journal): no Spark scheduling decides the interleaving, so the race is real. The
-race runs with the journal on each store (the ``journal`` fixture: a local directory and
-``s3://`` on LocalS3).
+race runs with the journal on each store and content (the ``journal`` fixture: a local
+directory and ``s3://`` on LocalS3, ``offsets`` and ``records`` slots).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka, ProducerRecor
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
-from tests.fixtures.journal import JournalAt
+from tests.fixtures.journal import JournalAt, assert_content
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import Key, poll_share, record_key
 
@@ -93,6 +93,7 @@ def test_two_racing_attempts_yield_identical_rows_and_lose_nothing(
     assert scan.end is not None
     writers = {log.writer(slot) for slot in scan.data_slots}
     assert len(writers) == 2, "only one attempt published: the race was not exercised"
+    assert_content(journal, [(1, 0)])  # offsets: each read the other's slots back from Kafka
     # Whatever an attempt acquired after the other ENDed was RELEASEd, not lost:
     remaining = _drain(kafka, group, topic, share_consumer)
     assert not set(remaining) & set(emitted), "a record was both emitted and given back"

@@ -1,9 +1,10 @@
 """The journal's slot protocol (no broker, no Spark) and the checks of ``journalPath`` at
 ``load()``.
 
-Tests taking the ``journal`` fixture run once per store: a real local filesystem and ``s3://``
-on a local S3 server (moto, :class:`LocalS3`, shared with the integration tier); the rest run on
-the local filesystem. They inspect the journal through the package's :class:`Journal`.
+Tests taking the ``journal`` fixture run once per store and content of the data slots
+(``offsets``, ``records``): a real local filesystem and ``s3://`` on a local S3 server (moto,
+:class:`LocalS3`, shared with the integration tier); the rest run on the local filesystem. They
+inspect the journal through the package's :class:`Journal`.
 """
 
 from __future__ import annotations
@@ -30,12 +31,6 @@ from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, SlotKeys
 from pyspark_kafka_share.source.options import parse_options
 from tests.fixtures.journal import JournalAt, end_marker, record_batch
 from tests.helpers import read_only_dir
-
-
-@pytest.fixture
-def journal(any_journal: JournalAt) -> JournalAt:
-    """Here the tests of the slot protocol run on every store and both contents."""
-    return any_journal
 
 
 def _offsets(journal: Journal, scan: ScanResult, seq: int = 1) -> list[int]:
