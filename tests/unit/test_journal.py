@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -27,7 +28,8 @@ from pyspark_kafka_share.errors import JournalClosed, JournalError, OptionError
 from pyspark_kafka_share.source.journal import journal as journal_module
 from pyspark_kafka_share.source.journal import probe, slots, stores
 from pyspark_kafka_share.source.journal.journal import Journal, ScanResult
-from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, SlotKeys
+from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, SlotKeys, unique_offsets
+from pyspark_kafka_share.source.journal.stores.local import LocalStore
 from pyspark_kafka_share.source.options import parse_options
 from tests.fixtures.journal import JournalAt, end_marker, record_batch
 from tests.helpers import read_only_dir
@@ -146,6 +148,34 @@ def test_slot_keys_of_a_table_are_those_of_its_rows() -> None:
     assert sorted(SlotKeys.of_table(table).keys()) == sorted(rows)
     assert sorted(SlotKeys.of_table(table.slice(0, 1)).keys()) == [("a", 0, 5)]
     assert list(SlotKeys.of_table(table.slice(0, 0)).keys()) == []
+
+
+def test_slot_keys_of_one_partition_are_sorted_and_unique_in_any_row_order() -> None:
+    """One partition, the common case, skips numpy's ``unique`` when the offsets increase
+    already; any other order or a repeated offset still gives the sorted, unique keys."""
+    for offsets in ([7, 8, 9], [9, 7, 8], [7, 7, 8], [5]):
+        table = pa.table({"topic": ["a"] * len(offsets), "partition": [3] * len(offsets),
+                          "offset": offsets})
+        keys = SlotKeys.of_table(table).by_partition[TopicPartition("a", 3)]
+        assert keys.tolist() == sorted(set(offsets)), offsets
+        assert keys.tolist() == unique_offsets(np.asarray(offsets)).tolist()
+
+
+def test_the_local_store_lists_every_file_below_a_directory(tmp_path: Path) -> None:
+    """``files_under`` (the duplicate lookup lists the open batches with it on every poll):
+    files at any depth, as ``/``-separated relative paths; directories and what a symlink to a
+    directory holds are not listed; a missing directory lists nothing."""
+    for rel in ("000001/00000/000000", "000001/00000/.tmp-x", "000001/00002/000000",
+                "000002/00000/000000", "top"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    (tmp_path / "000003" / "empty").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "000001")
+    store = LocalStore()
+    assert sorted(store.files_under(str(tmp_path))) == [
+        "000001/00000/.tmp-x", "000001/00000/000000", "000001/00002/000000",
+        "000002/00000/000000", "top"]
+    assert store.files_under(str(tmp_path / "missing")) == []
 
 
 def test_a_deleted_and_reused_journal_is_not_judged_by_keys_cached_before(

@@ -23,6 +23,7 @@ from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.pool import PooledConsumer
 from pyspark_kafka_share._kafka.share import ShareSession
 from pyspark_kafka_share.errors import BrokerError, JournalClosed, JournalError
+from pyspark_kafka_share.source import task as task_module
 from pyspark_kafka_share.source.faults import Faults
 from pyspark_kafka_share.source.journal import replay as replay_module
 from pyspark_kafka_share.source.journal.journal import Journal, ScanResult
@@ -345,7 +346,48 @@ def test_records_from_before_a_point_certainly_wait_only_when_the_lag_exceeds_wh
     assert not Backlog(9, {IN0: 9, IN1: 0}).waiting_before(start, {IN1: 40})
 
 
-def test_rows_are_yielded_while_the_task_polls_in_the_logs_order(tmp_path: Path) -> None:
+@pytest.fixture
+def yield_every_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task yields its rows after every poll (as it did before ``YIELD_ROWS``), so that a
+    test of rows yielded mid-task needs only a few records."""
+    monkeypatch.setattr(task_module, "YIELD_ROWS", 1)
+
+
+def _polled_at_each_yield(spec: TaskSpec, consumer: Consumer) -> tuple[list[int], list[int]]:
+    """How many polls the task had made when it yielded each batch, and the offsets."""
+    fill, _ = _fill(spec, consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    polled: list[int] = []
+    offsets: list[int] = []
+    for batch in fill.run(pc):
+        polled.append(consumer.polled)
+        offsets += batch.column("offset").to_pylist()
+    return polled, offsets
+
+
+def test_a_task_yields_its_polls_once_they_hold_yield_rows_or_at_its_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows go to Spark in groups of at least ``YIELD_ROWS`` rows (or ``YIELD_BYTES``), not
+    after every poll (that stalled each poll on Spark's Python worker: about 30 points of
+    journal overhead in the throughput benchmark), and the rest at the task's end; the order
+    stays the log's."""
+    polls = [[Msg(10 * n + i) for i in range(4)] for n in range(5)]
+    polled, offsets = _polled_at_each_yield(_spec(tmp_path / "a"), Consumer(polls))
+    assert polled == [5] * 5, "a few small polls are yielded together at the end"
+    assert offsets == [m.offset() for poll in polls for m in poll]
+
+    monkeypatch.setattr(task_module, "YIELD_ROWS", 10)  # 4 rows a poll: after polls 3 and 5
+    polled, _ = _polled_at_each_yield(_spec(tmp_path / "b"), Consumer(polls))
+    assert polled == [3, 3, 3, 5, 5]
+
+    monkeypatch.setattr(task_module, "YIELD_BYTES", 1)  # the bytes bound: after every poll
+    polled, _ = _polled_at_each_yield(_spec(tmp_path / "c"), Consumer(polls))
+    assert polled == [1, 2, 3, 4, 5]
+
+
+def test_rows_are_yielded_while_the_task_polls_in_the_logs_order(
+        tmp_path: Path, yield_every_poll: None) -> None:
     """Each poll's rows go downstream once journaled and ACCEPTed, before the next poll; a
     concurrent attempt's slot between two of ours is yielded in its place (from the journal),
     so the task yields what a re-run of the batch yields, in the same order."""
@@ -372,7 +414,7 @@ def test_rows_are_yielded_while_the_task_polls_in_the_logs_order(tmp_path: Path)
 
 
 def test_time_spent_downstream_does_not_end_the_task_as_if_no_record_came(
-        tmp_path: Path) -> None:
+        tmp_path: Path, yield_every_poll: None) -> None:
     """A task waits in ``yield`` while Spark processes its rows; that wait is not "no record
     arrived for pollTimeoutMs" (1 s here), or a slow downstream would end every task after its
     first poll."""
@@ -388,7 +430,8 @@ def test_time_spent_downstream_does_not_end_the_task_as_if_no_record_came(
     assert scan.data_slots == [0, 1]
 
 
-def test_a_task_whose_rows_spark_stops_pulling_ends_its_log(tmp_path: Path) -> None:
+def test_a_task_whose_rows_spark_stops_pulling_ends_its_log(
+        tmp_path: Path, yield_every_poll: None) -> None:
     """take() or show() in foreachBatch stops pulling rows: the log gets END over what was
     yielded, so the batch's content is fixed and a later action replays exactly that."""
     consumer = Consumer([[Msg(0), Msg(1)], [Msg(2)]])

@@ -16,14 +16,15 @@ which keeps the task within its record and time budget. Exactly-once protocol pe
 5. ACCEPT and ``commit_sync``; a failed commit is counted, not fatal: the records are
    journaled, and their redelivery is recognised in step 2.
 
-After each poll it yields the log's data slots published so far, in slot order; when the
-task's budget (records, time) is spent it closes the partition log with END and yields the
-data slots before END it has not yielded yet (a concurrent attempt's). Slots it did not
-publish itself are yielded as the journal holds them (``journalContent=records``) or read back
-from Kafka and checked against their checksum (``offsets``, the default;
-``journal/replay.py``). Rows are yielded only
-after their poll is acknowledged, so downstream processing time never eats into an acquisition
-lock; a downstream that falls further behind than Spark's buffers slows the polling.
+Once the slots it published and has not yielded hold ``YIELD_ROWS`` rows (or
+``YIELD_BYTES``), and after its last poll, it yields the log's data slots published so far, in
+slot order; when the task's budget (records, time) is spent it closes the partition log with
+END and yields the data slots before END it has not yielded yet (a concurrent attempt's).
+Slots it did not publish itself are yielded as the journal holds them
+(``journalContent=records``) or read back from Kafka and checked against their checksum
+(``offsets``, the default; ``journal/replay.py``). Rows are yielded only after their poll is
+acknowledged, so downstream processing time never eats into an acquisition lock; a downstream
+that falls further behind than Spark's buffers slows the polling.
 
 A subscribed topic deleted meanwhile fails the task with ``UnknownTopicError`` (polls of it
 just come back empty), and a record batch larger than the consumer accepts with a
@@ -188,6 +189,22 @@ def _read_exactly_once(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         reader.write_losses(attempt_id)
 
 
+YIELD_ROWS = 10_000
+"""An exactly-once task hands the slots it published to Spark once they hold this many rows
+(or ``YIELD_BYTES`` of Arrow buffers), and the rest at its end, instead of after every poll.
+
+Each yield waits until Spark's Python worker has passed the rows on, so yielding after every
+poll (about 2,000 records) stalled every poll: with ``journalFsync=false`` it was most of the
+journal's overhead in the throughput benchmark (+43% against +14% when yielding at the end;
+docs/benchmarks/journal-content/README.md). A micro-batch's rows reach the sink only when all
+its tasks end, so a mid-task yield only pipelines the transfer to the JVM with the polling:
+10,000 rows is one Arrow batch of Spark's default
+``spark.sql.execution.arrow.maxRecordsPerBatch``, and bounds what a task holds (at-most-once
+holds all of it until its end).
+"""
+YIELD_BYTES = 32 << 20
+
+
 class _Split(NamedTuple):
     """One poll split by the journal; ``batch`` and ``keys`` are ``fresh``'s."""
 
@@ -200,9 +217,10 @@ class _Split(NamedTuple):
 class _Fill:
     """One attempt's poll -> journal -> acknowledge loop for one partition log, then END.
 
-    Yields the log's data slots in slot order as soon as they are published and acknowledged
-    (this attempt's from memory, an earlier or concurrent attempt's through the journal), so
-    Spark processes rows while the task polls. ``emitted``: the slots yielded so far
+    Yields the log's data slots in slot order once they are published and acknowledged and
+    this attempt's hold ``YIELD_ROWS`` rows or ``YIELD_BYTES`` (its own from memory, an
+    earlier or concurrent attempt's through the journal), so Spark takes rows while the task
+    polls, and the rest after the last poll, before END. ``emitted``: the slots yielded so far
     (``0 .. emitted - 1``); the run's return value is the final scan.
     """
 
@@ -215,6 +233,7 @@ class _Fill:
         self.faults = faults
         self.stats: Counter[str] = Counter()
         self.own: dict[int, pa.RecordBatch] = {}  # published, not yet yielded
+        self.held_rows = self.held_bytes = 0  # in ``own``
         self.emitted = 0
         self.summaries: dict[int, tuple[int, dict[TopicPartition, int]]] = {}  # rows, lowest
         self.acked_slots: list[int] = []
@@ -232,7 +251,7 @@ class _Fill:
         try:
             while (polled := poller.next_poll()) is not None:
                 go_on = self._step(*polled)
-                if self.own:
+                if self.held_rows >= YIELD_ROWS or self.held_bytes >= YIELD_BYTES:
                     # Everything polled is acknowledged: waiting here holds no lock.
                     yield from self._emit(max(self.own))
                 # Journaling, acknowledging and Spark taking the rows is no time without
@@ -241,6 +260,8 @@ class _Fill:
                 poller.resume()
                 if not go_on:
                     break
+            if self.own:
+                yield from self._emit(max(self.own))
             self.faults.hit("fail-before-end")
             self.faults.hit("sleep-before-end")
             keep = _keep_consumer(self.spec, poller)
@@ -342,6 +363,8 @@ class _Fill:
             self._give_back(dups, fresh, "released_closed")
             return None
         self.own[slot] = batch
+        self.held_rows += batch.num_rows
+        self.held_bytes += batch.get_total_buffer_size()
         self.summaries[slot] = (batch.num_rows, keys.lowest())
         self.stats["journal_bytes"] += self.log.last_slot_bytes
         self.faults.hit("kill-after-publish")
@@ -362,6 +385,7 @@ class _Fill:
     def _emit(self, upto: int) -> Iterator[pa.RecordBatch]:
         """Yield the data slots ``emitted .. upto``: all exist (a slot is created only after
         the one before it), so the order is the log's, as a re-run of the batch yields it."""
+        self.held_rows = self.held_bytes = 0
         others = [s for s in range(self.emitted, upto + 1) if s not in self.own]
         replayed = dict(self.reader.read(others)) if others else {}
         for slot in range(self.emitted, upto + 1):

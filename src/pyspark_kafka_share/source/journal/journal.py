@@ -20,6 +20,7 @@ driver's markers, the duplicate lookup over every open slot, and commit.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -55,6 +56,7 @@ _KEY_CACHE_FENCE: dict[str, int] = {}  # journal uri -> fence its entries were p
 # journal uri -> the union of the keys of the open slots seen last (rebuilt from _KEY_CACHE
 # when one of them is gone: committed, withdrawn, pruned)
 _INDEX: dict[str, KeyIndex] = {}
+_SLOT_PATH = re.compile(r"([0-9]+)/[0-9]+/[0-9]+")  # a slot's path under batches/
 _CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
 _MARKERS_SEEN: set[tuple[str, str]] = set()  # (journal uri, marker) seen by this process
 
@@ -245,11 +247,15 @@ class Journal:
         """
         fence = self.committed_seq()
         self._forget_committed_keys(fence)
+        batches = self._p("batches")
+        open_batch: dict[str, bool] = {}
         paths: list[str] = []
-        for rel in self.store.files_under(self._p("batches")):
-            parts = rel.split("/")
-            if len(parts) == 3 and all(x.isdigit() for x in parts) and int(parts[0]) > fence:
-                paths.append(self._p("batches", *parts))
+        for rel in self.store.files_under(batches):
+            slot = _SLOT_PATH.fullmatch(rel)  # <seq>/<part>/<slot>: data, END
+            if slot is not None:
+                seq = slot[1]
+                if open_batch.setdefault(seq, int(seq) > fence):
+                    paths.append(f"{batches}/{rel}")
         paths.extend(self._p("dedup", n) for n in self.store.listdir(self._p("dedup"))
                      if not n.startswith("."))
         return paths

@@ -23,10 +23,19 @@ import pyarrow.compute as pc
 from pyspark_kafka_share._kafka.arrow import partitions_of, single_topic
 from pyspark_kafka_share._kafka.partition import TopicPartition
 
-__all__ = ["EMPTY_INDEX", "Key", "KeyIndex", "SlotKeys"]
+__all__ = ["EMPTY_INDEX", "Key", "KeyIndex", "SlotKeys", "unique_offsets"]
 
 Key = tuple[str, int, int]  # (topic, partition, offset)
 Offsets = npt.NDArray[np.int64]  # sorted, unique
+
+
+def unique_offsets(offsets: Offsets) -> Offsets:
+    """``np.unique(offsets)``; offsets already strictly increasing (a poll's records of one
+    partition, as the broker hands them out) are returned as they are: numpy 2's hash-based
+    ``unique`` took 1.5 ms for 2,000 offsets on the loaded 2-core machine, this check 4 us."""
+    if len(offsets) < 2 or bool(np.all(offsets[1:] > offsets[:-1])):
+        return offsets
+    return np.unique(offsets)
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,7 +49,7 @@ class SlotKeys:
         grouped: dict[TopicPartition, list[int]] = {}
         for topic, partition, offset in keys:
             grouped.setdefault(TopicPartition(topic, partition), []).append(offset)
-        return cls({tp: np.unique(np.asarray(offs, dtype=np.int64))
+        return cls({tp: unique_offsets(np.asarray(offs, dtype=np.int64))
                     for tp, offs in grouped.items()})
 
     @classmethod
@@ -52,13 +61,16 @@ class SlotKeys:
         topic = single_topic(table)
         if topic is not None:
             parts = np.asarray(table.column("partition"))
-            return cls({TopicPartition(topic, int(p)): np.unique(offsets[parts == p])
+            if parts.min() == parts.max():  # one partition: the common case
+                return cls({TopicPartition(topic, int(parts[0])): unique_offsets(offsets)})
+            return cls({TopicPartition(topic, int(p)): unique_offsets(offsets[parts == p])
                         for p in np.unique(parts)})
         out: dict[TopicPartition, Offsets] = {}
         for topic, part in partitions_of(table):
             mask = pc.and_(pc.equal(table.column("topic"), topic),
                            pc.equal(table.column("partition"), part))
-            out[TopicPartition(topic, part)] = np.unique(offsets[np.asarray(mask, dtype=bool)])
+            out[TopicPartition(topic, part)] = \
+                unique_offsets(offsets[np.asarray(mask, dtype=bool)])
         return cls(out)
 
     def keys(self) -> Iterator[Key]:

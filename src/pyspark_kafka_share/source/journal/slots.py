@@ -1,5 +1,3 @@
-# LEAD TO ENGINEER: you are editing /work/main directly. STOP and read /tmp/notes/common.md:
-# work in your own worktree /work/wt/<NAME> (branch <NAME>); commits in /work/main are refused.
 """The slot format: what the journal's files hold, encoded and decoded. No I/O, no protocol.
 
 A data slot is an Arrow IPC file whose schema metadata names the task attempt that wrote it
@@ -32,7 +30,7 @@ from pyarrow import ipc
 
 from pyspark_kafka_share._kafka.arrow import KEY_SCHEMA
 from pyspark_kafka_share._kafka.partition import TopicPartition
-from pyspark_kafka_share.source.journal.keys import SlotKeys
+from pyspark_kafka_share.source.journal.keys import SlotKeys, unique_offsets
 
 __all__ = ["ARROW_MAGIC", "CONTENTS", "LOSS_PREFIX", "RUN_SCHEMA", "Content", "EndMarker",
            "OffsetSlot", "attempt_of", "data_slot", "dedup_entry", "is_data", "keys_of",
@@ -169,7 +167,7 @@ def _expand(runs: pa.Table) -> dict[TopicPartition, np.ndarray]:
                                   runs.column("count").to_pylist(), strict=True):
         out.setdefault(TopicPartition(t, p), []).append(
             np.arange(first, first + count, dtype=np.int64))
-    return {tp: np.unique(np.concatenate(chunks)) for tp, chunks in out.items()}
+    return {tp: unique_offsets(np.concatenate(chunks)) for tp, chunks in out.items()}
 
 
 def read_slot(data: bytes) -> pa.Table | OffsetSlot:

@@ -13,8 +13,6 @@ from pyspark_kafka_share.source.journal.stores.base import Store
 __all__ = ["LocalStore"]
 
 
-
-
 class LocalStore(Store):
     """A local or mounted (NFS, FUSE with atomic ``link``) filesystem."""
 
@@ -72,10 +70,22 @@ class LocalStore(Store):
             return []
 
     def files_under(self, path: str) -> list[str]:
+        # scandir, not os.walk + relpath: the duplicate lookup lists the open batches on every
+        # poll (os.walk's relpath per directory was most of its time).
         found: list[str] = []
-        for directory, _, files in os.walk(path):
-            rel = os.path.relpath(directory, path)
-            found.extend(name if rel == "." else f"{rel}/{name}" for name in files)
+        todo = [(path, "")]
+        while todo:
+            directory, rel = todo.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue  # removed meanwhile (a committed batch); os.walk skips it too
+            for entry in entries:
+                name = f"{rel}{entry.name}"
+                if not entry.is_dir():
+                    found.append(name)
+                elif not entry.is_symlink():  # as os.walk: not followed, not a file
+                    todo.append((entry.path, f"{name}/"))
         return found
 
     def makedirs(self, path: str) -> None:
