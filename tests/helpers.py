@@ -14,6 +14,12 @@
 - :func:`fails_within`: a call must raise a given error, matching a pattern, within a time.
 - :class:`TierReport`, :func:`tier_hooks`: a tier that runs in a pytest process of its own
   and prints what it saw again in the terminal summary.
+- The queue workers' tests: :func:`log_call` / :func:`read_calls` (evidence of each call of a
+  worker function, in a file), :func:`worker_dies_once` and :func:`check_killed_worker` (a
+  Python worker killed mid-chunk, from a classic or a Connect session),
+  :func:`check_lease_keeps_second_attempt_out` (a second attempt of a running worker waits for
+  the lease, over either control transport). This module is pickled by value: worker functions
+  that call its helpers run in Spark's Python workers, which cannot import ``tests``.
 
 Where a test's journal lives (``JournalAt``, the ``journal`` fixture) is in
 :mod:`tests.fixtures.journal`.
@@ -22,9 +28,12 @@ Where a test's journal lives (``JournalAt``, the ``journal`` fixture) is in
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -35,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
+from pyspark import cloudpickle
 
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.journal import JournalAt
@@ -44,6 +54,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamReader
 
+    from pyspark_kafka_share.workers import Record, WorkerSummary
+    from pyspark_kafka_share.workers.control import DriverChannel
+
 __all__ = [
     "CollectionHook",
     "Key",
@@ -51,8 +64,12 @@ __all__ = [
     "SummaryHook",
     "TierReport",
     "assert_exactly_once",
+    "check_killed_worker",
+    "check_lease_keeps_second_attempt_out",
+    "log_call",
     "poll_share",
     "produce_spread",
+    "read_calls",
     "read_only_dir",
     "read_topic",
     "record_key",
@@ -66,8 +83,13 @@ __all__ = [
     "start_parquet",
     "tier_hooks",
     "wait_for",
+    "worker_dies_once",
     "worker_faults",
 ]
+
+# The queue workers' helpers below run in Spark's Python workers (classic, cluster, Connect),
+# which cannot import this module: ship it by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 T = TypeVar("T")
 Key = tuple[str, int, int]  # (topic, partition, offset) of a record
@@ -362,3 +384,117 @@ def driver_log(spark: SparkSession) -> Iterator[Callable[[], str]]:
         root.removeAppender(name)
         ctx.updateLoggers()
         appender.stop()
+
+
+# -- the queue workers: evidence of each call, a killed Python worker, the lease ----------------
+
+
+def read_calls(path: Path) -> list[dict[str, Any]]:
+    """The calls :func:`log_call` wrote to ``path``, in order (none yet: empty)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def log_call(path: str, rec: Record, **extra: Any) -> None:
+    """Append one call of a worker function to ``path`` (run in the Python worker): the record's
+    value and delivery count, the worker (task partition; -1 outside a task) and ``extra``."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    line = json.dumps({"value": (rec.value or b"").decode(), "dc": rec.delivery_count,
+                       "worker": ctx.partitionId() if ctx else -1, **extra})
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+def worker_dies_once(log: str, killed: str, after: int = 30) -> Callable[[Record], bytes]:
+    """A worker function echoing each value, logging each call to ``log``: the first worker to
+    make its ``after``-th call in a first task attempt writes its index to ``killed`` and its
+    Python worker dies (``os._exit``) mid-chunk, with no RELEASE and no ACCEPT; once."""
+
+    def work(rec: Record) -> bytes:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None
+        me = ctx.partitionId()
+        log_call(log, rec, attempt=ctx.attemptNumber())
+        mine = sum(1 for c in read_calls(Path(log)) if c["worker"] == me)
+        if ctx.attemptNumber() == 0 and mine >= after:
+            try:  # the first worker to get here dies, once
+                fd = os.open(killed, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, str(me).encode())
+                os.close(fd)
+                os._exit(137)  # the Python worker dies mid-chunk: no RELEASE, no ACCEPT
+        time.sleep(0.01)
+        return rec.value or b""
+
+    return work
+
+
+def check_killed_worker(kafka: LocalKafka, summary: WorkerSummary, out: str, n: int,
+                        log: str, killed: str) -> Counter[str]:
+    """After :func:`worker_dies_once` ran over ``n`` records (values ``"0"``..) with
+    ``output_topic=out``: Spark retried the killed worker's task, the summary shows the killed
+    attempt as lost, every record reached ``out`` (nothing lost) and the dead worker's records
+    came back (delivered again). Returns how often each value was output."""
+    victim = int(Path(killed).read_text())
+    # The victim's final report comes from Spark's retry (the retry may get no records: the
+    # survivor can take all of the dead worker's records once they come back).
+    final = {w["worker"]: w for w in summary.workers}
+    assert final[victim]["attempt"] == 1, "Spark did not retry the killed worker's task"
+    lost = [(w["worker"], w["attempt"]) for w in summary.failed_attempts]
+    assert lost == [(victim, 0)], f"the killed attempt is not shown as lost:\n{summary}"
+    outputs = Counter((m.value() or b"").decode() for m in read_topic(kafka, out, n))
+    assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
+    assert any(c["dc"] > 1 for c in read_calls(Path(log))), "no record came back"
+    return outputs
+
+
+def check_lease_keeps_second_attempt_out(kafka: LocalKafka, topic: str, group: str,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         server: DriverChannel) -> None:
+    """Two attempts of worker 0 in threads against a real broker and ``server`` (the driver's
+    side of either control transport), as Spark's speculation would run them: the copy, started
+    once the holder reported its 50 records, opens no consumer while the holder runs and ends
+    without one (``duplicate``, never polled). Closes ``server``."""
+    from pyspark_kafka_share.admin import ShareGroupAdmin
+    from pyspark_kafka_share.workers import loop
+    from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
+
+    kafka.produce(topic, [b"%d" % i for i in range(50)])
+    ident = threading.local()
+    monkeypatch.setattr(loop, "attempt_identity", lambda: (0, 0, ident.attempt))
+    config = WorkerConfig.create(topics=topic, group=group, time_budget_s=12,
+                                 bootstrap_servers=kafka.bootstrap_servers)
+    spec = WorkerSpec(config, lock_ms=30_000, delivery_limit=5, control=server.endpoint,
+                      report_interval_s=0.2)
+    results: dict[int, dict[str, Any]] = {}
+
+    def attempt(n: int) -> None:
+        ident.attempt = n
+        results[n] = loop.run_worker(spec, lambda r: None)
+
+    holder = threading.Thread(target=attempt, args=(0,))
+    holder.start()
+    try:
+        with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=10) as admin:
+            wait_for(lambda: server.latest().get(0, {}).get("processed", 0), lambda p: p == 50,
+                     30, "the first attempt's report")
+            copy = threading.Thread(target=attempt, args=(1,))
+            copy.start()
+            time.sleep(3)
+            members = admin.describe(group).members
+            assert len(members) == 1, f"a second consumer joined: {members}"
+            copy.join(30)
+            holder.join(30)
+    finally:
+        holder.join(30)
+        server.close()
+    assert results[0]["state"] == "stopped" and results[0]["processed"] == 50
+    assert results[1]["state"] == "duplicate", results[1]
+    assert "received" not in results[1]  # it never polled

@@ -13,12 +13,10 @@ evidence of each call in files under ``tmp_path``, which the tests read back.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,13 @@ from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, WorkerSummary, run_workers, start_workers
 from pyspark_kafka_share.workers.control_kafka import control_topic_name
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
-from tests.helpers import poll_share, read_topic, wait_for
+from tests.helpers import (
+    check_killed_worker,
+    poll_share,
+    read_topic,
+    wait_for,
+    worker_dies_once,
+)
 
 # The functions below run in the server's Python workers: ship this module by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
@@ -41,22 +45,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-u
 
 class ServiceTimeout(Exception):
     """Transient: retry (the docs' example)."""
-
-
-def _calls(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
-def _log_call(path: str, rec: Record, **extra: Any) -> None:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    line = json.dumps({"value": (rec.value or b"").decode(), "dc": rec.delivery_count,
-                       "worker": ctx.partitionId() if ctx else -1, **extra})
-    with open(path, "a") as f:
-        f.write(line + "\n")
 
 
 def _values(msgs: list[Message]) -> list[str]:
@@ -141,44 +129,15 @@ def test_killed_worker_loses_and_duplicates_nothing(
     kafka.produce(src, [f"{i}".encode() for i in range(n)],
                   producer_config={"batch.size": "800"})
     kafka.set_group_config(group, "share.record.lock.duration.ms", 8000)
-    log = str(tmp_path / "calls.jsonl")
-    killed = str(tmp_path / "killed")
+    log, killed = str(tmp_path / "calls.jsonl"), str(tmp_path / "killed")
 
-    def work(rec: Record) -> bytes:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        assert ctx is not None
-        me = ctx.partitionId()
-        _log_call(log, rec, attempt=ctx.attemptNumber())
-        mine = sum(1 for c in _calls(Path(log)) if c["worker"] == me)
-        if ctx.attemptNumber() == 0 and mine >= 30:
-            try:  # the first worker to make its 30th call dies, once
-                fd = os.open(killed, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                pass
-            else:
-                os.write(fd, str(me).encode())
-                os.close(fd)
-                os._exit(137)  # the Python worker dies mid-chunk: no RELEASE, no ACCEPT
-        time.sleep(0.01)
-        return rec.value or b""
-
-    summary = run_workers(connect_spark, work, topics=src, group=group,
+    summary = run_workers(connect_spark, worker_dies_once(log, killed), topics=src, group=group,
                           bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
                           output_topic=out, idle_timeout_s=15, on_progress=False)
     connect_report(str(summary))
-    victim = int(Path(killed).read_text())
-    final = {w["worker"]: w for w in summary.workers}
-    assert final[victim]["attempt"] == 1, "Spark did not retry the killed worker's task"
-    lost = [(w["worker"], w["attempt"]) for w in summary.failed_attempts]
-    assert lost == [(victim, 0)], f"the killed attempt is not shown as lost:\n{summary}"
+    outputs = check_killed_worker(kafka, summary, out, n, log, killed)
     assert summary.stop_reason == "idle timeout"
-    outputs = Counter(_values(read_topic(kafka, out, n)))
-    assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
     assert set(outputs.values()) == {1}, "duplicated outputs"  # the kill came before produce
-    calls = _calls(Path(log))
-    assert any(c["dc"] > 1 for c in calls)  # the dead worker's records came back
     # The dead attempt's counts are from its last report (at most a second old): it may miss
     # the up to 29 records the attempt settled before it died on its 30th call.
     assert summary.totals["accepted"] >= n - 29

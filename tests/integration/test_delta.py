@@ -5,7 +5,7 @@ The pipeline runs as its own process, as a user runs it: its SparkSession needs 
 and extensions when its JVM starts, which the tests' shared session has not. The first run
 holds one task of its second batch before END (after it journaled and acknowledged its
 records) and the test kills the driver's process group then; the second run resumes from the
-checkpoint and drains the group. Skipped without delta-spark: ``make test-spark-lines``
+checkpoint and drains the group. Skipped without delta-spark: ``make test-versions``
 installs the release that fits each Spark line (docs/examples.md).
 """
 

@@ -1,8 +1,8 @@
 """Every Apache Kafka line with share groups (docs/compatibility.md).
 
-The session's broker runs ``$PYSPARK_KAFKA_SHARE_KAFKA_VERSION`` (``make test-kafka-versions``
-runs this file with the admin, CLI, source and workers subset on the oldest and the newest
-line): what it negotiates and reports is checked against what that line is known to offer.
+The session's broker runs ``$PYSPARK_KAFKA_SHARE_KAFKA_VERSION`` (``make test-versions`` runs
+this file with the admin, CLI, source and workers subset on 4.2.2 and 4.3.1, ``make test`` on
+the newest): what it negotiates and reports is checked against what that line is known to offer.
 The rolling upgrade restarts a broker of the oldest line onto the newest (same data, cluster
 id and ports) under an exactly-once query and queue workers, then raises ``share.version``
 with Kafka's feature tool.
@@ -100,7 +100,7 @@ def _echo(rec: Record) -> bytes:
 
 
 @pytest.mark.skipif("KAFKA_UPGRADE_FROM" not in os.environ,
-                    reason="a broker of its own for two minutes: make test-kafka-versions runs it")
+                    reason="a broker of its own for two minutes: make test-versions runs it")
 def test_rolling_upgrade_under_load_loses_and_duplicates_nothing(
     spark: Any, tmp_path: Path,
 ) -> None:

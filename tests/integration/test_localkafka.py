@@ -100,22 +100,8 @@ def test_external_broker_is_used_without_starting_one(
         assert other._proc is None
 
 
-@pytest.mark.broker
-@pytest.mark.skipif(bool(os.environ.get(ENV_BOOTSTRAP)), reason="starts its own broker")
-def test_cli_broker_prints_bootstrap_and_stops_on_ctrl_c() -> None:
-    from confluent_kafka.admin import AdminClient
-
-    exe = Path(sys.executable).parent / "kafka-share"
-    proc = subprocess.Popen([str(exe), "broker"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        bootstrap = proc.stdout.readline().strip()
-        assert bootstrap.startswith("127.0.0.1:")
-        assert AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
-    finally:
-        proc.kill()
+# `kafka-share broker` printing its address and stopping on Ctrl-C: tests/integration/
+# test_cli_broker.py (the console script itself runs in every `make test`: `make jars`).
 
 
 @pytest.mark.broker

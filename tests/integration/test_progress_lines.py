@@ -3,7 +3,7 @@
 lag reads 0 once the group is drained, also on Spark 4.0/4.1, where the source refreshes its
 report with one empty micro-batch. And one Trigger.AvailableNow run over 50,000 records: it
 drains them (4.2+) or warns at start (4.0/4.1). Run by ``make test`` (newest line) and
-``make test-spark-lines`` (4.0, 4.1)."""
+``make test-versions`` (4.0, 4.1)."""
 
 from __future__ import annotations
 

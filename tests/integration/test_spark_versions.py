@@ -3,7 +3,7 @@
 Spark 4.2+ drives the source through its admission-control API (``latestOffset(start,
 limit)``, ``ReadMaxRows``, ``reportLatestOffset``); 4.0 and 4.1 call ``latestOffset()`` with
 no arguments, so the source caps batches itself and reports its metrics in the offset. These
-tests run on both (``make test`` on the newest line, ``make test-spark-oldest`` on 4.0).
+tests run on both (``make test`` on the newest line, ``make test-versions`` on 4.0 and 4.1).
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ call in files under ``tmp_path`` (one line per call), which the tests read back.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -33,7 +32,15 @@ from pyspark_kafka_share.workers import (
     start_workers,
 )
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
-from tests.helpers import poll_share, read_topic
+from tests.helpers import (
+    check_killed_worker,
+    check_lease_keeps_second_attempt_out,
+    log_call,
+    poll_share,
+    read_calls,
+    read_topic,
+    worker_dies_once,
+)
 
 # The worker functions below (and the helpers they call) run in Spark's Python workers, which
 # cannot import this test module: ship it by value.
@@ -44,22 +51,6 @@ def _drain_share(share_consumer: ShareConsumerFactory, group: str, topic: str,
                  seconds: float) -> list[Message]:
     """What a fresh member of ``group`` receives within ``seconds`` (ACCEPTed)."""
     return poll_share(share_consumer(group, [topic]), timeout_s=seconds)
-
-
-def _calls(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
-def _log_call(path: str, rec: Record, **extra: Any) -> None:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    line = json.dumps({"value": (rec.value or b"").decode(), "dc": rec.delivery_count,
-                       "worker": ctx.partitionId() if ctx else -1, **extra})
-    with open(path, "a") as f:
-        f.write(line + "\n")
 
 
 def _headers(m: Any) -> dict[str, bytes]:
@@ -78,7 +69,7 @@ def test_outcomes_dead_letters_and_outputs_reach_the_broker(
     log = str(tmp_path / "calls.jsonl")
 
     def handle(rec: Record) -> Result | Outcome:
-        _log_call(log, rec)
+        log_call(log, rec)
         kind = (rec.value or b"").decode().split("-")[0]
         if kind == "poison":
             return Result.reject("unparseable order")
@@ -111,7 +102,7 @@ def test_outcomes_dead_letters_and_outputs_reach_the_broker(
         assert h["kafka-share.origin.topic"] == src.encode()
         assert h["kafka-share.origin.group"] == group.encode()
         assert int(h["kafka-share.origin.offset"]) >= 0
-    calls = Counter(c["value"] for c in _calls(Path(log)))
+    calls = Counter(c["value"] for c in read_calls(Path(log)))
     assert all(calls[f"ok-{i}"] == 1 and calls[f"poison-{i}"] == 1 and calls[f"retry-{i}"] == 2
                for i in range(10)), calls
     # ACCEPTed and REJECTed records are never delivered again.
@@ -127,7 +118,7 @@ def test_max_attempts_then_dead_letter_and_non_retryable_errors(
     log = str(tmp_path / "calls.jsonl")
 
     def handle(rec: Record) -> None:
-        _log_call(log, rec)
+        log_call(log, rec)
         if rec.value == b"flaky":
             raise TimeoutError("still down")
         if rec.value == b"broken":
@@ -137,7 +128,7 @@ def test_max_attempts_then_dead_letter_and_non_retryable_errors(
                           bootstrap_servers=kafka.bootstrap_servers, dead_letter_topic=dlq,
                           max_attempts=3, retry_on=(TimeoutError,), idle_timeout_s=6,
                           on_progress=False)
-    calls = [(c["value"], c["dc"]) for c in _calls(Path(log))]
+    calls = [(c["value"], c["dc"]) for c in read_calls(Path(log))]
     assert sorted(calls) == sorted([("flaky", 1), ("flaky", 2), ("flaky", 3), ("broken", 1),
                                     ("fine", 1)])
     dead = {(m.value() or b"").decode(): _headers(m) for m in read_topic(kafka, dlq, 2)}
@@ -185,7 +176,7 @@ def test_more_workers_than_partitions_all_get_work(
     log = str(tmp_path / "calls.jsonl")
 
     def slow(rec: Record) -> None:
-        _log_call(log, rec)
+        log_call(log, rec)
         time.sleep(0.02)
 
     summary = run_workers(spark, slow, topics=topic, group=group,
@@ -195,7 +186,7 @@ def test_more_workers_than_partitions_all_get_work(
     per_worker = {w["worker"]: w.get("processed", 0) for w in summary.workers}
     assert len(per_worker) == slots > 1
     assert all(n > 0 for n in per_worker.values()), per_worker
-    assert Counter(c["worker"] for c in _calls(Path(log))) == Counter(
+    assert Counter(c["worker"] for c in read_calls(Path(log))) == Counter(
         {w: n for w, n in per_worker.items()})
 
 
@@ -208,46 +199,13 @@ def test_killed_worker_loses_nothing(
     kafka.produce(src, [f"{i}".encode() for i in range(n)],
                   producer_config={"batch.size": "800"})
     kafka.set_group_config(group, "share.record.lock.duration.ms", 8000)
-    log = str(tmp_path / "calls.jsonl")
-    killed = str(tmp_path / "killed")
+    log, killed = str(tmp_path / "calls.jsonl"), str(tmp_path / "killed")
 
-    def work(rec: Record) -> bytes:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        assert ctx is not None
-        me = ctx.partitionId()
-        _log_call(log, rec, attempt=ctx.attemptNumber())
-        mine = sum(1 for c in _calls(Path(log)) if c["worker"] == me)
-        if ctx.attemptNumber() == 0 and mine >= 30:
-            try:  # the first worker to make its 30th call dies, once
-                fd = os.open(killed, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                pass
-            else:
-                os.write(fd, str(me).encode())
-                os.close(fd)
-                os._exit(137)  # the Python worker dies mid-chunk: no RELEASE, no ACCEPT
-        time.sleep(0.01)
-        return rec.value or b""
-
-    summary = run_workers(spark, work, topics=src, group=group,
+    summary = run_workers(spark, worker_dies_once(log, killed), topics=src, group=group,
                           bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
                           output_topic=out, idle_timeout_s=15, on_progress=False)
-    victim = int(Path(killed).read_text())
-    calls = _calls(Path(log))
-    # The victim's final report comes from Spark's retry (the retry may get no records: the
-    # survivor can take all of the dead worker's records once they come back).
-    final = {w["worker"]: w for w in summary.workers}
-    assert final[victim]["attempt"] == 1, "Spark did not retry the killed worker's task"
-    # The killed attempt is in the summary, shown as died, its work counted.
-    lost = [(w["worker"], w["attempt"]) for w in summary.failed_attempts]
-    assert lost == [(victim, 0)], f"the killed attempt is not shown as lost:\n{summary}"
-    assert "died" in str(summary)
-    outputs = Counter((m.value() or b"").decode() for m in read_topic(kafka, out, n))
-    assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
-    # The records the dead worker held came back: delivered more than once.
-    assert any(c["dc"] > 1 for c in calls)
+    check_killed_worker(kafka, summary, out, n, log, killed)
+    assert "died" in str(summary)  # the killed attempt is in the summary, its work counted
     assert summary.totals["accepted"] >= n - 60
 
 
@@ -376,44 +334,7 @@ def test_a_second_attempt_of_a_running_worker_opens_no_consumer(
     the driver instead of joining the group as a second consumer, and ends without a consumer
     when the holder finishes. Two attempts of worker 0 run in threads against a real broker
     and the driver's control server, as Spark's speculation would run them."""
-    from pyspark_kafka_share.admin import ShareGroupAdmin
-    from pyspark_kafka_share.workers import loop
-    from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
     from pyspark_kafka_share.workers.control import ControlServer
 
-    kafka.produce(topic, [b"%d" % i for i in range(50)])
-    ident = threading.local()
-    monkeypatch.setattr(loop, "attempt_identity", lambda: (0, 0, ident.attempt))
-    server = ControlServer("127.0.0.1")
-    config = WorkerConfig.create(topics=topic, group=group, time_budget_s=12,
-                                 bootstrap_servers=kafka.bootstrap_servers)
-    spec = WorkerSpec(config, lock_ms=30_000, delivery_limit=5, control=server.endpoint,
-                      report_interval_s=0.2)
-    results: dict[int, dict[str, Any]] = {}
-
-    def attempt(n: int) -> None:
-        ident.attempt = n
-        results[n] = loop.run_worker(spec, lambda r: None)
-
-    holder = threading.Thread(target=attempt, args=(0,))
-    holder.start()
-    try:
-        with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=10) as admin:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and \
-                    server.latest().get(0, {}).get("processed", 0) < 50:
-                time.sleep(0.2)
-            assert server.latest()[0]["processed"] == 50, "the first attempt did not run"
-            copy = threading.Thread(target=attempt, args=(1,))
-            copy.start()
-            time.sleep(3)
-            members = admin.describe(group).members
-            assert len(members) == 1, f"a second consumer joined: {members}"
-            copy.join(30)
-            holder.join(30)
-    finally:
-        holder.join(30)
-        server.close()
-    assert results[0]["state"] == "stopped" and results[0]["processed"] == 50
-    assert results[1]["state"] == "duplicate", results[1]
-    assert "received" not in results[1]  # it never polled
+    check_lease_keeps_second_attempt_out(kafka, topic, group, monkeypatch,
+                                         ControlServer("127.0.0.1"))

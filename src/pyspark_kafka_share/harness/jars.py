@@ -52,7 +52,7 @@ KAFKA_VERSIONS = ("4.2.2", "4.3.1", "4.4.0")
 
 ENV_KAFKA_VERSION = "PYSPARK_KAFKA_SHARE_KAFKA_VERSION"
 """Environment variable: the Apache Kafka version :class:`LocalKafka` runs (default
-:data:`KAFKA_VERSION`); ``make test-kafka-versions`` sets it per broker line."""
+:data:`KAFKA_VERSION`); ``make test-versions`` sets it per broker line."""
 
 _VERSION_RE = re.compile(r"4\.(?:[2-9]|[1-9][0-9])\.[0-9]+")
 
