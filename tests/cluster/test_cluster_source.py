@@ -77,6 +77,8 @@ def _backlog(cluster: LocalSparkCluster, spark: SparkSession, kafka: LocalKafka,
     return topic, _produce(kafka, topic, 2, n), _stage_ids(cluster, spark)
 
 
+# Each store and each content once (the executor-kill test below runs every cell).
+@pytest.mark.parametrize("journal", ["local-offsets", "s3-records"], indirect=True)
 def test_speculative_copies_run_and_the_sink_stays_exactly_once(
     cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
     topic_factory: TopicFactory, group: str, journal: JournalAt, tmp_path: Path,
