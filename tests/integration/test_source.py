@@ -29,6 +29,7 @@ from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
     Key,
     assert_exactly_once,
+    drain_available_now,
     fails_within,
     poll_share,
     produce_spread,
@@ -479,7 +480,8 @@ def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
         "the batch was committed to the sink: the stop did not interrupt it"
     assert_content(journal)
     df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2)
-    run_available_now(df2, tmp_path / "out", tmp_path / "chk")
+    # 4.0/4.1: the restart's one micro-batch replays batch 1 and may leave the rest to a next run
+    drain_available_now(spark, df2, tmp_path / "out", tmp_path / "chk", expected)
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
 
 
