@@ -9,6 +9,8 @@
   spread over partitions, and their keys), :func:`start_parquet` / :func:`run_to_end` /
   :func:`run_available_now` (a Parquet file sink query), :func:`sink_keys` and
   :func:`assert_exactly_once` (the sink against what was produced).
+- :func:`explain_missing`: what happened to records missing from a sink (the workers' counters,
+  the share group's offsets and lag, dead letters, delivery counts), for a failure message.
 - :func:`read_only_dir`: a directory the current user cannot create files in.
 - :func:`wait_for`: poll a value until a condition holds, failing with the last value.
 - :func:`fails_within`: a call must raise a given error, matching a pattern, within a time.
@@ -28,7 +30,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,6 +38,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
 
+from pyspark_kafka_share.admin import ShareGroupAdmin
+from pyspark_kafka_share.errors import KafkaShareError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.journal import JournalAt
 
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamReader
 
+    from pyspark_kafka_share.workers import WorkerSummary
+
 __all__ = [
     "CollectionHook",
     "Key",
@@ -51,6 +57,7 @@ __all__ = [
     "SummaryHook",
     "TierReport",
     "assert_exactly_once",
+    "explain_missing",
     "poll_share",
     "produce_spread",
     "read_only_dir",
@@ -299,6 +306,37 @@ def assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
     missing = expected - set(got)
     assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
     assert set(got) == expected
+
+
+def explain_missing(kafka: LocalKafka, group: str, summary: WorkerSummary | None,
+                    missing: Iterable[Key], dead_letters: Iterable[Key] = (),
+                    deliveries: Mapping[Key, list[int]] | None = None) -> str:
+    """Why ``missing`` records are not in a sink, for a failure message: the workers' summary
+    and per-worker counters, the share group's start offset and lag per partition (a missing
+    record below the start offset, or on a partition with lag 0, was settled for good: lost;
+    at or past it with lag left, it may still be unacknowledged), whether it was dead-lettered,
+    and the delivery counts the worker function saw for it (``deliveries``)."""
+    keys = sorted(missing)
+    lines = [f"{len(keys)} missing: {keys[:12]}{' ...' if len(keys) > 12 else ''}"]
+    if summary is not None:
+        lines += [str(summary), *(f"  worker {w.get('worker')}: {w}" for w in summary.workers)]
+    try:
+        with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=20) as admin:
+            offsets = {(o.topic, o.partition): o for o in admin.offsets(group)}
+    except (KafkaShareError, OSError) as exc:  # say why there are none; keep the failure
+        lines.append(f"share group {group!r} offsets unavailable: {exc!r}")
+        offsets = {}
+    dead = set(dead_letters)
+    for tp, o in sorted(offsets.items()):
+        on_tp = [k for k in keys if k[:2] == tp]
+        below = sum(1 for k in on_tp if o.start_offset is not None and k[2] < o.start_offset)
+        lines.append(f"  {tp[0]}-{tp[1]}: start_offset={o.start_offset} lag={o.lag}; "
+                     f"missing here={len(on_tp)}, below the start offset (settled)={below}")
+    for k in keys[:12]:
+        seen = (deliveries or {}).get(k)
+        lines.append(f"  {k}: dead-lettered={k in dead} delivery counts the function saw="
+                     f"{seen if seen is not None else 'never called'}")
+    return "\n".join(lines)
 
 
 # -- a directory nobody here may write to --------------------------------------------------------

@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from tests.fixtures.kafka import TopicFactory
 from tests.helpers import (
     Key,
     assert_exactly_once,
+    explain_missing,
     produce_spread,
     read_topic,
     wait_for,
@@ -48,6 +50,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-u
 
 N = 60  # records per test, over 2 partitions
 LOCK_MS = 8_000
+Explain = Callable[[set[Key], list[Key]], str]  # (missing origins, dead letters) -> why
 
 
 def _poison(value: bytes) -> bool:
@@ -91,16 +94,37 @@ def _header(m: Message, name: str) -> bytes:
     return v.encode() if isinstance(v, str) else v or b""
 
 
-def _assert_each_origin_once(kafka: LocalKafka, src: str, out: str, dlq: str) -> int:
+def _keys(src: str) -> dict[Key, bytes]:
+    return {(src, i % 2, i // 2): b"v%d" % i for i in range(N)}
+
+
+def _deliveries(src: str, log: str) -> dict[Key, list[int]]:
+    """The delivery counts the worker function saw, per origin (from its ``log``)."""
+    by_value = {v.decode(): k for k, v in _keys(src).items()}
+    path = Path(log)
+    out: dict[Key, list[int]] = {}
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        call = json.loads(line)
+        out.setdefault(by_value[call["value"]], []).append(int(call["dc"]))
+    return out
+
+
+def _assert_each_origin_once(kafka: LocalKafka, src: str, out: str, dlq: str,
+                             explain: Explain | None = None) -> int:
     """read_committed: each origin once in ``out`` (good records) or ``dlq`` (poison); the
-    count of records a read_uncommitted reader sees in ``out`` beyond them (aborted)."""
-    keys = {(src, i % 2, i // 2): b"v%d" % i for i in range(N)}
+    count of records a read_uncommitted reader sees in ``out`` beyond them (aborted). With
+    ``explain``, origins missing from both fail with its account of them."""
+    keys = _keys(src)
     poison = {k for k, v in keys.items() if _poison(v)}
     outputs = read_topic(kafka, out, N - len(poison), settle_s=1.0)
+    dead = _origins(read_topic(kafka, dlq, len(poison), settle_s=1.0))
+    missing = set(keys) - set(_origins(outputs)) - set(dead)
+    if explain is not None and missing:
+        pytest.fail(explain(missing, dead))
     assert_exactly_once(_origins(outputs), set(keys) - poison)
     for m in outputs:
         assert m.value() == keys[_origins([m])[0]] + b"-out"
-    assert_exactly_once(_origins(read_topic(kafka, dlq, len(poison), settle_s=1.0)), poison)
+    assert_exactly_once(dead, poison)
     seen = read_topic(kafka, out, N - len(poison), settle_s=1.0, isolation="read_uncommitted")
     return len(seen) - len(outputs)
 
@@ -229,7 +253,8 @@ def test_a_broker_crash_mid_transaction_duplicates_nothing(
     time.sleep(2)
     kafka.restart()
     summary = job.wait(240)
-    _assert_each_origin_once(kafka, src, out, dlq)
+    _assert_each_origin_once(kafka, src, out, dlq, lambda missing, dead: explain_missing(
+        kafka, group, summary, missing, dead, _deliveries(src, log)))
     assert _stat(summary, "transactions_aborted") >= 1, str(summary.workers)
     assert not any(str(w.get("stop_reason")).startswith("fenced") for w in summary.workers), \
         str(summary)
