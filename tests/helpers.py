@@ -9,6 +9,7 @@
   spread over partitions, and their keys), :func:`start_parquet` / :func:`run_to_end` /
   :func:`run_available_now` (a Parquet file sink query), :func:`sink_keys` and
   :func:`assert_exactly_once` (the sink against what was produced).
+- :func:`group_lag`: a share group's total lag, ``None`` while the broker cannot tell.
 - :func:`explain_missing`: what happened to records missing from a sink (the workers' counters,
   the share group's offsets and lag, dead letters, delivery counts), for a failure message.
 - :func:`read_only_dir`: a directory the current user cannot create files in.
@@ -58,6 +59,7 @@ __all__ = [
     "TierReport",
     "assert_exactly_once",
     "explain_missing",
+    "group_lag",
     "poll_share",
     "produce_spread",
     "read_only_dir",
@@ -306,6 +308,19 @@ def assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
     missing = expected - set(got)
     assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
     assert set(got) == expected
+
+
+def group_lag(kafka: LocalKafka, group: str) -> int | None:
+    """The share group's total lag (records not yet acknowledged for good); ``None`` while
+    the broker cannot tell (no share state yet, a coordinator loading after a restart)."""
+    try:
+        with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=20) as admin:
+            offsets = admin.offsets(group)
+            if not offsets or any(o.lag is None for o in offsets):
+                return None
+            return admin.total_lag(group, offsets)
+    except (KafkaShareError, OSError):
+        return None
 
 
 def explain_missing(kafka: LocalKafka, group: str, summary: WorkerSummary | None,
