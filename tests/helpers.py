@@ -9,6 +9,9 @@
   spread over partitions, and their keys), :func:`start_parquet` / :func:`run_to_end` /
   :func:`run_available_now` (a Parquet file sink query), :func:`sink_keys` and
   :func:`assert_exactly_once` (the sink against what was produced).
+- :func:`group_lag`: a share group's total lag, ``None`` while the broker cannot tell.
+- :func:`explain_missing`: what happened to records missing from a sink (the workers' counters,
+  the share group's offsets and lag, dead letters, delivery counts), for a failure message.
 - :func:`read_only_dir`: a directory the current user cannot create files in.
 - :func:`wait_for`: poll a value until a condition holds, failing with the last value.
 - :func:`fails_within`: a call must raise a given error, matching a pattern, within a time.
@@ -37,7 +40,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,6 +49,8 @@ import pytest
 from confluent_kafka import AcknowledgeType, Consumer, Message, ShareConsumer
 from pyspark import cloudpickle
 
+from pyspark_kafka_share.admin import ShareGroupAdmin
+from pyspark_kafka_share.errors import KafkaShareError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.journal import JournalAt
 
@@ -66,6 +71,8 @@ __all__ = [
     "assert_exactly_once",
     "check_killed_worker",
     "check_lease_keeps_second_attempt_out",
+    "explain_missing",
+    "group_lag",
     "log_call",
     "poll_share",
     "produce_spread",
@@ -335,6 +342,50 @@ def assert_exactly_once(got: list[Key], expected: set[Key]) -> None:
     missing = expected - set(got)
     assert not missing, f"{len(missing)} records lost, e.g. {sorted(missing)[:3]}"
     assert set(got) == expected
+
+
+def group_lag(kafka: LocalKafka, group: str) -> int | None:
+    """The share group's total lag (records not yet acknowledged for good); ``None`` while
+    the broker cannot tell (no share state yet, a coordinator loading after a restart)."""
+    try:
+        with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=20) as admin:
+            offsets = admin.offsets(group)
+            if not offsets or any(o.lag is None for o in offsets):
+                return None
+            return admin.total_lag(group, offsets)
+    except (KafkaShareError, OSError):
+        return None
+
+
+def explain_missing(kafka: LocalKafka, group: str, summary: WorkerSummary | None,
+                    missing: Iterable[Key], dead_letters: Iterable[Key] = (),
+                    deliveries: Mapping[Key, list[int]] | None = None) -> str:
+    """Why ``missing`` records are not in a sink, for a failure message: the workers' summary
+    and per-worker counters, the share group's start offset and lag per partition (a missing
+    record below the start offset, or on a partition with lag 0, was settled for good: lost;
+    at or past it with lag left, it may still be unacknowledged), whether it was dead-lettered,
+    and the delivery counts the worker function saw for it (``deliveries``)."""
+    keys = sorted(missing)
+    lines = [f"{len(keys)} missing: {keys[:12]}{' ...' if len(keys) > 12 else ''}"]
+    if summary is not None:
+        lines += [str(summary), *(f"  worker {w.get('worker')}: {w}" for w in summary.workers)]
+    try:
+        with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=20) as admin:
+            offsets = {(o.topic, o.partition): o for o in admin.offsets(group)}
+    except (KafkaShareError, OSError) as exc:  # say why there are none; keep the failure
+        lines.append(f"share group {group!r} offsets unavailable: {exc!r}")
+        offsets = {}
+    dead = set(dead_letters)
+    for tp, o in sorted(offsets.items()):
+        on_tp = [k for k in keys if k[:2] == tp]
+        below = sum(1 for k in on_tp if o.start_offset is not None and k[2] < o.start_offset)
+        lines.append(f"  {tp[0]}-{tp[1]}: start_offset={o.start_offset} lag={o.lag}; "
+                     f"missing here={len(on_tp)}, below the start offset (settled)={below}")
+    for k in keys[:12]:
+        seen = (deliveries or {}).get(k)
+        lines.append(f"  {k}: dead-lettered={k in dead} delivery counts the function saw="
+                     f"{seen if seen is not None else 'never called'}")
+    return "\n".join(lines)
 
 
 # -- a directory nobody here may write to --------------------------------------------------------
