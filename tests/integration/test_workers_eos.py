@@ -365,10 +365,11 @@ def test_a_marker_topic_that_is_not_compacted_is_refused(
 # The input whose output is larger than the output topic takes. One: a worker fails after 3
 # chunks in a row with a refused produce, and a record's redeliveries often come back in a row.
 BIG = {13}
-# The broker refuses a whole batch, and librdkafka purges the rest of the transaction: every
-# output of the chunk is refused with the large one (docs/workers.md). One record per chunk
-# keeps the refusal to the record that causes it.
-REFUSED_CHUNK = 1
+# The broker refuses a whole batch, and the abort fails the rest of the transaction: every
+# output of the transaction is reported refused with the large one (docs/workers.md); the
+# worker halves them until the large one is alone, so its neighbours lose no attempt. Several
+# records a chunk, several chunks a transaction (the default transaction_interval_s).
+REFUSED_CHUNK = 10
 
 
 def _work_big(log: str) -> Any:
@@ -392,7 +393,8 @@ def test_a_produce_refused_inside_a_transaction_aborts_it_and_releases(
     """An output is too large for the output topic: the broker refuses it inside its chunk's
     transaction, which aborts; its record is RELEASEd (never ACCEPTed), run again until
     ``max_attempts`` and then dead-lettered, with the refusal in the dead letter's error; the
-    rest of each chunk is committed in a second transaction."""
+    rest of its transaction (other records of its chunk and other chunks, whose produce the
+    abort failed too) is committed in a second transaction and loses no attempt."""
     src, dlq = topic_factory(2), topic_factory(1)
     out = kafka.create_topic(f"eos-small-{group}", 1, config={"max.message.bytes": "1000"})
     produce_spread(kafka, src, 2, N)
@@ -438,8 +440,9 @@ def test_a_commit_whose_outcome_is_unknown_is_not_acknowledged(
     src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
-    summary = _run(spark, kafka, src, out, dlq, group, log, **worker_faults(
-        f"timeout-commit:part=0:attempt=0:seq=2:committed={committed}"))
+    summary = _run(spark, kafka, src, out, dlq, group, log, transaction_interval_s=0,
+                   **worker_faults(  # one transaction per chunk: worker 0 has a 2nd
+                       f"timeout-commit:part=0:attempt=0:seq=2:committed={committed}"))
     assert not summary.failed_attempts, str(summary)
     aborted = _assert_each_origin_once(kafka, src, out, dlq)
     t = summary.totals

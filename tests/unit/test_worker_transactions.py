@@ -174,6 +174,39 @@ def test_a_crash_between_the_chunks_of_an_open_transaction_commits_nothing() -> 
     assert consumer.acks == dict.fromkeys(range(6), "RELEASE")
 
 
+class _Aborting(_TxnProducer):
+    """Refuses ``b"big"``; as an aborted transaction does, fails everything flushed with it
+    (the marker included)."""
+
+    def flush(self, timeout: float) -> int:
+        if not any(v == b"big" for _cb, _t, v, _h in self.queue):
+            return super().flush(timeout)
+        for cb, _t, value, _h in self.queue:
+            cb("MSG_SIZE_TOO_LARGE" if value == b"big" else "_PURGE_QUEUE", None)
+        self.queue, self._open = [], []
+        return 0
+
+
+def test_a_refused_output_costs_only_its_own_record_an_attempt() -> None:
+    def fn(r: Record) -> Any:
+        return b"big" if r.offset == 3 else r.value
+
+    worker, consumer, _, _ = _worker(_spec(), fn, [[Msg(i) for i in range(6)]])
+    producer = _Aborting(worker.eos.txn.producer.events)  # type: ignore[union-attr]
+    worker.producer = worker.eos.txn.producer = producer  # type: ignore[union-attr]
+    worker.eos.replace_producer = lambda: producer  # type: ignore[method-assign,union-attr]
+    summary = worker.run()
+    # Everything flushed with it failed: halves until offset 3 is alone. 0-2 commit; 3-5 fail
+    # again; 3 alone is refused and RELEASEd (a retry: its first delivery; no marker for a
+    # RELEASE); 4-5 commit. The others' outputs are committed, once each.
+    committed = _with_markers(producer)
+    assert [sorted(_marked(t)) for t in committed] == [[0, 1, 2], [4, 5]]
+    assert [v for txn in committed for t, v in txn if t in ("out", "dlq")] == [b"v"] * 5
+    assert consumer.acks == {0: "ACCEPT", 1: "ACCEPT", 2: "ACCEPT", 3: "RELEASE",
+                             4: "ACCEPT", 5: "ACCEPT"}
+    assert summary["transactions_aborted"] == 3 and summary["outputs"] == 5
+
+
 @pytest.mark.parametrize("value", [-1, 61, "0.1", True, math.nan, math.inf, None])
 def test_transaction_interval_s_is_checked(value: object) -> None:
     with pytest.raises(OptionError, match=r"transaction_interval_s.*from 0 \(one transaction "

@@ -545,54 +545,102 @@ class _Worker:
                                deadline: float) -> bool:
         """Outputs, dead letters and the marker of ``final`` (the chunks of the open
         transaction) in one transaction, then the acknowledgements; True if a produce failed.
-        A refused produce aborts the transaction and changes its record's verdict as without
-        one (output: a retry; dead letter: a RELEASE, or another try on the last delivery);
-        the transaction is then tried once more.
-        Not committed: everything is RELEASEd (a commit that went through after all is found
-        by the marker check when the records come back)."""
-        for round_ in range(2):
-            outputs, dead = self._output_items(final), self._dead_letter_items(final)
-            try:
-                failed, key = self._transact([*outputs, *dead], origins_of(
-                    [(m, o) for m, o, _ in final]), deadline)
-            except TransactionFailed as exc:
-                self._aborted(exc)
-                self._ack([(m, Outcome.RELEASE) for m, _, _ in final])
-                return False
-            except Fenced as exc:
-                self.stop_reason = str(exc)
-                self._ack([(m, Outcome.RELEASE) for m, _, _ in final])
-                return False
-            if not failed:
-                self.stats["outputs"] += len(outputs)
-                self.stats["dead_lettered"] += len(dead)
-                settled = self._ack([(m, o) for m, o, _ in final])
-                if key is not None:
-                    self.eos.confirmed(key, settled.confirmed)  # type: ignore[union-attr]
-                return round_ > 0
-            self.stats["produce_failures"] += len(failed)
-            self.stats["transactions_aborted"] += 1
-            # After a refused produce librdkafka purges the next transaction's first record to
-            # that partition (_PURGE_QUEUE): a new producer (init_transactions) starts clean.
-            # Not while the brokers are unreachable (the connection-loss path handles that).
-            if self.eos.session_lost() is None:  # type: ignore[union-attr]
-                self.stats["producers_replaced"] += 1
-                self.producer = self.eos.replace_producer()  # type: ignore[union-attr]
-            for i, err in failed.items():
-                m, outcome, v = final[i]
-                if outcome is Outcome.ACCEPT:
-                    self._output_failed(final, i, err)
-                elif m.delivery_count() < self.spec.delivery_limit:
-                    final[i] = (m, Outcome.RELEASE, v)
-        last = [m for m, o, _ in final if o is Outcome.REJECT and
-                m.delivery_count() >= self.spec.delivery_limit]
-        if last and self.config.dead_letter_topic is not None:
+
+        A refused produce aborts the transaction, and with it what was produced beside the
+        refused record (the broker refuses a whole batch; the abort fails the rest): the
+        records whose produce did not fail are settled in a new transaction, and those whose
+        produce failed in halves, each half in one of its own (bisection: a few transactions
+        find the refused record). A refusal of a record alone is its own: its verdict
+        changes as without transactions (output: a retry; dead letter: a RELEASE, or another
+        try on the last delivery) and it is tried once more. So one refused output costs no
+        other record an attempt.
+        Not committed: everything left is RELEASEd (a commit that went through after all is
+        found by the marker check when the records come back)."""
+        todo: list[tuple[list[tuple[Any, Outcome, _Verdict]], bool]] = [(final, False)]
+        refused = False
+        while todo:
+            group, retried = todo.pop(0)
+            failed = self._transact_group(group, deadline)
+            if failed is None:
+                continue
+            if failed is _NOT_COMMITTED:
+                self._release_all([group, *(g for g, _ in todo)])
+                return refused
+            refused = True
+            self._after_refusal(failed)
+            failed = {i: err for i, err in failed.items() if i >= 0}  # not the marker's
+            if not failed:  # only the marker or a tombstone refused: no record's own fault
+                self._release_all([group, *(g for g, _ in todo)])
+                return True
+            if len(group) > 1:  # the ones delivered, then the failed ones in halves
+                ok = [x for i, x in enumerate(group) if i not in failed]
+                bad = [group[i] for i in sorted(failed)]
+                halves = [bad] if len(bad) == 1 else [bad[:len(bad) // 2], bad[len(bad) // 2:]]
+                todo[:0] = [(g, False) for g in (ok, *halves) if g]
+            elif not retried:
+                self._refused_verdict(group, failed)
+                todo.insert(0, (group, True))
+            else:
+                self._refused_twice(group)
+        return refused
+
+    def _transact_group(self, group: list[tuple[Any, Outcome, _Verdict]],
+                        deadline: float) -> dict[int, str] | None:
+        """One transaction of ``group``, acknowledged once committed (None); the refused
+        produces by index, or ``_NOT_COMMITTED`` (nothing acknowledged)."""
+        outputs, dead = self._output_items(group), self._dead_letter_items(group)
+        try:
+            failed, key = self._transact([*outputs, *dead], origins_of(
+                [(m, o) for m, o, _ in group]), deadline)
+        except TransactionFailed as exc:
+            self._aborted(exc)
+            return _NOT_COMMITTED
+        except Fenced as exc:
+            self.stop_reason = str(exc)
+            return _NOT_COMMITTED
+        if failed:
+            return failed
+        self.stats["outputs"] += len(outputs)
+        self.stats["dead_lettered"] += len(dead)
+        settled = self._ack([(m, o) for m, o, _ in group])
+        if key is not None:
+            self.eos.confirmed(key, settled.confirmed)  # type: ignore[union-attr]
+        return None
+
+    def _release_all(self, groups: list[list[tuple[Any, Outcome, _Verdict]]]) -> None:
+        self._ack([(m, Outcome.RELEASE) for g in groups for m, _, _ in g])
+
+    def _after_refusal(self, failed: dict[int, str]) -> None:
+        self.stats["produce_failures"] += len(failed)
+        self.stats["transactions_aborted"] += 1
+        # After a refused produce librdkafka purges the next transaction's first record to
+        # that partition (_PURGE_QUEUE): a new producer (init_transactions) starts clean.
+        # Not while the brokers are unreachable (the connection-loss path handles that).
+        if self.eos.session_lost() is None:  # type: ignore[union-attr]
+            self.stats["producers_replaced"] += 1
+            self.producer = self.eos.replace_producer()  # type: ignore[union-attr]
+
+    def _refused_verdict(self, group: list[tuple[Any, Outcome, _Verdict]],
+                         failed: dict[int, str]) -> None:
+        """The record of ``group`` (one) was refused alone: its own verdict changes."""
+        for i, err in failed.items():
+            m, outcome, v = group[i]
+            if outcome is Outcome.ACCEPT:
+                self._output_failed(group, i, err)
+            elif m.delivery_count() < self.spec.delivery_limit:
+                group[i] = (m, Outcome.RELEASE, v)
+
+    def _refused_twice(self, group: list[tuple[Any, Outcome, _Verdict]]) -> None:
+        """Refused again after its verdict changed: RELEASE it, unless it is a dead letter on
+        its last delivery (a RELEASE would archive it): the worker fails."""
+        m, outcome, _ = group[0]
+        if outcome is Outcome.REJECT and m.delivery_count() >= self.spec.delivery_limit \
+                and self.config.dead_letter_topic is not None:
             raise BrokerError(
                 f"the dead-letter topic {self.config.dead_letter_topic!r} did not take record "
-                f"{last[0].topic()}-{last[0].partition()}@{last[0].offset()} on its last "
-                "delivery in two transactions; the broker archives the record")
-        self._ack([(m, Outcome.RELEASE) for m, _, _ in final])
-        return True
+                f"{m.topic()}-{m.partition()}@{m.offset()} on its last delivery in two "
+                "transactions; the broker archives the record")
+        self._ack([(m, Outcome.RELEASE)])
 
     def _tombstones_alone(self) -> None:
         """A transaction of the tombstones due (while idle, and at the end)."""
@@ -670,6 +718,8 @@ class _Worker:
 _Item = tuple[int, str, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 """A record to produce: (index, topic, key, value, headers)."""
 _COMMIT_MARGIN_S = 0.2  # at least this much of the lock budget left for a commit
+# A transaction neither committed nor refused (:meth:`_Worker._transact_group`).
+_NOT_COMMITTED: dict[int, str] = {-99: "not committed"}
 _PRODUCE_FAILURE_LIMIT = 3  # chunks in a row with a failed produce: the worker fails
 DUPLICATE = "duplicate"  # the state of an attempt that did not run: another held the lease
 
