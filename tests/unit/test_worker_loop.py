@@ -141,3 +141,41 @@ def test_an_exception_mid_poll_releases_every_unacknowledged_record() -> None:
         _Worker(_spec(), fn, session=_session(consumer), producer=FakeProducer()).run()
     assert consumer.acks == {0: "ACCEPT", 1: "ACCEPT", 2: "RELEASE", 3: "RELEASE"}
     assert consumer.closed
+
+
+class _Outage:
+    """A ``BrokerWatch`` whose brokers are down for the first ``polls`` polls."""
+
+    def __init__(self, polls: int) -> None:
+        self.left, self.ended_at = polls, 0.0
+
+    @property
+    def down(self) -> bool:
+        return self.left > 0
+
+    def observe(self, errors: Any, got_records: bool) -> None:
+        if self.left > 0:
+            self.left -= 1
+            if self.left == 0:
+                self.ended_at = time.monotonic()
+
+
+def test_an_outage_is_not_idleness() -> None:
+    """The driver stops idle workers by the ``idle_s`` they report (idle_timeout_s): it must
+    not count a broker outage, nor the time before it ended (a restart left records queued)."""
+    worker = _Worker(_spec(), lambda r: None, session=_session(FakeConsumer([])),
+                     producer=FakeProducer())
+    outage = _Outage(polls=3)
+    worker.brokers = outage  # type: ignore[assignment]
+    reports: list[float] = []
+
+    def should_stop() -> bool:  # five polls, each report's idle_s kept
+        reports.append(worker.report()["idle_s"])
+        return len(reports) > 5
+
+    worker.should_stop = should_stop  # type: ignore[method-assign]
+    worker.last_active -= 100.0  # idle long before the outage
+    worker.run()
+    assert reports[:3] == [0.0, 0.0, 0.0]  # while down (before polls 1-3)
+    assert worker.last_active >= outage.ended_at > 0  # idle again from the outage's end
+    assert reports[-1] < 50.0

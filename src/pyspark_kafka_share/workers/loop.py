@@ -177,7 +177,9 @@ class _Worker:
         return {
             "worker": self.index, "attempt": self.attempt, "host": socket.gethostname(),
             "pid": os.getpid(), "state": state, "elapsed_s": round(now - self.start, 3),
-            "idle_s": round(now - self.last_active, 3), "stop_reason": self.stop_reason,
+            # An outage is not idleness: the driver judges idle_timeout_s from this.
+            "idle_s": 0.0 if self.brokers.down else round(now - self.last_active, 3),
+            "stop_reason": self.stop_reason,
             **{k: int(v) for k, v in self.stats.copy().items()},
         }
 
@@ -210,7 +212,10 @@ class _Worker:
                     self._tombstones_alone()
                 msgs, acquired = self.session.poll(0.5)
                 self.unacked = msgs
+                was_down = self.brokers.down
                 self.brokers.observe(self.session.take_errors(), bool(msgs))
+                if was_down and not self.brokers.down:
+                    self.last_active = time.monotonic()  # idle again from the outage's end
                 self.stats["polls"] += 1
                 if not msgs:
                     if self.brokers.down:
