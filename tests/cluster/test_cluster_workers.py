@@ -83,17 +83,26 @@ def _lag(kafka: LocalKafka, group: str, timeout_s: float = 30.0) -> int | None:
     return lag
 
 
+def _fresh(kafka: LocalKafka, name: str, records: int,
+           *sinks: str) -> tuple[str, str, tuple[str, ...]]:
+    """A new group reading from the earliest offset, a 2-partition source topic holding
+    ``records`` records (``v<i>``, key ``k<i>``, small batches: spread over both partitions) and
+    a 1-partition topic per name in ``sinks``: (group, source, sink topics)."""
+    tag = uuid.uuid4().hex[:8]
+    src = kafka.create_topic(f"{name}-in-{tag}", 2)
+    topics = tuple(kafka.create_topic(f"{name}-{sink}-{tag}", 1) for sink in sinks)
+    group = f"{name}-{tag}"
+    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
+    kafka.produce(src, [ProducerRecord(value=f"v{i}".encode(), key=f"k{i}".encode())
+                        for i in range(records)], producer_config={"batch.size": "800"})
+    return group, src, topics
+
+
 @pytest.fixture(scope="module")
 def killed_run(cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
                tmp_path_factory: pytest.TempPathFactory) -> KilledRun:
     tmp = tmp_path_factory.mktemp("workers")
-    tag = uuid.uuid4().hex[:8]
-    src = kafka.create_topic(f"cluster-workers-in-{tag}", 2)
-    out = kafka.create_topic(f"cluster-workers-out-{tag}", 1)
-    group = f"cluster-workers-{tag}"
-    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
-    kafka.produce(src, [ProducerRecord(value=f"v{i}".encode(), key=f"k{i}".encode())
-                        for i in range(N)], producer_config={"batch.size": "800"})
+    group, src, (out,) = _fresh(kafka, "cluster-workers", N, "out")
     log = str(tmp / "calls.jsonl")
     blocked = str(tmp / "blocked")
 
@@ -150,16 +159,22 @@ def killed_run(cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: L
                      outputs=outputs)
 
 
+def _kill_evidence(evidence: Callable[[str], None], k: Any, summary: WorkerSummary,
+                   what: str) -> None:
+    """The tier report's lines: the executor killed (``what``: when), then the summary."""
+    evidence(f"SIGKILLed executor {k.executor_id} (pid {k.pid}, worker {k.worker}, {k.host}) "
+             + what)
+    for line in str(summary).splitlines():
+        evidence(line)
+
+
 def test_killed_executor_loses_no_record(killed_run: KilledRun,
                                         evidence: Callable[[str], None]) -> None:
     run = killed_run
-    k = run.killed
-    evidence(f"SIGKILLed executor {k.executor_id} (pid {k.pid}, worker {k.worker}, {k.host}) "
-             f"while its queue worker {run.victim} was blocked in the function; its last report: "
-             f"processed={run.reported_before_kill.get('processed')} "
-             f"accepted={run.reported_before_kill.get('accepted')}")
-    for line in str(run.summary).splitlines():
-        evidence(line)
+    _kill_evidence(evidence, run.killed, run.summary,
+                   f"while its queue worker {run.victim} was blocked in the function; its last "
+                   f"report: processed={run.reported_before_kill.get('processed')} "
+                   f"accepted={run.reported_before_kill.get('accepted')}")
     # Nothing lost at the broker: every record was ACCEPTed (lag 0) ...
     assert run.lag == 0, f"the group's lag is {run.lag}, not 0"
     # ... and processed at least once, with its output produced.
@@ -261,14 +276,7 @@ def eos_killed_run(cluster: LocalSparkCluster, cluster_spark: SparkSession, kafk
                    tmp_path_factory: pytest.TempPathFactory) -> EosKilledRun:
     started = time.monotonic()
     tmp = tmp_path_factory.mktemp("workers-eos")
-    tag = uuid.uuid4().hex[:8]
-    src = kafka.create_topic(f"cluster-eos-in-{tag}", 2)
-    out = kafka.create_topic(f"cluster-eos-out-{tag}", 1)
-    dlq = kafka.create_topic(f"cluster-eos-dlq-{tag}", 1)
-    group = f"cluster-eos-{tag}"
-    kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
-    kafka.produce(src, [ProducerRecord(value=f"v{i}".encode(), key=f"k{i}".encode())
-                        for i in range(EOS_N)], producer_config={"batch.size": "800"})
+    group, src, (out, dlq) = _fresh(kafka, "cluster-eos", EOS_N, "out", "dlq")
     source = {(m.topic() or "", m.partition() or 0, m.offset() or 0): m.value() or b""
               for m in read_topic(kafka, src, EOS_N, settle_s=0.5)}
     log = str(tmp / "calls.jsonl")
@@ -305,13 +313,11 @@ def eos_killed_run(cluster: LocalSparkCluster, cluster_spark: SparkSession, kafk
 def test_exactly_once_outputs_survive_an_executor_killed_after_a_commit(
         eos_killed_run: EosKilledRun, evidence: Callable[[str], None]) -> None:
     run = eos_killed_run
-    k = run.killed
-    evidence(f"exactly_once_outputs: SIGKILLed executor {k.executor_id} (pid {k.pid}, worker "
-             f"{k.worker}) while queue worker 0 sat after its commit #{EOS_KILL_AT}, before the "
-             f"acknowledgement; its last report: {run.reported_before_kill.get('processed')} "
-             f"processed, {run.reported_before_kill.get('transactions')} transactions")
-    for line in str(run.summary).splitlines():
-        evidence(line)
+    _kill_evidence(evidence, run.killed, run.summary,
+                   f"while queue worker 0 (exactly_once_outputs) sat after its commit "
+                   f"#{EOS_KILL_AT}, before the acknowledgement; its last report: "
+                   f"{run.reported_before_kill.get('processed')} processed, "
+                   f"{run.reported_before_kill.get('transactions')} transactions")
     poison = {key for key, v in run.source.items() if _poison(v)}
     # read_committed: every origin exactly once, in the output topic or the dead-letter topic.
     assert_exactly_once([key for key, _ in run.outputs], set(run.source) - poison)

@@ -175,6 +175,21 @@ def test_outputs_dead_letters_and_markers_commit_in_one_transaction(
     assert ensure_marker_topic(client) == marker_topic(group)
 
 
+def _worker_0_killed(kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+                     spark: SparkSession, tmp_path: Path, fault: str,
+                     **options: Any) -> tuple[WorkerSummary, tuple[str, str, str], str]:
+    """N records in 2 partitions run with the fault ``fault``, which kills worker 0's first
+    attempt: the summary (that attempt its one failed attempt), (source, output, dead-letter
+    topic) and the call log."""
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    summary = _run(spark, kafka, src, out, dlq, group, log, **options, **worker_faults(fault))
+    assert [(w["worker"], w["attempt"]) for w in summary.failed_attempts] == [(0, 0)], \
+        str(summary)
+    return summary, (src, out, dlq), log
+
+
 @pytest.mark.parametrize("point", ["kill-after-commit", "kill-before-commit",
                                    "kill-during-commit"])
 def test_a_worker_killed_around_the_commit_duplicates_nothing(
@@ -185,13 +200,9 @@ def test_a_worker_killed_around_the_commit_duplicates_nothing(
     commit and before the acknowledgement, between the produce and the commit, or while the
     commit runs. Spark retries the task; the records come back when the lock expires. One
     transaction per chunk (``transaction_interval_s=0``), so that worker 0 has a 3rd."""
-    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
-    produce_spread(kafka, src, 2, N)
-    log = str(tmp_path / "calls.jsonl")
-    summary = _run(spark, kafka, src, out, dlq, group, log, transaction_interval_s=0,
-                   **worker_faults(f"{point}:part=0:attempt=0:seq=3:ms=3"))
-    assert [(w["worker"], w["attempt"]) for w in summary.failed_attempts] == [(0, 0)], \
-        str(summary)
+    summary, (src, out, dlq), log = _worker_0_killed(
+        kafka, topic_factory, group, spark, tmp_path, f"{point}:part=0:attempt=0:seq=3:ms=3",
+        transaction_interval_s=0)
     aborted = _assert_each_origin_once(kafka, src, out, dlq)
     calls = _calls(log)
     assert set(calls) == {f"v{i}" for i in range(N)}
@@ -211,13 +222,9 @@ def test_a_worker_killed_with_chunks_in_an_open_transaction_duplicates_nothing(
     """Worker 0 dies once two chunks wait in its first transaction (``transaction_interval_s``
     long enough to hold them): nothing of them was produced or acknowledged, so they all come
     back (lock expiry) and are processed again, their outputs once for ``read_committed``."""
-    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
-    produce_spread(kafka, src, 2, N)
-    log = str(tmp_path / "calls.jsonl")
-    summary = _run(spark, kafka, src, out, dlq, group, log, transaction_interval_s=30,
-                   **worker_faults("kill-in-open-transaction:part=0:attempt=0:seq=1:chunks=2"))
-    assert [(w["worker"], w["attempt"]) for w in summary.failed_attempts] == [(0, 0)], \
-        str(summary)
+    summary, (src, out, dlq), log = _worker_0_killed(
+        kafka, topic_factory, group, spark, tmp_path,
+        "kill-in-open-transaction:part=0:attempt=0:seq=1:chunks=2", transaction_interval_s=30)
     # Produced only at the commit: not even a read_uncommitted reader sees aborted outputs.
     assert _assert_each_origin_once(kafka, src, out, dlq) == 0
     calls = _calls(log)
