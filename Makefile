@@ -103,8 +103,8 @@ help:
 	@echo "make test-spark-lines - the Spark subset on PySpark $(SPARK_LINES) (a venv each)"
 	@echo "make test-kafka-versions - the Kafka subset on Kafka $(KAFKA_TIER_LINES), an upgrade to $(KAFKA_NEWEST)"
 	@echo "make test-connect - the Connect tier: the source and the workers from a Spark Connect client"
-	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5 min; CHAOS_SEED=)"
-	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~15 min)"
+	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5.5 min; CHAOS_SEED=)"
+	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~11 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
 	@echo "make bench  - benchmark (~35 min; QUICK=1: ~6 min) -> docs/benchmarks/"
 
