@@ -1,4 +1,5 @@
-"""The docs' layout tables against the package's real modules, both ways.
+"""The docs' layout tables against the package's real modules, both ways; the docs index
+against the pages.
 
 - ``docs/design.md`` ("## Layout ..."): a row for every module of ``src/pyspark_kafka_share``;
   a package's ``__init__.py`` is covered by a row for the package (``workers/``).
@@ -115,6 +116,17 @@ def test_readme_lists_every_top_level_module_and_package() -> None:
 def test_every_listed_path_exists() -> None:
     problems = _absent(DESIGN) + _absent(README)
     assert not problems, "\n".join(problems)
+
+
+def test_the_index_links_every_page() -> None:
+    """docs/README.md, the index (and the docs site's navigation), has a row for every page in
+    docs/ (the benchmark pages are reached from benchmarks/README.md)."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([^)#]+)", index))
+    pages = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "README.md"]
+    missing = [p for p in [*pages, "benchmarks/README.md"] if p not in linked]
+    assert not missing, (f"docs/README.md: no row for {missing}; add one to its table where a "
+                         "user needs the page, with what it is for")
 
 
 def test_the_tables_are_read() -> None:
