@@ -107,7 +107,7 @@ help:
 	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~11 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
 	@echo "make docs   - build the docs site into site/ (strict); make docs-serve: serve it"
-	@echo "make bench  - benchmark (~35 min; QUICK=1: ~6 min) -> docs/benchmarks/"
+	@echo "make bench  - benchmark (~30 min; QUICK=1: ~6 min) -> docs/benchmarks/"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
