@@ -91,7 +91,7 @@ endef
 venvs_of = $(foreach s,$(filter-out main,$(foreach p,$(1),$(firstword $(subst :, ,$(p))))),\
 	.venv-spark-$(s)/.installed)
 
-.PHONY: demo demo-workers demo-delta test test-cluster test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench clean help
+.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
@@ -103,10 +103,11 @@ help:
 	@echo "make test-spark-lines - the Spark subset on PySpark $(SPARK_LINES) (a venv each)"
 	@echo "make test-kafka-versions - the Kafka subset on Kafka $(KAFKA_TIER_LINES), an upgrade to $(KAFKA_NEWEST)"
 	@echo "make test-connect - the Connect tier: the source and the workers from a Spark Connect client"
-	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5 min; CHAOS_SEED=)"
-	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~15 min)"
+	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5.5 min; CHAOS_SEED=)"
+	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~11 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
-	@echo "make bench  - benchmark (~35 min; QUICK=1: ~6 min) -> docs/benchmarks/"
+	@echo "make docs   - build the docs site into site/ (strict); make docs-serve: serve it"
+	@echo "make bench  - benchmark (~30 min; QUICK=1: ~6 min) -> docs/benchmarks/"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -122,16 +123,27 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	touch $(BENCH_STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests demo $(wildcard bench)
+	$(VENV)/bin/ruff check src tests demo $(wildcard bench) mkdocs_hooks.py
 
-# mypy --strict on src and tests (the files in pyproject.toml's [tool.mypy]).
+# The docs site from docs/ (mkdocs.yml): strict, so a broken link or API reference fails the
+# build (make test runs it with the lint); docs-serve serves it on http://127.0.0.1:8000.
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor (its end of life is
+# announced for 2027-05-05), printed on every build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# mypy --strict on src, tests and the docs site's hooks (the files in pyproject.toml's
+# [tool.mypy]).
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 unit: $(STAMP)
 	$(PY) -m pytest -m "not broker and not spark" $(PYTEST_ARGS)
 
-test: $(STAMP) lint typecheck jars
+test: $(STAMP) lint typecheck docs jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The cluster tier: a Spark standalone master and two workers (tests/cluster, marker

@@ -60,7 +60,8 @@ class Sizes:
     latency_warmup_s: float  # rows produced in the first seconds are not counted
 
 
-# Full: about 35 min on 2 cores; quick: about 6 min (docs/benchmarks/README.md).
+# Full: about 30 min on 2 cores with make bench's other two scripts (2026-11-26; this script 25.7
+# of them); quick: about 6 min (docs/benchmarks/README.md).
 FULL = Sizes(mode="full", records=2_000_000, partitions=4, scale_records=300_000,
              cost_records=10_000, cost_ms=1.0, workers_ms=2.0, rounds=3,
              latency_rate=3_000, latency_low_rate=1_000, latency_seconds=25.0,
