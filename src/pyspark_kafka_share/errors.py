@@ -335,26 +335,31 @@ _UNKNOWN_TOPIC = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKN
                             _LOCAL_UNKNOWN_TOPIC, _LOCAL_UNKNOWN_PARTITION})
 
 
+def kafka_error(exc: BaseException) -> Any | None:
+    """The confluent-kafka ``KafkaError`` an exception carries (``KafkaException``, a future's
+    failure), or None."""
+    err = exc.args[0] if exc.args else None
+    return err if callable(getattr(err, "code", None)) and \
+        callable(getattr(err, "str", None)) else None
+
+
 def error_code(error: object) -> int | None:
     """The error code of ``error``: an int, a confluent-kafka ``KafkaError``, an exception
     carrying one (``KafkaException``, a future's failure), a :class:`KafkaApiError`, or a
     :class:`BrokerError` raised from one of those (its ``__cause__``); None when it has none."""
-    if isinstance(error, bool) or error is None:
-        return None
-    if isinstance(error, int):
-        return int(error)
     if isinstance(error, KafkaApiError):
         return error.code
+    if isinstance(error, int) and not isinstance(error, bool):
+        return int(error)
     code = getattr(error, "code", None)
     if callable(code):
         return int(code())
-    if isinstance(error, BaseException):
-        inner = error.args[0] if error.args else None
-        if inner is not None and not isinstance(inner, (str, int)):
-            return error_code(inner)
-        if isinstance(error, BrokerError):
-            return error_code(error.__cause__)
-    return None
+    if not isinstance(error, BaseException):
+        return None
+    inner = error.args[0] if error.args else None
+    if inner is not None and not isinstance(inner, (str, int)):
+        return error_code(inner)
+    return error_code(error.__cause__) if isinstance(error, BrokerError) else None
 
 
 def denied_resource(error: object) -> str | None:
@@ -398,6 +403,11 @@ def is_retriable(error: object) -> bool:
         return bool(retriable())
     code = error_code(error)
     return code is not None and _facts(code).retriable
+
+
+class ForgedControlMessage(KafkaShareError):
+    """A message on the workers' control topic under this job's key whose signature is not
+    the job's secret's (refused and counted; never raised to the user)."""
 
 
 class JournalError(KafkaShareError):
