@@ -318,6 +318,8 @@ def error_for(code: int, context: str, broker_message: str | None = None,
 
 # -- classifying a client's errors: the one place ---------------------------------------------
 # librdkafka's own (negative) codes this package tells apart; Kafka's are ErrorCode members.
+_LOCAL_FENCED = -144
+_LOCAL_ALL_BROKERS_DOWN = -187
 _LOCAL_PARTITION_EOF = -191
 _LOCAL_UNKNOWN_PARTITION = -190
 _LOCAL_UNKNOWN_TOPIC = -188
@@ -392,6 +394,18 @@ def is_out_of_range(error: object) -> bool:
 def is_partition_eof(error: object) -> bool:
     """A consumer reached the end of a partition (``enable.partition.eof``): not a failure."""
     return error_code(error) == _LOCAL_PARTITION_EOF
+
+
+def is_all_brokers_down(error: object) -> bool:
+    """librdkafka lost every broker (an outage; it keeps reconnecting)."""
+    return error_code(error) == _LOCAL_ALL_BROKERS_DOWN
+
+
+def is_fenced(error: object) -> bool:
+    """A transactional producer was fenced (a newer one of its ``transactional.id``, or its
+    epoch is stale): librdkafka's ``_FENCED``, Kafka's PRODUCER_FENCED (90) and
+    INVALID_PRODUCER_EPOCH (47)."""
+    return error_code(error) in (_LOCAL_FENCED, 90, 47)
 
 
 def is_retriable(error: object) -> bool:

@@ -114,7 +114,8 @@ class FakeBroker:
         return w.getvalue()
 
 
-VERSIONS = {sasl.SASL_HANDSHAKE: (0, 1), sasl.SASL_AUTHENTICATE: (0, 2)}
+VERSIONS: dict[int, tuple[int, int]] = {sasl.SASL_HANDSHAKE: (0, 1),
+                                        sasl.SASL_AUTHENTICATE: (0, 2)}
 
 
 def test_authenticate_plain_frames_and_lifetime() -> None:

@@ -184,7 +184,7 @@ def test_the_recorded_lines_are_the_harness_lines() -> None:
                                                       ((0, 1), None)])
 def test_sasl_versions_without_a_common_one_fail_before_sending(
         handshake: tuple[int, int], authenticate: tuple[int, int] | None) -> None:
-    versions = {sasl.SASL_HANDSHAKE: handshake}
+    versions: dict[int, tuple[int, int]] = {sasl.SASL_HANDSHAKE: handshake}
     if authenticate is not None:
         versions[sasl.SASL_AUTHENTICATE] = authenticate
     config = ConnectionConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",

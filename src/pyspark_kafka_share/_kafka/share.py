@@ -41,6 +41,7 @@ from pyspark_kafka_share.errors import (
     denied_resource,
     error_code,
     from_client_error,
+    is_all_brokers_down,
     is_denied,
     kafka_error,
 )
@@ -105,7 +106,7 @@ _CONSUMER_DENIALS = ("group", "topic")  # what a share consumer is refused (READ
 
 def _denial(error: Any, settings: ClientSettings, topics: Sequence[str]) -> BrokerError:
     """A share consumer's authorization failure, naming the ACL (READ) that fixes it."""
-    resource = denied_resource(error)
+    resource = "group" if denied_resource(error) == "group" else "topic"
     name = settings.group_id if resource == "group" else (topics[0] if topics else "?")
     return authorization_error(
         settings, resource, name, ("READ",),
@@ -155,7 +156,7 @@ class BrokerWatch:
 
     def observe(self, errors: Sequence[Any], got_records: bool) -> None:
         """Judge the errors ``take_errors`` returned after a poll."""
-        outage = [e for e in errors if not e.fatal() and e.name() == "_ALL_BROKERS_DOWN"]
+        outage = [e for e in errors if not e.fatal() and is_all_brokers_down(e)]
         raise_client_errors([e for e in errors if all(e is not o for o in outage)],
                             self.settings, self.topics)
         now = time.monotonic()
@@ -163,7 +164,7 @@ class BrokerWatch:
             self.down_since = None
         elif outage and self.down_since is None:
             self.down_since, self.last_check = now, now
-            others = [e for e in errors if e.name() != "_ALL_BROKERS_DOWN"]
+            others = [e for e in errors if not is_all_brokers_down(e)]
             self.cause = f"{outage[0].name()}: {outage[0].str()}" + (
                 f"; before that the client reported {others[-1].name()}: {others[-1].str()}"
                 if others else "")
