@@ -149,11 +149,15 @@ class ErrorCode(IntEnum):
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     OFFSET_NOT_AVAILABLE = 78
@@ -268,12 +272,16 @@ _FACTS: dict[ErrorCode, _Facts] = {
     ErrorCode.GROUP_AUTHORIZATION_FAILED: _AUTHORIZATION,
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: _AUTHORIZATION,
     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _AUTHORIZATION,
+    ErrorCode.UNSUPPORTED_SASL_MECHANISM: _Facts(),
+    ErrorCode.ILLEGAL_SASL_STATE: _Facts(),
+    ErrorCode.TOPIC_ALREADY_EXISTS: _Facts(),
     ErrorCode.UNSUPPORTED_VERSION: _Facts(
         False, UnsupportedVersionError,
         "Share-group administration needs Apache Kafka 4.1 or newer (4.2+ for GA)"),
     ErrorCode.INVALID_CONFIG: _Facts(),
     ErrorCode.INVALID_REQUEST: _Facts(),
     ErrorCode.KAFKA_STORAGE_ERROR: _Facts(True),
+    ErrorCode.SASL_AUTHENTICATION_FAILED: _Facts(),
     ErrorCode.NON_EMPTY_GROUP: _Facts(
         False, GroupNotEmptyError,
         "A share group's offsets can only be reset or deleted, and the group itself deleted, "
@@ -306,6 +314,114 @@ def error_for(code: int, context: str, broker_message: str | None = None,
     if code == 0:
         raise ValueError("error code 0 means success; there is no error to raise")
     return _facts(code).exception(code, context, broker_message, hint)
+
+
+# -- classifying a client's errors: the one place ---------------------------------------------
+# librdkafka's own (negative) codes this package tells apart; Kafka's are ErrorCode members.
+_LOCAL_FENCED = -144
+_LOCAL_ALL_BROKERS_DOWN = -187
+_LOCAL_PARTITION_EOF = -191
+_LOCAL_UNKNOWN_PARTITION = -190
+_LOCAL_UNKNOWN_TOPIC = -188
+_LOCAL_AUTO_OFFSET_RESET = -140
+_OFFSET_OUT_OF_RANGE = 1
+
+DENIED: dict[int, str] = {
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "topic",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "group",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional-id",
+}
+"""The authorization failures, and the kind of resource each names."""
+_UNKNOWN_TOPIC = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
+                            _LOCAL_UNKNOWN_TOPIC, _LOCAL_UNKNOWN_PARTITION})
+
+
+def kafka_error(exc: BaseException) -> Any | None:
+    """The confluent-kafka ``KafkaError`` an exception carries (``KafkaException``, a future's
+    failure), or None."""
+    err = exc.args[0] if exc.args else None
+    return err if callable(getattr(err, "code", None)) and \
+        callable(getattr(err, "str", None)) else None
+
+
+def error_code(error: object) -> int | None:
+    """The error code of ``error``: an int, a confluent-kafka ``KafkaError``, an exception
+    carrying one (``KafkaException``, a future's failure), a :class:`KafkaApiError`, or a
+    :class:`BrokerError` raised from one of those (its ``__cause__``); None when it has none."""
+    if isinstance(error, KafkaApiError):
+        return error.code
+    if isinstance(error, int) and not isinstance(error, bool):
+        return int(error)
+    code = getattr(error, "code", None)
+    if callable(code):
+        return int(code())
+    if not isinstance(error, BaseException):
+        return None
+    inner = error.args[0] if error.args else None
+    if inner is not None and not isinstance(inner, (str, int)):
+        return error_code(inner)
+    return error_code(error.__cause__) if isinstance(error, BrokerError) else None
+
+
+def denied_resource(error: object) -> str | None:
+    """``topic``, ``group``, ``cluster`` or ``transactional-id`` when ``error`` is an
+    authorization failure (an ACL is missing), else None."""
+    code = error_code(error)
+    return None if code is None else DENIED.get(code)
+
+
+def is_denied(error: object) -> bool:
+    """``error`` is an authorization failure (any ``*_AUTHORIZATION_FAILED``)."""
+    return denied_resource(error) is not None
+
+
+def is_unknown_topic(error: object) -> bool:
+    """The topic or partition does not exist (Kafka's codes or librdkafka's local ones)."""
+    return error_code(error) in _UNKNOWN_TOPIC
+
+
+def is_already_exists(error: object) -> bool:
+    """A topic to be created exists already."""
+    return error_code(error) == ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+def is_out_of_range(error: object) -> bool:
+    """A fetch offset outside the log (the broker's answer, or librdkafka's refusal to reset)."""
+    return error_code(error) in (_OFFSET_OUT_OF_RANGE, _LOCAL_AUTO_OFFSET_RESET)
+
+
+def is_partition_eof(error: object) -> bool:
+    """A consumer reached the end of a partition (``enable.partition.eof``): not a failure."""
+    return error_code(error) == _LOCAL_PARTITION_EOF
+
+
+def is_all_brokers_down(error: object) -> bool:
+    """librdkafka lost every broker (an outage; it keeps reconnecting)."""
+    return error_code(error) == _LOCAL_ALL_BROKERS_DOWN
+
+
+def is_fenced(error: object) -> bool:
+    """A transactional producer was fenced (a newer one of its ``transactional.id``, or its
+    epoch is stale): librdkafka's ``_FENCED``, Kafka's PRODUCER_FENCED (90) and
+    INVALID_PRODUCER_EPOCH (47)."""
+    return error_code(error) in (_LOCAL_FENCED, 90, 47)
+
+
+def is_retriable(error: object) -> bool:
+    """Retrying may succeed: the client's own judgement when it has one (``KafkaError``),
+    else Kafka's (:data:`_FACTS`)."""
+    inner = error.args[0] if isinstance(error, BaseException) and error.args else error
+    retriable = getattr(inner, "retriable", None)
+    if callable(retriable):
+        return bool(retriable())
+    code = error_code(error)
+    return code is not None and _facts(code).retriable
+
+
+class ForgedControlMessage(KafkaShareError):
+    """A message on the workers' control topic under this job's key whose signature is not
+    the job's secret's (refused and counted; never raised to the user)."""
 
 
 class JournalError(KafkaShareError):

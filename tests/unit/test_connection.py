@@ -22,7 +22,7 @@ from pyspark_kafka_share._kafka.connection import (
     unsecured_jwt,
 )
 from pyspark_kafka_share._kafka.protocol import sasl
-from pyspark_kafka_share._kafka.protocol.codec import Reader, Writer
+from pyspark_kafka_share._kafka.protocol.codec import Framer, Reader, Writer
 from pyspark_kafka_share._kafka.protocol.transport import check_not_tls_alert, tls_error
 from pyspark_kafka_share.errors import (
     AuthenticationError,
@@ -114,14 +114,14 @@ class FakeBroker:
         return w.getvalue()
 
 
-VERSIONS = {sasl.SASL_HANDSHAKE: (0, 1), sasl.SASL_AUTHENTICATE: (0, 2)}
+VERSIONS: dict[int, tuple[int, int]] = {sasl.SASL_HANDSHAKE: (0, 1),
+                                        sasl.SASL_AUTHENTICATE: (0, 2)}
 
 
 def test_authenticate_plain_frames_and_lifetime() -> None:
     broker = FakeBroker(lifetime_ms=5_000)
     config = ConnectionConfig("SASL_SSL", "PLAIN", "alice", SECRET)
-    got = sasl.authenticate(broker, config, VERSIONS, client_id="c", address="b:1",
-                            deadline=1e12)
+    got = sasl.authenticate(broker, config, VERSIONS, framer=Framer("c", "b:1"), deadline=1e12)
     assert got == 5_000
     assert broker.seen == [(36, 2, b"\0alice\0" + SECRET.encode())]
 
@@ -129,8 +129,8 @@ def test_authenticate_plain_frames_and_lifetime() -> None:
 def test_authentication_failure_names_the_cause_not_the_secret() -> None:
     config = ConnectionConfig("SASL_SSL", "PLAIN", "alice", SECRET)
     with pytest.raises(AuthenticationError) as info:
-        sasl.authenticate(FakeBroker(auth_code=58), config, VERSIONS, client_id="c",
-                          address="b:1", deadline=1e12)
+        sasl.authenticate(FakeBroker(auth_code=58), config, VERSIONS, framer=Framer("c", "b:1"),
+                          deadline=1e12)
     text = str(info.value)
     assert "SASL_AUTHENTICATION_FAILED" in text and "'alice'" in text
     assert "sasl.password" in text and SECRET not in text

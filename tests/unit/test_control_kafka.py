@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from pyspark_kafka_share._kafka.settings import ClientSettings
-from pyspark_kafka_share.workers import control as _control
+from pyspark_kafka_share._kafka.topics import topic_prefix
 from pyspark_kafka_share.workers import control_kafka as _ck
+from pyspark_kafka_share.workers import control_state
 from pyspark_kafka_share.workers.control_kafka import (
-    CONTROL_TOPIC_PREFIX,
     KafkaControlClient,
     KafkaControlServer,
     KafkaEndpoint,
@@ -150,7 +150,7 @@ def test_progress_and_the_stop_travel_both_ways(partitions: int) -> None:
 def test_one_attempt_per_worker_holds_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
     """A speculative copy waits while the holder reports, takes over when the holder goes
     silent for LEASE_EXPIRY_S, and a copy of a finished worker ends without running."""
-    monkeypatch.setattr(_control, "LEASE_EXPIRY_S", 0.5)
+    monkeypatch.setattr(control_state, "LEASE_EXPIRY_S", 0.5)
     topic = Topic()
     server = _server(topic)
     holder, copy, late = _client(topic), _client(topic), _client(topic)
@@ -222,7 +222,7 @@ def test_a_worker_that_never_hears_the_driver_runs_on_its_own(
 def test_a_driver_that_goes_silent_or_closes_stops_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_control, "_LOST_AFTER_S", 0.3)
+    monkeypatch.setattr(control_state, "LOST_AFTER_S", 0.3)
     topic = Topic()
     server = _server(topic)
     client = _client(topic)
@@ -264,7 +264,7 @@ def test_a_worker_without_a_reachable_control_topic_runs_on_its_own(
 def test_control_topic_names() -> None:
     assert control_topic_name("scorers") == "kafka-share-control.scorers"
     odd = control_topic_name("team a/scorers")
-    assert odd.startswith(CONTROL_TOPIC_PREFIX + "team_a_scorers-") and odd != \
+    assert odd.startswith(topic_prefix("control") + "team_a_scorers-") and odd != \
         control_topic_name("team_a/scorers")
     assert len(control_topic_name("g" * 300)) <= 249
 
@@ -282,3 +282,62 @@ def test_a_connect_server_without_the_package_is_a_setup_error() -> None:
     assert "pip install pyspark-kafka-share" in str(explained)
     other = ValueError("something else")
     assert _explained(other) is other
+
+
+class _RefusingProducer:
+    """A producer whose local queue is full (``BufferError``) or that the broker refuses
+    (a failed delivery), as the test sets ``mode``."""
+
+    def __init__(self) -> None:
+        self.mode = "full"
+        self.sent = 0
+
+    def produce(self, _name: str, value: bytes | None = None, key: bytes | None = None,
+                partition: int = 0, on_delivery: Callable[[Any, Any], None] | None = None) \
+            -> None:
+        if self.mode == "full":
+            raise BufferError("Local: Queue full")
+        self.sent += 1
+        if on_delivery is not None:
+            on_delivery("Broker: Not enough in-sync replicas", None)
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, _timeout: float = 0) -> int:
+        return 0
+
+
+def test_control_messages_that_fail_are_counted_and_logged_once_a_minute(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The driver's sends (the heartbeat, the stop, lease answers) and a worker's reports:
+    a full queue raised at produce() and a refused delivery are both counted; the first is
+    logged at once, later ones at most once a minute with the count meanwhile."""
+    topic = Topic()
+    e = _endpoint(topic)
+    producer = _RefusingProducer()
+    with caplog.at_level("WARNING", logger="pyspark_kafka_share.workers"):
+        server = KafkaControlServer(e, producer=producer, consumer=topic.consumer(e.to_driver))
+        try:
+            _until(lambda: server.failures.count >= 3)  # heartbeats every HEARTBEAT_S
+            producer.mode = "refused"
+            server.request_stop("done")
+            _until(lambda: producer.sent >= 1 and server.failures.count >= 4)
+        finally:
+            server.close()
+        lines = [r.getMessage() for r in caplog.records if "control message" in r.getMessage()]
+        assert len(lines) == 1, lines  # rate-limited: one line within the minute
+        assert "from the driver" in lines[0] and "BufferError: Local: Queue full" in lines[0]
+        server.failures._logged_at = -1e9  # a minute later: the next failure is logged
+        server.failures.record("Broker: Not enough in-sync replicas")
+        lines = [r.getMessage() for r in caplog.records if "control message" in r.getMessage()]
+        assert len(lines) == 2 and "in-sync replicas" in lines[1], lines
+        count = server.failures.count
+        assert f"({count} in all" in lines[1]
+
+    client = KafkaControlClient(e, 0.05, producer=producer, consumer=topic.consumer(0))
+    try:
+        assert client.report({"worker": 0}) is False
+        assert client.failures.count == 1  # the worker's report, refused on delivery
+    finally:
+        client.close()

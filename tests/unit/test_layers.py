@@ -60,3 +60,17 @@ def test_the_check_sees_imports_inside_functions_and_imported_names() -> None:
     found = [module for _, module in _imports(PACKAGE / "_kafka" / "group.py")]
     assert "confluent_kafka.admin" in found  # imported inside functions only
     assert f"{NAME}._kafka.partition.TopicPartition" in found
+
+
+def test_the_control_transports_import_one_way() -> None:
+    """``workers.control`` (TCP, and the choice of transport) may open ``control_kafka``;
+    neither ``control_kafka`` nor the shared driver state (``control_state``) imports it
+    back, and the shared state imports neither transport."""
+    control = f"{NAME}.workers.control"
+
+    def imported(name: str) -> set[str]:
+        return {m for _, m in _imports(PACKAGE / "workers" / f"{name}.py")}
+
+    assert not {m for m in imported("control_kafka") if m == control or
+                m.startswith(f"{control}.")}
+    assert not {m for m in imported("control_state") if m.startswith(control)}

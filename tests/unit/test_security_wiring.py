@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
 from pyspark_kafka_share._kafka.access import authorization_error, principal_of, probe_broker
 from pyspark_kafka_share._kafka.connection import ConnectionConfig
@@ -107,26 +108,14 @@ def test_principal_and_grant_in_an_authorization_error() -> None:
         authorization_error(mtls, "topic", "t", ("READ",), "x"))
 
 
-class _Err:
-    def __init__(self, name: str, text: str) -> None:
-        self._name, self._text = name, text
-
-    def name(self) -> str:
-        return self._name
-
-    def str(self) -> str:
-        return self._text
-
-    def fatal(self) -> bool:
-        return False
-
-
 def test_a_consumer_denial_names_the_group_and_the_grant() -> None:
     settings = ClientSettings("h:9093", "orders", SCRAM)
-    errors: list[Any] = [_Err("GROUP_AUTHORIZATION_FAILED", "Broker: Group authorization failed")]
+    errors: list[Any] = [KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED,
+                                    "Broker: Group authorization failed")]
     with pytest.raises(AuthorizationError, match=r"group 'orders'.*kafka-acls.*--group 'orders'"):
         raise_client_errors(errors, settings, ["t"])
-    errors = [_Err("TOPIC_AUTHORIZATION_FAILED", "Broker: Topic authorization failed")]
+    errors = [KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                         "Broker: Topic authorization failed")]
     with pytest.raises(AuthorizationError, match=r"--operation READ --topic 't'"):
         raise_client_errors(errors, settings, ["t"])
 

@@ -19,6 +19,7 @@ from pyspark_kafka_share._kafka.protocol.client import BrokerConnection
 from pyspark_kafka_share._kafka.protocol.codec import (
     API_SPECS,
     ApiKey,
+    Framer,
     Reader,
     common_version,
     decode_response_header,
@@ -42,7 +43,8 @@ OFFERED = {
               ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
               ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
               ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
-              ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1)},
+              ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SASL_HANDSHAKE: (0, 1),
+              ApiKey.SASL_AUTHENTICATE: (0, 2)},
 }
 OFFERED["4.3.1"] = OFFERED["4.2.2"]
 OFFERED["4.4.0"] = {**OFFERED["4.2.2"], ApiKey.API_VERSIONS: (0, 5),
@@ -52,7 +54,8 @@ OFFERED["4.4.0"] = {**OFFERED["4.2.2"], ApiKey.API_VERSIONS: (0, 5),
 CHOSEN = {ApiKey.API_VERSIONS: 4, ApiKey.METADATA: 13, ApiKey.FIND_COORDINATOR: 6,
           ApiKey.LIST_GROUPS: 5, ApiKey.DELETE_GROUPS: 2, ApiKey.SHARE_GROUP_DESCRIBE: 1,
           ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 1, ApiKey.ALTER_SHARE_GROUP_OFFSETS: 0,
-          ApiKey.DELETE_SHARE_GROUP_OFFSETS: 0, ApiKey.SHARE_GROUP_HEARTBEAT: 1}
+          ApiKey.DELETE_SHARE_GROUP_OFFSETS: 0, ApiKey.SHARE_GROUP_HEARTBEAT: 1,
+          ApiKey.SASL_HANDSHAKE: 1, ApiKey.SASL_AUTHENTICATE: 2}
 
 # The share-group APIs the source and the workers (confluent-kafka / librdkafka) need.
 SHARE_CONSUMER = {76: (1, 1), 78: (1, 2), 79: (1, 2)}  # heartbeat, fetch, acknowledge
@@ -181,7 +184,7 @@ def test_the_recorded_lines_are_the_harness_lines() -> None:
                                                       ((0, 1), None)])
 def test_sasl_versions_without_a_common_one_fail_before_sending(
         handshake: tuple[int, int], authenticate: tuple[int, int] | None) -> None:
-    versions = {sasl.SASL_HANDSHAKE: handshake}
+    versions: dict[int, tuple[int, int]] = {sasl.SASL_HANDSHAKE: handshake}
     if authenticate is not None:
         versions[sasl.SASL_AUTHENTICATE] = authenticate
     config = ConnectionConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
@@ -191,7 +194,7 @@ def test_sasl_versions_without_a_common_one_fail_before_sending(
         raise AssertionError(f"{name} sent")
 
     with pytest.raises(AuthenticationError, match="SaslHandshake v1 and SaslAuthenticate v0-2"):
-        sasl.authenticate(roundtrip, config, versions, client_id="c", address="broker:9092",
+        sasl.authenticate(roundtrip, config, versions, framer=Framer("c", "broker:9092"),
                           deadline=1e12)
 
 

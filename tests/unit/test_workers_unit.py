@@ -8,7 +8,7 @@ import time
 import pytest
 
 from pyspark_kafka_share.errors import OptionError
-from pyspark_kafka_share.workers import control as _control
+from pyspark_kafka_share.workers import control_state
 from pyspark_kafka_share.workers.control import ControlClient, ControlServer, Endpoint
 from pyspark_kafka_share.workers.loop import _normalise
 from pyspark_kafka_share.workers.outcome import Outcome, Result
@@ -115,7 +115,7 @@ def test_a_pinned_control_port_is_used_and_retried_upwards() -> None:
 def test_one_attempt_per_worker_holds_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
     """A speculative copy waits while the holder reports; ends if the holder finished; takes
     over when the holder goes silent (its executor died)."""
-    monkeypatch.setattr(_control, "LEASE_EXPIRY_S", 0.5)
+    monkeypatch.setattr(control_state, "LEASE_EXPIRY_S", 0.5)
     server = ControlServer("127.0.0.1")
     try:
         assert server.lease(0, 0) == (True, False)
@@ -149,7 +149,7 @@ def test_unreachable_driver_means_local_stop_conditions_only() -> None:
 
 
 def test_losing_the_driver_stops_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_control, "_LOST_AFTER_S", 0.2)
+    monkeypatch.setattr(control_state, "LOST_AFTER_S", 0.2)
     server = ControlServer("127.0.0.1")
     client = ControlClient(server.endpoint, interval_s=0.05)
     client.start(lambda: {"worker": 0, "attempt": 0})

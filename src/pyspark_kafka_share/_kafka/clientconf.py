@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.errors import OptionError, kafka_error
 
 __all__ = ["LIBRDKAFKA_PROPERTIES", "REDACTED", "client_config_error", "is_secret", "shown"]
 
@@ -100,8 +100,8 @@ def shown(key: str, value: object) -> object:
 
 
 def _client_text(exc: BaseException) -> str:
-    err: Any = exc.args[0] if exc.args else None
-    text = err.str() if callable(getattr(err, "str", None)) else str(exc)
+    err: Any = kafka_error(exc)
+    text = err.str() if err is not None else str(exc)
     return str(text).strip().removeprefix("Failed to create share consumer: ")
 
 

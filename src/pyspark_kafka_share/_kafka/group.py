@@ -34,6 +34,7 @@ from pyspark_kafka_share.errors import (
     LagUnavailableError,
     UnknownTopicError,
     from_client_error,
+    is_denied,
 )
 
 __all__ = [
@@ -203,13 +204,13 @@ def _check_topics(settings: ClientSettings, admin: Any, md: Any, topics: Sequenc
     """Every subscribed topic exists and may be described; a topic the principal may not
     see (absent from the full listing) is asked for by name: the broker then answers
     TOPIC_AUTHORIZATION_FAILED, never "does not exist"."""
-    denied = [t for t in topics if t in md.topics and _denied(md.topics[t].error)]
+    denied = [t for t in topics if t in md.topics and is_denied(md.topics[t].error)]
     for t in _missing(md, topics):
         try:
             one = admin.list_topics(topic=t, timeout=settings.timeout_s)
         except Exception:  # noqa: BLE001 - the listing above decides
             continue
-        if t in one.topics and _denied(one.topics[t].error):
+        if t in one.topics and is_denied(one.topics[t].error):
             denied.append(t)
     if denied:
         raise authorization_error(
@@ -223,17 +224,6 @@ def _check_topics(settings: ClientSettings, admin: Any, md: Any, topics: Sequenc
             f"option {topics_name!r} = {','.join(topics)!r}: topic(s) {missing} do not "
             f"exist on {settings.bootstrap_servers}. Create them first (share consumers do "
             "not create topics)", from_broker=False)
-
-
-def _denied(error: Any) -> bool:
-    """A client error (``KafkaError``, or None) that is an authorization failure."""
-    return error is not None and "AUTHORIZATION_FAILED" in str(error.name())
-
-
-def _denied_exc(exc: BaseException) -> bool:
-    """A client exception (``KafkaException`` of a ``KafkaError``) that is a denial."""
-    err: Any = exc.args[0] if exc.args else None
-    return callable(getattr(err, "name", None)) and _denied(err)
 
 
 def _check_group_access(settings: ClientSettings) -> None:
@@ -266,7 +256,7 @@ def _group_configs(settings: ClientSettings, admin: Any) -> dict[str, Any]:
     try:
         return read_group_configs(admin, settings.group_id, settings.timeout_s)
     except Exception as exc:
-        if _denied_exc(exc):
+        if is_denied(exc):
             raise authorization_error(
                 settings, "group", settings.group_id, ("DESCRIBE_CONFIGS",),
                 f"reading the configs of share group {settings.group_id!r} (lock duration, "
@@ -284,7 +274,7 @@ def set_group_configs(settings: ClientSettings, configs: Mapping[str, str], *,
         write_group_configs(admin_client(settings), settings.group_id, configs,
                             settings.timeout_s, validate_only=validate_only)
     except Exception as exc:
-        if _denied_exc(exc):
+        if is_denied(exc):
             raise authorization_error(
                 settings, "group", settings.group_id, ("ALTER_CONFIGS",),
                 f"option {option!r}: setting share.auto.offset.reset of share group "

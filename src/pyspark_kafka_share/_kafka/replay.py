@@ -30,13 +30,18 @@ from pyspark_kafka_share._kafka.access import authorization_error
 from pyspark_kafka_share._kafka.clientconf import client_config_error
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import ClientSettings
-from pyspark_kafka_share.errors import BrokerError, ErrorCode
+from pyspark_kafka_share.errors import (
+    BrokerError,
+    ErrorCode,
+    denied_resource,
+    is_out_of_range,
+    is_partition_eof,
+    is_unknown_topic,
+)
 
 __all__ = ["PartitionRead", "read_offsets"]
 
 _BATCH = 10_000  # messages per consume() call
-_OUT_OF_RANGE = frozenset({"_AUTO_OFFSET_RESET", "OFFSET_OUT_OF_RANGE"})
-_DENIED = "TOPIC_AUTHORIZATION_FAILED"
 
 
 @dataclass
@@ -153,9 +158,9 @@ def _bounds(consumer: Any, p: _Partition, settings: ClientSettings, timeout_s: f
         low, high = consumer.get_watermark_offsets(
             CTopicPartition(p.tp.topic, p.tp.partition), timeout=timeout_s, cached=False)
     except Exception as exc:
-        if _DENIED in str(exc) or _topic_error(consumer, p.tp.topic, timeout_s) == _DENIED:
+        if _topic_denied(exc) or _topic_denied(_topic_error(consumer, p.tp.topic, timeout_s)):
             raise _denial(settings, p.tp.topic) from None
-        if "UNKNOWN_PARTITION" not in str(exc) and "UNKNOWN_TOPIC" not in str(exc):
+        if not is_unknown_topic(exc):
             raise BrokerError(f"replaying journaled offsets from Kafka: cannot read the offsets "
                               f"of {p.tp.key()}: {exc}") from exc
         p.read.gone = True  # the topic (or partition) was deleted: every wanted offset is gone
@@ -167,35 +172,38 @@ def _bounds(consumer: Any, p: _Partition, settings: ClientSettings, timeout_s: f
     return int(inside[0])
 
 
-def _topic_error(consumer: Any, topic: str, timeout_s: float) -> str | None:
+def _topic_denied(error: object) -> bool:
+    return denied_resource(error) == "topic"
+
+
+def _topic_error(consumer: Any, topic: str, timeout_s: float) -> Any:
     """The metadata's error for ``topic`` (a principal without DESCRIBE on it does not see it
     in a watermark request's metadata: its name, not "unknown partition", is the cause)."""
     try:
         md = consumer.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
     except Exception:  # noqa: BLE001 - no answer: the caller's error stands
         return None
-    return None if md is None or md.error is None else str(md.error.name())
+    return None if md is None else md.error
 
 
 def _on_error(consumer: Any, err: Any, p: _Partition | None, settings: ClientSettings,
               timeout_s: float) -> None:
     """End of a partition, its start moved past the read (retention ran meanwhile), or a
     denial; other errors are transient (librdkafka retries)."""
-    from confluent_kafka import KafkaError
     from confluent_kafka import TopicPartition as CTopicPartition
 
-    if err.code() == KafkaError._PARTITION_EOF:
+    if is_partition_eof(err):
         if p is not None and not p.done:
             p.finish()
         return
-    if err.name() in _OUT_OF_RANGE and p is not None and not p.done:
+    if is_out_of_range(err) and p is not None and not p.done:
         start = _bounds(consumer, p, settings, timeout_s)
         if start is None:
             p.finish()
         else:
             consumer.seek(CTopicPartition(p.tp.topic, p.tp.partition, start))
         return
-    if err.name() == _DENIED:
+    if _topic_denied(err):
         raise _denial(settings, p.tp.topic if p is not None else "?")
     if err.fatal():
         raise BrokerError(f"replaying journaled offsets from Kafka: {err.name()}: {err.str()}")
@@ -203,7 +211,7 @@ def _on_error(consumer: Any, err: Any, p: _Partition | None, settings: ClientSet
 
 def _raise_denied(errors: list[Any], settings: ClientSettings) -> None:
     for e in errors:
-        if e.name() == _DENIED:
+        if _topic_denied(e):
             raise _denial(settings, "?")
 
 

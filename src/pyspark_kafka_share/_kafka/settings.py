@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,22 +132,73 @@ class ClientSettings:
             conf["max.poll.records"] = str(min(max_poll_records, int(conf["max.poll.records"])))
         return conf
 
+    def _assigned(self, client_id: str, group_id: str) -> dict[str, Any]:
+        """What every plain ``Consumer`` of ``assign()``-ed partitions shares: this cluster's
+        connection and security settings and fetch sizes (oversized batches read as the
+        share consumer reads them), and the forced keys below."""
+        conf: dict[str, Any] = {k: v for k, v in self.extra
+                                if k.startswith(_CONNECTION_PREFIXES) or k in _FETCH_SIZES}
+        conf.update(self._security())
+        conf.update({
+            "bootstrap.servers": self.bootstrap_servers,
+            # librdkafka insists on one; the consumer never joins it nor commits to it.
+            "group.id": group_id,
+            # assign() and explicit positions: nothing is committed ...
+            "enable.auto.commit": False,
+            # ... nor stored for a commit.
+            "enable.auto.offset.store": False,
+        })
+        conf.setdefault("client.id", client_id)
+        return conf
+
     def replay_consumer(self, *, isolation_level: str) -> dict[str, Any]:
         """A plain ``Consumer`` that reads given offsets of ``assign()``-ed partitions (the
-        journal's replay, ``_kafka.replay``): this cluster's connection and security
-        settings and fetch sizes, the share group's ``isolation_level``; no commits, and an
-        offset out of range is reported, never reset. confluent-kafka insists on a
-        ``group.id``: the share group's, which the consumer never joins nor commits to (no
-        JoinGroup, OffsetCommit or OffsetFetch; librdkafka's FindCoordinator for it needs
-        DESCRIBE on the group, which the share group's READ grant includes)."""
-        shared = {k: v for k, v in self.extra
-                  if k.startswith(_CONNECTION_PREFIXES) or k in _FETCH_SIZES}
-        conf: dict[str, Any] = {**shared, **self._security()}
-        conf.update({"bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
-                     "isolation.level": isolation_level, "enable.auto.commit": False,
-                     "enable.auto.offset.store": False, "auto.offset.reset": "error",
-                     "enable.partition.eof": True})
-        conf.setdefault("client.id", "pyspark-kafka-share-replay")
+        journal's replay, ``_kafka.replay``): no commits, and an offset out of range is
+        reported, never reset. Its ``group.id`` is the share group's, which it never joins
+        nor commits to (no JoinGroup, OffsetCommit or OffsetFetch; librdkafka's
+        FindCoordinator for it needs DESCRIBE on the group, which the share group's READ
+        grant includes)."""
+        conf = self._assigned("pyspark-kafka-share-replay", self.group_id)
+        # The share group's isolation level: the replay yields what the share consumer did.
+        conf["isolation.level"] = isolation_level
+        # An offset outside the log is data loss to report, never a silent reset.
+        conf["auto.offset.reset"] = "error"
+        # The end of each partition ends its read.
+        conf["enable.partition.eof"] = True
+        return client_config(conf)
+
+    def control_consumer(self, who: str) -> dict[str, Any]:
+        """A plain ``Consumer`` of one partition of the workers' control topic
+        (``workers.control_kafka``), read from its end: ``who`` is ``driver`` or ``worker``.
+        Its ``group.id`` is the share group's (only ``assign()``-ed, never committed: looking
+        up the group's coordinator needs no ACL beyond the share group's READ)."""
+        conf = self._assigned(f"kafka-share-control-{who}", self.group_id)
+        # Control messages are latency-bound: a fetch answers within 100 ms.
+        conf["fetch.wait.max.ms"] = 100
+        # A request unanswered within the client's timeout fails, as the admin's.
+        conf["socket.timeout.ms"] = int(self.timeout_s * 1000)
+        return client_config(conf)
+
+    def marker_reader(self, *, isolation_level: str, fetch_wait_ms: int | None = None,
+                      error_cb: Callable[[Any], None] | None = None) -> dict[str, Any]:
+        """A plain ``Consumer`` of the workers' marker topic (exactly-once outputs), read from
+        its beginning with ``isolation_level`` (``read_committed``: the committed markers;
+        ``read_uncommitted``: the topic's high watermark). ``fetch_wait_ms``: how long the
+        broker may hold a fetch; ``error_cb``: librdkafka's errors."""
+        conf = self._assigned("pyspark-kafka-share-markers",
+                              # A group of its own: the markers' reader is no share-group member.
+                              f"kafka-share-markers-{uuid.uuid4().hex[:8]}")
+        # A request unanswered within the client's timeout fails, as the admin's.
+        conf.setdefault("socket.timeout.ms", str(int(self.timeout_s * 1000)))
+        conf["isolation.level"] = isolation_level
+        # The whole compacted topic is read: no committed position, start at its beginning.
+        conf["auto.offset.reset"] = "earliest"
+        # The end of the partition is where the read has caught up.
+        conf["enable.partition.eof"] = True
+        if fetch_wait_ms is not None:
+            conf["fetch.wait.max.ms"] = fetch_wait_ms
+        if error_cb is not None:
+            conf["error_cb"] = error_cb
         return client_config(conf)
 
     def admin(self) -> dict[str, Any]:

@@ -35,7 +35,16 @@ from pyspark_kafka_share._kafka.group import admin_client, waiting_partitions
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import SOURCE_NAMES, ClientSettings
-from pyspark_kafka_share.errors import BrokerError, ErrorCode, from_client_error
+from pyspark_kafka_share.errors import (
+    BrokerError,
+    ErrorCode,
+    denied_resource,
+    error_code,
+    from_client_error,
+    is_all_brokers_down,
+    is_denied,
+    kafka_error,
+)
 
 __all__ = [
     "ACQUIRE_MARGIN_S",
@@ -53,10 +62,10 @@ ACQUIRE_MARGIN_S = 0.5
 
 # librdkafka errors (reported through error_cb only) after which polls would just come back
 # empty: the caller fails instead of reading "no data". _TRANSPORT alone is retried inside.
+# Denials (errors.is_denied) fail them too.
 _FAILING_ERRORS = frozenset({
     "_ALL_BROKERS_DOWN", "_AUTHENTICATION", "_SSL", "_RESOLVE", "_FATAL",
-    "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "SASL_AUTHENTICATION_FAILED",
-    "CLUSTER_AUTHORIZATION_FAILED", "UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID",
+    "SASL_AUTHENTICATION_FAILED", "UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID",
 })
 
 SETTLE_COUNTERS = {"accept": "accepted", "release": "released", "reject": "rejected"}
@@ -81,8 +90,8 @@ def raise_client_errors(errors: Sequence[Any], settings: ClientSettings | None =
         size = _OVERSIZE.search(str(e.str()))
         if size:
             raise _too_large(int(size[1]), int(size[2]), settings, topics)
-    bad = [e for e in errors if e.fatal() or e.name() in _FAILING_ERRORS]
-    if bad and settings is not None and bad[0].name() in _DENIALS:
+    bad = [e for e in errors if e.fatal() or e.name() in _FAILING_ERRORS or is_denied(e)]
+    if bad and settings is not None and denied_resource(bad[0]) in _CONSUMER_DENIALS:
         raise _denial(bad[0], settings, topics)
     if bad:
         others = [e for e in errors if all(e is not b for b in bad)]
@@ -92,18 +101,18 @@ def raise_client_errors(errors: Sequence[Any], settings: ClientSettings | None =
                           f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}{cause}")
 
 
-_DENIALS = {"GROUP_AUTHORIZATION_FAILED": "group", "TOPIC_AUTHORIZATION_FAILED": "topic"}
+_CONSUMER_DENIALS = ("group", "topic")  # what a share consumer is refused (READ on either)
 
 
 def _denial(error: Any, settings: ClientSettings, topics: Sequence[str]) -> BrokerError:
     """A share consumer's authorization failure, naming the ACL (READ) that fixes it."""
-    resource = _DENIALS[error.name()]
+    resource = "group" if denied_resource(error) == "group" else "topic"
     name = settings.group_id if resource == "group" else (topics[0] if topics else "?")
     return authorization_error(
         settings, resource, name, ("READ",),
         f"the share consumer of group {settings.group_id!r} was refused "
         f"({error.name()}: {error.str()})",
-        code=ErrorCode[error.name()])
+        code=error_code(error) or ErrorCode.GROUP_AUTHORIZATION_FAILED)
 
 
 def _too_large(size: int, limit: int, settings: ClientSettings | None,
@@ -147,7 +156,7 @@ class BrokerWatch:
 
     def observe(self, errors: Sequence[Any], got_records: bool) -> None:
         """Judge the errors ``take_errors`` returned after a poll."""
-        outage = [e for e in errors if not e.fatal() and e.name() == "_ALL_BROKERS_DOWN"]
+        outage = [e for e in errors if not e.fatal() and is_all_brokers_down(e)]
         raise_client_errors([e for e in errors if all(e is not o for o in outage)],
                             self.settings, self.topics)
         now = time.monotonic()
@@ -155,7 +164,7 @@ class BrokerWatch:
             self.down_since = None
         elif outage and self.down_since is None:
             self.down_since, self.last_check = now, now
-            others = [e for e in errors if e.name() != "_ALL_BROKERS_DOWN"]
+            others = [e for e in errors if not is_all_brokers_down(e)]
             self.cause = f"{outage[0].name()}: {outage[0].str()}" + (
                 f"; before that the client reported {others[-1].name()}: {others[-1].str()}"
                 if others else "")
@@ -263,10 +272,9 @@ class ShareSession:
         try:
             msgs = list(self.consumer.poll(wait_s))
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if err is None or getattr(err, "name", lambda: "")() not in _DENIALS:
+            if denied_resource(exc) not in _CONSUMER_DENIALS:
                 raise from_client_error(exc, "share consumer poll failed") from exc
-            self.errors.append(err)  # the caller's BrokerWatch names the ACL
+            self.errors.append(kafka_error(exc))  # the caller's BrokerWatch names the ACL
             msgs = []
         self.last_poll_start, self.last_poll = start, time.monotonic()
         self.fetch_pending = not msgs

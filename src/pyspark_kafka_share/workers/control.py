@@ -11,9 +11,9 @@ the driver's :class:`~pyspark_kafka_share.workers.api.WorkerJob` only :class:`Dr
   control topic on the cluster both sides already reach, for clients with no port the tasks
   can reach.
 
-Both keep the same :class:`ControlState` on the driver (every attempt's latest report, the
-leases, the stop flag), so progress, stops and leases mean the same on either. The TCP
-transport:
+Both keep the same :class:`~.control_state.ControlState` on the driver (every attempt's
+latest report, the leases, the stop flag), so progress, stops and leases mean the same on
+either. The TCP transport:
 
 - **Where:** the server binds the driver's bind address (``spark.driver.bindAddress``, else
   ``spark.driver.host``) and advertises ``spark.driver.host``; the port is random, or pinned
@@ -28,6 +28,9 @@ transport:
   record count, :meth:`WorkerJob.stop`, Ctrl-C). Before it opens its share consumer, a worker
   asks for the **lease** of its worker index, so that a speculative (or late) copy of the same
   task waits instead of running a second consumer (see :meth:`ControlState.lease`).
+
+The import goes one way: this module opens the Kafka transport for a task spec that names
+it; both transports take the driver's state from :mod:`.control_state`.
 
 Either channel is best effort for progress and required for nothing else: a worker that cannot
 reach the driver at start runs on its local stop conditions; a worker that *loses* the driver
@@ -50,6 +53,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pyspark_kafka_share.workers import control_state as _state
+from pyspark_kafka_share.workers.control_state import LEASE_EXPIRY_S, ControlState
+
 if TYPE_CHECKING:
     from pyspark_kafka_share.workers.control_kafka import KafkaEndpoint
 
@@ -66,11 +72,6 @@ __all__ = [
 
 _log = logging.getLogger("pyspark_kafka_share.workers")
 
-# A worker that reached the driver and then fails to for this long stops.
-_LOST_AFTER_S = 15.0
-# The holder of a worker index's lease that has not reported for this long has lost it (its
-# executor died): a retried or speculative attempt takes over.
-LEASE_EXPIRY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -186,91 +187,6 @@ class _Server(socketserver.ThreadingTCPServer):
     owner: ControlServer
 
 
-class ControlState:
-    """The driver's side, whatever the transport: keeps every attempt's latest report, grants
-    leases and carries the stop flag. Thread-safe; the transports call :meth:`answer`."""
-
-    def __init__(self, on_report: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._reports: dict[tuple[int, int], dict[str, Any]] = {}
-        self._seen: dict[tuple[int, int], float] = {}
-        self._holders: dict[int, int] = {}  # worker index -> attempt holding its lease
-        self._stop_reason: str | None = None
-        self._on_report = on_report
-        self.refusals = 0
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop_reason is not None
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self._stop_reason
-
-    def request_stop(self, reason: str) -> None:
-        with self._lock:
-            if self._stop_reason is None:
-                self._stop_reason = reason
-
-    def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """The reply to one authenticated message (a report or a lease request)."""
-        lease = msg.get("lease")
-        if isinstance(lease, dict):
-            granted, done = self.lease(int(lease.get("worker", -1)),
-                                       int(lease.get("attempt", 0)))
-            return {"granted": granted, "done": done, "stop": self.stopping}
-        report = msg.get("report")
-        if isinstance(report, dict):
-            self.update(report)
-        return {"stop": self.stopping}
-
-    def lease(self, worker: int, attempt: int) -> tuple[bool, bool]:
-        """(granted, done) for ``attempt`` of worker ``worker``.
-
-        One attempt per worker index runs a consumer. The lease goes to the first attempt that
-        asks, and passes to another only when its holder has not reported for
-        :data:`LEASE_EXPIRY_S` (its executor died; Spark retries the task). ``done``: the
-        holder finished, or the driver asked every worker to stop: the asking attempt should
-        end at once (a speculative copy of a finished worker).
-        """
-        now = time.monotonic()
-        with self._lock:
-            if self._stop_reason is not None:
-                return False, True
-            holder = self._holders.get(worker)
-            if holder is None or holder == attempt or \
-                    now - self._seen.get((worker, holder), 0.0) > LEASE_EXPIRY_S:
-                if holder is None or holder != attempt:
-                    self._holders[worker] = attempt
-                    self._seen[(worker, attempt)] = now
-                    # Shown (and summed) even if the attempt dies before its first report.
-                    self._reports.setdefault((worker, attempt), {
-                        "worker": worker, "attempt": attempt, "state": "starting"})
-                return True, False
-            finished = self._reports.get((worker, holder), {}).get("state") == "stopped"
-            return False, finished
-
-    def update(self, report: dict[str, Any]) -> None:
-        key = (int(report.get("worker", -1)), int(report.get("attempt", 0)))
-        with self._lock:
-            self._reports[key] = report
-            self._seen[key] = time.monotonic()
-        if self._on_report is not None:
-            self._on_report(report)
-
-    def reports(self) -> dict[tuple[int, int], dict[str, Any]]:
-        """Every attempt's latest report, by (worker, attempt)."""
-        with self._lock:
-            return {k: dict(v) for k, v in self._reports.items()}
-
-    def latest(self) -> dict[int, dict[str, Any]]:
-        """Each worker's newest attempt's latest report, by worker."""
-        out: dict[int, dict[str, Any]] = {}
-        for (worker, _attempt), report in sorted(self.reports().items()):
-            out[worker] = report
-        return out
-
-
 class ControlServer(ControlState):
     """The TCP transport's driver side: authenticates workers and answers their lines from
     the shared :class:`ControlState`."""
@@ -326,24 +242,6 @@ def _bind(host: str, port: int, max_retries: int) -> _Server:
 
 
 
-def start_reporter(closed: threading.Event, interval_s: float,
-                   snapshot: Callable[[], dict[str, Any]],
-                   report: Callable[[dict[str, Any]], object]) -> threading.Thread:
-    """A daemon thread that sends ``report(snapshot())`` every ``interval_s`` until ``closed``
-    is set (both transports' workers report this way)."""
-
-    def loop() -> None:
-        while not closed.wait(interval_s):
-            try:
-                current = snapshot()
-            except RuntimeError:  # a counter changed size while copied: next time
-                continue
-            report(current)
-
-    thread = threading.Thread(target=loop, name="kafka-share-worker-report", daemon=True)
-    thread.start()
-    return thread
-
 class ControlClient:
     """The TCP transport's worker side (a :class:`WorkerChannel`): proves the secret, asks
     for the lease, sends reports, learns whether to stop. Never raises.
@@ -369,7 +267,7 @@ class ControlClient:
         """Report ``snapshot()`` every ``interval_s`` from a daemon thread until :meth:`close`."""
         if self.endpoint is None:
             return
-        self._thread = start_reporter(self._closed, self.interval_s, snapshot, self.report)
+        self._thread = _state.start_reporter(self._closed, self.interval_s, snapshot, self.report)
 
     def acquire_lease(self, worker: int, attempt: int, *,
                       should_quit: Callable[[], bool] = lambda: False) -> bool:
@@ -386,7 +284,7 @@ class ControlClient:
                 return True
             if reply.get("done"):
                 return False
-            time.sleep(min(1.0, LEASE_EXPIRY_S / 4))
+            time.sleep(min(1.0, _state.LEASE_EXPIRY_S / 4))
         return False
 
     def _connect(self) -> bool:
@@ -441,7 +339,7 @@ class ControlClient:
                 self._last_ok = time.monotonic()
                 self.stop = self.stop or bool(reply.get("stop"))
                 return reply
-        if self.ever_connected and time.monotonic() - self._last_ok > _LOST_AFTER_S:
+        if self.ever_connected and time.monotonic() - self._last_ok > _state.LOST_AFTER_S:
             self.lost = True
             self.stop = True
         return None

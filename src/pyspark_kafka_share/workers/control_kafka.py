@@ -35,7 +35,6 @@ import hashlib
 import hmac
 import json
 import logging
-import re
 import secrets
 import threading
 import time
@@ -43,36 +42,40 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_kafka_share._kafka.logs import client_config
-from pyspark_kafka_share._kafka.settings import _CONNECTION_PREFIXES, ClientSettings
-from pyspark_kafka_share.errors import ErrorCode, OptionError, from_client_error
-from pyspark_kafka_share.workers import control as _control
-from pyspark_kafka_share.workers.control import ControlState
+from pyspark_kafka_share._kafka.settings import ClientSettings
+from pyspark_kafka_share._kafka.topics import (
+    CONTROL,
+    ensure_group_topic,
+    group_topic_name,
+    topic_denied,
+)
+from pyspark_kafka_share.errors import (
+    ForgedControlMessage,
+    OptionError,
+    denied_resource,
+    from_client_error,
+)
+from pyspark_kafka_share.workers import control_state as _state
+from pyspark_kafka_share.workers.control_state import ControlState
 
 __all__ = [
-    "CONTROL_TOPIC_CONFIG",
-    "CONTROL_TOPIC_PREFIX",
     "FIRST_CONTACT_S",
     "HEARTBEAT_S",
     "KafkaControlClient",
     "KafkaControlServer",
     "KafkaEndpoint",
     "control_topic_name",
-    "ensure_control_topic",
 ]
 
 _log = logging.getLogger("pyspark_kafka_share.workers")
 
-CONTROL_TOPIC_PREFIX = "kafka-share-control."
-CONTROL_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "3600000",
-                        "segment.ms": "600000"}
-"""A control topic the driver creates: its messages matter for seconds."""
 HEARTBEAT_S = 0.5
 """How often the driver publishes its state (the stop flag): also its sign of life."""
 FIRST_CONTACT_S = 15.0
 """A worker that has not heard the driver this long after its start runs on its own."""
 _DRIVER, _WORKER = "driver", "worker"
 _FLUSH_S = 5.0
+_LOG_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,9 @@ class KafkaEndpoint:
 
 
 def control_topic_name(group: str) -> str:
-    """The default control topic of share group ``group``: ``kafka-share-control.<group>``,
-    with a hash of the group's name when the name has characters a topic cannot have."""
-    slug = re.sub(r"[^A-Za-z0-9._-]", "_", group)
-    if slug == group and len(CONTROL_TOPIC_PREFIX + slug) <= 200:
-        return CONTROL_TOPIC_PREFIX + slug
-    digest = hashlib.sha256(group.encode()).hexdigest()[:10]
-    return f"{CONTROL_TOPIC_PREFIX}{slug[:180]}-{digest}"
+    """The default control topic of share group ``group``: ``kafka-share-control.<group>``
+    (:func:`~pyspark_kafka_share._kafka.topics.group_topic_name`)."""
+    return group_topic_name(group, CONTROL.purpose)
 
 
 # ---- messages ------------------------------------------------------------------------------
@@ -106,25 +105,21 @@ def _seal(endpoint: KafkaEndpoint, sender: str, body: dict[str, Any]) -> bytes:
     return json.dumps({"p": payload, "sig": sig}).encode()
 
 
-class _Forged(Exception):
-    """A message under this job's key whose signature is not the job's."""
-
-
 def _unseal(endpoint: KafkaEndpoint, sender: str, key: bytes | None,
             raw: bytes | None) -> dict[str, Any] | None:
     """The body of a message of this job from ``sender``; None when it is not one (another
-    job's, or the other direction's). Raises :class:`_Forged` when it claims to be this job's
-    but is not signed with its secret."""
+    job's, or the other direction's). Raises :class:`ForgedControlMessage` when it claims to
+    be this job's but is not signed with its secret."""
     if key != endpoint.job_id.encode() or not raw:
         return None
     try:
         outer = json.loads(raw)
         payload, sig = str(outer["p"]), str(outer["sig"])
     except (ValueError, KeyError, TypeError):
-        raise _Forged from None
+        raise ForgedControlMessage from None
     expected = hmac.new(endpoint.secret.encode(), payload.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(sig, expected):
-        raise _Forged
+        raise ForgedControlMessage
     inner = json.loads(payload)  # signed by us: JSON of a dict
     if inner.get("job") != endpoint.job_id or inner.get("from") != sender:
         return None
@@ -142,21 +137,11 @@ def _producer(client: ClientSettings) -> Any:
 
 
 def _consumer(client: ClientSettings, endpoint_topic: str, partition: int, who: str) -> Any:
-    """A consumer of one partition of the control topic from its current end.
-
-    ``group.id`` is the share group's (librdkafka wants one): the consumer only ``assign()``s
-    and never commits, so it joins nothing, and looking up the group's coordinator needs no
-    ACL beyond the share group's READ the workers hold anyway."""
+    """A consumer of one partition of the control topic from its current end
+    (:meth:`ClientSettings.control_consumer`)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    conf: dict[str, Any] = {k: v for k, v in client.extra if k.startswith(_CONNECTION_PREFIXES)}
-    if client.token_provider is not None:
-        conf["oauth_cb"] = client.token_provider
-    conf.update({"bootstrap.servers": client.bootstrap_servers, "group.id": client.group_id,
-                 "client.id": f"kafka-share-control-{who}", "enable.auto.commit": False,
-                 "enable.auto.offset.store": False, "fetch.wait.max.ms": 100,
-                 "socket.timeout.ms": int(client.timeout_s * 1000)})
-    consumer = Consumer(client_config(conf))
+    consumer = Consumer(client.control_consumer(who))
     try:
         _low, high = consumer.get_watermark_offsets(TopicPartition(endpoint_topic, partition),
                                                     timeout=min(client.timeout_s, 10.0))
@@ -167,75 +152,44 @@ def _consumer(client: ClientSettings, endpoint_topic: str, partition: int, who: 
     return consumer
 
 
-def ensure_control_topic(client: ClientSettings, topic: str, option: str) -> int:
-    """Create the control topic if it is missing; its partition count (1 or more).
+class SendFailures:
+    """Control messages that did not leave: refused by the client at ``produce()`` (a full
+    queue's ``BufferError``, an unknown partition, a closed producer) or reported failed on
+    delivery. Each is counted; the first is logged, then at most one line a minute says how
+    many more failed (a broken channel must not flood the log, nor stay silent)."""
 
-    Raises :class:`OptionError` / :class:`AuthorizationError` naming ``option`` and the fix
-    when it cannot be listed or created."""
-    from confluent_kafka import KafkaException
+    def __init__(self, topic: str, side: str) -> None:
+        self.topic, self.side = topic, side
+        self.count = 0
+        self._logged = 0  # count at the last line
+        self._logged_at: float | None = None
+        self._lock = threading.Lock()
 
-    from pyspark_kafka_share._kafka.access import authorization_error
-    from pyspark_kafka_share._kafka.group import admin_client
-
-    admin = admin_client(client)
-    timeout = client.timeout_s
-    deadline = time.monotonic() + timeout
-    tried: str | None = None  # what creating it answered: "created" or "exists"
-    tried_at = 0.0
-    while True:
-        try:
-            md = admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
-        except KafkaException as exc:
-            raise from_client_error(exc, f"cannot list the topics on {client.bootstrap_servers} "
-                                    f"to find the workers' control topic {topic!r}") from exc
-        found = md.topics.get(topic)
-        if found is not None and found.error is None and found.partitions and \
-                all(p.leader >= 0 for p in found.partitions.values()):
-            return len(found.partitions)
-        if (found is not None and found.error is not None and
-                found.error.code() == ErrorCode.TOPIC_AUTHORIZATION_FAILED) or \
-                (found is None and tried == "exists" and time.monotonic() - tried_at > 3):
-            # A topic this principal may not DESCRIBE is left out of the listing.
-            raise authorization_error(
-                client, "topic", topic, ("Read", "Write"),
-                f"the workers' control topic ({option})",
-                code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        if time.monotonic() > deadline:
-            raise OptionError(option, topic, f"the control topic has no leader for all its "
-                              f"partitions after {timeout:.0f}s; check the brokers")
-        if found is None and tried is None:
-            tried, tried_at = _create(admin, client, topic, option), time.monotonic()
-        time.sleep(0.2)
+    def record(self, error: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.count += 1
+            if self._logged_at is not None and now - self._logged_at < _LOG_EVERY_S:
+                return
+            new, self._logged, self._logged_at = self.count - self._logged, self.count, now
+        _log.warning("kafka-share workers: %d control message(s) from the %s to %r failed "
+                     "(%d in all; latest: %s)", new, self.side, self.topic, self.count, error)
 
 
-def _create(admin: Any, client: ClientSettings, topic: str, option: str) -> str:
-    """Create the control topic: "created", or "exists" when someone else has."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
+def _send(producer: Any, endpoint: KafkaEndpoint, sender: str, partition: int, *,
+          body: dict[str, Any], failures: SendFailures) -> None:
+    """Produce one sealed message; a refusal or a failed delivery is counted and logged."""
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.record(err)
 
-    from pyspark_kafka_share._kafka.access import authorization_error
-
-    future = admin.create_topics([NewTopic(topic, num_partitions=2,
-                                           config=dict(CONTROL_TOPIC_CONFIG))],
-                                 request_timeout=client.timeout_s)[topic]
     try:
-        future.result(timeout=client.timeout_s + 5)
-    except KafkaException as exc:
-        code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
-        if code == KafkaError.TOPIC_ALREADY_EXISTS:
-            return "exists"
-        if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                    KafkaError.CLUSTER_AUTHORIZATION_FAILED):
-            raise authorization_error(
-                client, "topic", topic, ("Create",),
-                f"creating the workers' control topic ({option}; or create it beforehand "
-                "with 2 partitions and retention.ms=3600000)",
-                code=ErrorCode.TOPIC_AUTHORIZATION_FAILED) from None
-        raise from_client_error(exc, f"cannot create the workers' control topic {topic!r}",
-                                f"Create it beforehand (2 partitions), or name another with "
-                                f"{option}") from exc
-    _log.info("kafka-share workers: created the control topic %r", topic)
-    return "created"
+        producer.produce(endpoint.topic, value=_seal(endpoint, sender, body),
+                         key=endpoint.job_id.encode(), partition=partition,
+                         on_delivery=delivered)
+        producer.poll(0)
+    except Exception as exc:  # noqa: BLE001 - BufferError, KafkaException...: counted, logged
+        failures.record(f"{type(exc).__name__}: {exc}")
 
 
 # ---- the driver's side ---------------------------------------------------------------------
@@ -255,7 +209,7 @@ class KafkaControlServer(ControlState):
         self._closed = threading.Event()
         self._wake = threading.Event()
         self._send_lock = threading.Lock()
-        self.failures = 0  # control messages the broker did not take
+        self.failures = SendFailures(endpoint.topic, "driver")
         self._thread = threading.Thread(target=self._serve, daemon=True,
                                         name="kafka-share-workers-control")
         self._thread.start()
@@ -266,7 +220,7 @@ class KafkaControlServer(ControlState):
         """Check (or create) the control topic, then reach it: a first message is written to
         and read back from the driver's own partition, so a missing CREATE, READ or WRITE
         fails here, before any task starts."""
-        partitions = ensure_control_topic(client, topic, option)
+        partitions = ensure_group_topic(client, CONTROL, topic, option)
         endpoint = KafkaEndpoint(topic, client, job_id, secrets.token_hex(32),
                                  to_workers=0, to_driver=1 if partitions > 1 else 0)
         try:
@@ -286,20 +240,9 @@ class KafkaControlServer(ControlState):
         return {"state": {"stop": self.stopping, "reason": self.stop_reason, "closed": closed}}
 
     def _send(self, body: dict[str, Any]) -> None:
-        e = self.endpoint
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                self.failures += 1
-                if self.failures == 1:
-                    _log.warning("kafka-share workers: a control message to %r failed: %s",
-                                 e.topic, err)
-
-        with self._send_lock, contextlib.suppress(Exception):
-            self._producer.produce(e.topic, value=_seal(e, _DRIVER, body),
-                                   key=e.job_id.encode(), partition=e.to_workers,
-                                   on_delivery=delivered)
-            self._producer.poll(0)
+        with self._send_lock:
+            _send(self._producer, self.endpoint, _DRIVER, self.endpoint.to_workers,
+                  body=body, failures=self.failures)
 
     def _serve(self) -> None:
         next_beat = 0.0
@@ -321,7 +264,7 @@ class KafkaControlServer(ControlState):
     def _handle(self, key: bytes | None, raw: bytes | None) -> None:
         try:
             body = _unseal(self.endpoint, _WORKER, key, raw)
-        except _Forged:
+        except ForgedControlMessage:
             with self._lock:
                 self.refusals += 1
             if self.refusals == 1:
@@ -353,20 +296,14 @@ class KafkaControlServer(ControlState):
 
 def _probe(endpoint: KafkaEndpoint, producer: Any, consumer: Any, option: str) -> None:
     """Write a message to the driver's own partition and read it back."""
-    from confluent_kafka import KafkaError
-
-    from pyspark_kafka_share._kafka.access import authorization_error
-
     client = endpoint.client
     errors: list[Any] = []
 
     def fail(operation: str, err: Any) -> None:
         with contextlib.suppress(Exception):
             consumer.close()
-        if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-            raise authorization_error(client, "topic", endpoint.topic, (operation,),
-                                      f"the workers' control topic ({option})",
-                                      code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        if denied_resource(err) == "topic":
+            raise topic_denied(client, endpoint.topic, (operation,), CONTROL.what, option)
         raise OptionError(option, endpoint.topic, f"cannot {operation.lower()} the control "
                           f"topic ({err or 'no answer'} within {client.timeout_s:.0f}s); "
                           "check the brokers and the ACLs (READ and WRITE on it)")
@@ -384,10 +321,10 @@ def _probe(endpoint: KafkaEndpoint, producer: Any, consumer: Any, option: str) -
         if msg is None:
             continue
         if msg.error() is not None:
-            if msg.error().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            if denied_resource(msg.error()) == "topic":
                 fail("Read", msg.error())
             continue
-        with contextlib.suppress(_Forged):
+        with contextlib.suppress(ForgedControlMessage):
             body = _unseal(endpoint, _DRIVER, msg.key(), msg.value())
             if body is not None and body.get("probe") == probe:
                 return
@@ -410,6 +347,7 @@ class KafkaControlClient:
         self.lost = False
         self.ever_connected = False
         self.refusals = 0
+        self.failures = SendFailures(endpoint.topic, "worker")
         self._started = time.monotonic()
         self._heard = 0.0
         self._replies: dict[tuple[int, int], dict[str, Any]] = {}
@@ -445,7 +383,7 @@ class KafkaControlClient:
             if msg is not None and msg.error() is None:
                 self._handle(msg.key(), msg.value())
             if self.ever_connected and not self.lost and \
-                    time.monotonic() - self._heard > _control._LOST_AFTER_S:
+                    time.monotonic() - self._heard > _state.LOST_AFTER_S:
                 self._lose()
 
     def _lose(self) -> None:
@@ -457,7 +395,7 @@ class KafkaControlClient:
     def _handle(self, key: bytes | None, raw: bytes | None) -> None:
         try:
             body = _unseal(self.endpoint, _DRIVER, key, raw)
-        except _Forged:
+        except ForgedControlMessage:
             self.refusals += 1
             return
         if body is None:
@@ -483,11 +421,9 @@ class KafkaControlClient:
     def _send(self, body: dict[str, Any]) -> None:
         if self._producer is None:
             return
-        e = self.endpoint
-        with contextlib.suppress(Exception):  # best effort: the next report follows
-            self._producer.produce(e.topic, value=_seal(e, _WORKER, body),
-                                   key=e.job_id.encode(), partition=e.to_driver)
-            self._producer.poll(0)
+        # Best effort: a lost report is followed by the next one; a failure is counted, logged.
+        _send(self._producer, self.endpoint, _WORKER, self.endpoint.to_driver,
+              body=body, failures=self.failures)
 
     def acquire_lease(self, worker: int, attempt: int, *,
                       should_quit: Callable[[], bool] = lambda: False) -> bool:
@@ -518,14 +454,14 @@ class KafkaControlClient:
                 return True
             if reply.get("done"):
                 return False
-            time.sleep(min(1.0, _control.LEASE_EXPIRY_S / 4))
+            time.sleep(min(1.0, _state.LEASE_EXPIRY_S / 4))
         return False
 
     def start(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         """Report ``snapshot()`` every ``interval_s`` from a daemon thread until :meth:`close`."""
         if self._producer is None:
             return
-        self._reporter = _control.start_reporter(self._closed, self.interval_s, snapshot,
+        self._reporter = _state.start_reporter(self._closed, self.interval_s, snapshot,
                                                  self.report)
 
     def report(self, report: dict[str, Any]) -> bool:

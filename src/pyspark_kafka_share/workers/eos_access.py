@@ -23,7 +23,13 @@ from typing import Any
 from pyspark_kafka_share._kafka.access import authorization_error
 from pyspark_kafka_share._kafka.group import admin_client
 from pyspark_kafka_share._kafka.settings import ClientSettings
-from pyspark_kafka_share.errors import AuthorizationError, BrokerError, ErrorCode, from_client_error
+from pyspark_kafka_share.errors import (
+    AuthorizationError,
+    BrokerError,
+    ErrorCode,
+    error_code,
+    from_client_error,
+)
 from pyspark_kafka_share.workers.exactly_once import (
     Transactions,
     ensure_marker_topic,
@@ -64,7 +70,7 @@ def _authorized_operations(settings: ClientSettings,
         try:
             ops = future.result(settings.timeout_s).authorized_operations
         except Exception as exc:
-            if _code(exc) != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            if error_code(exc) != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                 raise from_client_error(exc, f"describing topic {name!r} for "
                                         "exactly_once_outputs") from exc
             ops = []
@@ -78,7 +84,7 @@ def _start(settings: ClientSettings, producer_conf: dict[str, Any], topic: str) 
         return Transactions.start(producer_conf, f"{prefix}check", topic, 10.0,
                                   settings.timeout_s)
     except BrokerError as exc:
-        if _code(exc.__cause__) != ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        if error_code(exc.__cause__) != ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
             raise
         raise authorization_error(
             settings, "transactional-id", prefix, ("Write",),
@@ -92,13 +98,3 @@ def _denied_topic(settings: ClientSettings, topic: str, operations: tuple[str, .
     return authorization_error(settings, "topic", topic, operations,
                                f"{what} (exactly_once_outputs)",
                                code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-
-
-def _code(exc: BaseException | None) -> int | None:
-    err = exc.args[0] if exc is not None and exc.args else None
-    return _code_of(err)
-
-
-def _code_of(err: Any) -> int | None:
-    code = getattr(err, "code", None)
-    return int(code()) if callable(code) else None

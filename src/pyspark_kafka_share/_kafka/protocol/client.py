@@ -1,7 +1,8 @@
 """A small, typed client for the parts of the Kafka wire protocol that confluent-kafka lacks.
 
 confluent-kafka's ``AdminClient`` has no share-group APIs (KIP-932), so this module speaks them
-directly over a plaintext TCP socket. It implements, per Kafka's message JSON schemas:
+directly over a TCP socket (plaintext, TLS or SASL, as the cluster's settings say). It
+implements, per Kafka's message JSON schemas:
 
 ============================  =======  ==========================================
 API                           key      versions (flexible from)
@@ -10,6 +11,8 @@ ApiVersions                   18       0-4 (0 first; 3+: feature levels; header 
 Metadata                      3        11-13 (all flexible)
 FindCoordinator               10       3-6 (3: one key; 4+: CoordinatorKeys batch)
 ListGroups                    16       5 (TypesFilter)
+SaslHandshake                 17       1 (never flexible; :mod:`.sasl`)
+SaslAuthenticate              36       0-2 (flexible from 2; :mod:`.sasl`)
 DeleteGroups                  42       0-2 (flexible from 2)
 ShareGroupHeartbeat           76       1 (a leave only: the READ check at start)
 ShareGroupDescribe            77       1
@@ -52,12 +55,10 @@ from pyspark_kafka_share._kafka.protocol.codec import (
     API_SPECS,
     MAX_FRAME,
     ApiKey,
+    Framer,
     Reader,
     T,
     common_version,
-    decode_response_header,
-    encode_request_header,
-    is_flexible,
 )
 from pyspark_kafka_share._kafka.protocol.messages import (
     AlterOffsetsResult,
@@ -144,7 +145,7 @@ class BrokerConnection:
                  config: ConnectionConfig | None = None) -> None:
         self.host, self.port, self.client_id = host, port, client_id
         self.config = PLAINTEXT if config is None else config
-        self._correlation = 0
+        self._framer = Framer(client_id, f"{host}:{port}")
         self._reauth_at: float | None = None
         self._responses = 0
         self._answered_at = 0.0
@@ -172,8 +173,7 @@ class BrokerConnection:
     def _authenticate(self, deadline: float) -> None:
         """SASL (again, when the session is about to end: KIP-368 re-authentication)."""
         lifetime_ms = sasl.authenticate(self._roundtrip, self.config, self.versions,
-                                        client_id=self.client_id, address=self.address,
-                                        deadline=deadline)
+                                        framer=self._framer, deadline=deadline)
         self._reauth_at = sasl.session_deadline(lifetime_ms)
 
     def version_for(self, api_key: ApiKey) -> int:
@@ -209,17 +209,7 @@ class BrokerConnection:
         """Send one request, wait for its response; return a Reader positioned at the body."""
         if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
             self._authenticate(deadline)
-        self._correlation = (self._correlation + 1) & 0x3FFFFFFF  # SASL's ids are above
-        corr = self._correlation
-        header = encode_request_header(api_key, version, corr, self.client_id)
-        name = API_SPECS[api_key].name
-        r = Reader(self._roundtrip(name, header + body, deadline), flexible=False)
-        got = decode_response_header(api_key, version, r)
-        if got != corr:
-            raise ProtocolDecodeError(
-                f"{name} to {self.address}: correlation id {got}, expected {corr}")
-        r.flexible = is_flexible(api_key, version)
-        return r
+        return self._framer.send(self._roundtrip, api_key, version, body, deadline)
 
     def _roundtrip(self, name: str, payload: bytes, deadline: float) -> bytes:
         """Send one request frame, return the response frame (errors named, TLS recognised)."""

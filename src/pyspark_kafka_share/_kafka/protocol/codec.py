@@ -1,12 +1,13 @@
 """Kafka wire-protocol encoding: API keys and the versions implemented, primitive types
-(big-endian ints, unsigned varints, classic and compact strings/arrays, UUIDs, tagged fields)
-and request/response headers. Pure functions and buffers; no I/O."""
+(big-endian ints, unsigned varints, classic and compact strings/arrays, UUIDs, tagged fields),
+request/response headers and a connection's correlation ids (:class:`Framer`). Pure
+functions and buffers; I/O only through the caller's ``roundtrip``."""
 
 from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TypeVar
@@ -27,7 +28,9 @@ class ApiKey(IntEnum):
     METADATA = 3
     FIND_COORDINATOR = 10
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
@@ -42,7 +45,11 @@ class _ApiSpec:
     name: str
     min_version: int
     max_version: int
-    flexible_from: int  # first flexible version (a large number: never flexible)
+    flexible_from: int  # first flexible version (NEVER: none is)
+
+
+NEVER = 1 << 15
+"""``flexible_from`` of an API with no flexible version."""
 
 
 API_SPECS: dict[ApiKey, _ApiSpec] = {
@@ -50,6 +57,8 @@ API_SPECS: dict[ApiKey, _ApiSpec] = {
     ApiKey.METADATA: _ApiSpec("Metadata", 11, 13, 9),
     ApiKey.FIND_COORDINATOR: _ApiSpec("FindCoordinator", 3, 6, 3),
     ApiKey.LIST_GROUPS: _ApiSpec("ListGroups", 5, 5, 3),
+    ApiKey.SASL_HANDSHAKE: _ApiSpec("SaslHandshake", 1, 1, NEVER),
+    ApiKey.SASL_AUTHENTICATE: _ApiSpec("SaslAuthenticate", 0, 2, 2),
     ApiKey.DELETE_GROUPS: _ApiSpec("DeleteGroups", 0, 2, 2),
     ApiKey.SHARE_GROUP_HEARTBEAT: _ApiSpec("ShareGroupHeartbeat", 1, 1, 0),
     ApiKey.SHARE_GROUP_DESCRIBE: _ApiSpec("ShareGroupDescribe", 1, 1, 0),
@@ -284,3 +293,32 @@ def decode_response_header(api_key: ApiKey, version: int, r: Reader) -> int:
         r.skip_tags()
     return correlation_id
 
+
+
+Roundtrip = Callable[[str, bytes, float], bytes]
+"""Send one request frame (header + body) by the deadline, return the response frame."""
+
+
+class Framer:
+    """Headers and correlation ids of one connection: every request on it, SASL's included,
+    takes the next id of one sequence and must be answered with it."""
+
+    def __init__(self, client_id: str | None, address: str) -> None:
+        self.client_id, self.address = client_id, address
+        self.correlation = 0
+
+    def send(self, roundtrip: Roundtrip, api_key: ApiKey, version: int, body: bytes,
+             deadline: float) -> Reader:
+        """Send request ``body`` through ``roundtrip``; a Reader positioned at the response's
+        body (flexible as the version is)."""
+        self.correlation = (self.correlation + 1) & 0x7FFFFFFF
+        corr = self.correlation
+        name = API_SPECS[api_key].name
+        header = encode_request_header(api_key, version, corr, self.client_id)
+        r = Reader(roundtrip(name, header + body, deadline), flexible=False)
+        got = decode_response_header(api_key, version, r)
+        if got != corr:
+            raise ProtocolDecodeError(
+                f"{name} to {self.address}: correlation id {got}, expected {corr}")
+        r.flexible = is_flexible(api_key, version)
+        return r

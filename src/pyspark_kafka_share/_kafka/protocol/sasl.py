@@ -27,9 +27,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from pyspark_kafka_share._kafka.connection import ConnectionConfig, OidcSettings
-from pyspark_kafka_share._kafka.protocol.codec import Reader, Writer
+from pyspark_kafka_share._kafka.protocol.codec import (
+    ApiKey,
+    Framer,
+    Reader,
+    Roundtrip,
+    Writer,
+    common_version,
+    is_flexible,
+)
 from pyspark_kafka_share.errors import (
     AuthenticationError,
+    ErrorCode,
     ProtocolDecodeError,
     SecurityProtocolMismatchError,
     error_name,
@@ -39,19 +48,8 @@ __all__ = ["SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Mechanism", "ScramClient", "a
            "mechanism_for", "oauthbearer_initial_response", "oidc_token", "plain_initial_response",
            "session_deadline"]
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-
-_SASL_ERRORS = {33: "UNSUPPORTED_SASL_MECHANISM", 34: "ILLEGAL_SASL_STATE",
-                58: "SASL_AUTHENTICATION_FAILED"}
-
-
-def _error_name(code: int) -> str:
-    return _SASL_ERRORS.get(code) or error_name(code)
-
-
-Roundtrip = Callable[[str, bytes, float], bytes]
-"""Send one request frame (header + body), return the response frame (header + body)."""
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
 
 
 class Mechanism(Protocol):
@@ -214,26 +212,7 @@ def mechanism_for(config: ConnectionConfig, timeout_s: float) -> Mechanism:
     raise AuthenticationError(f"SASL mechanism {mech!r} is not supported")
 
 
-# -- the two APIs -------------------------------------------------------------------------------
-
-
-def _header(api_key: int, version: int, correlation: int, client_id: str,
-            flexible: bool) -> Writer:
-    w = Writer(flexible=False).int16(api_key).int16(version).int32(correlation)
-    w.string(client_id)
-    if flexible:
-        w.uvarint(0)
-    w.flexible = flexible
-    return w
-
-
-def _bytes(w: Writer, data: bytes) -> bytes:
-    """``w``'s content, then one (compact when flexible) bytes field: a whole request body."""
-    if w.flexible:
-        w.uvarint(len(data) + 1)
-        return w.getvalue() + data + b"\x00"  # the body's (empty) tagged fields
-    w.int32(len(data))
-    return w.getvalue() + data
+# -- the two APIs (framed by the connection's Framer, versions from the codec's table) ---------
 
 
 def _read_bytes(r: Reader) -> bytes:
@@ -247,79 +226,71 @@ def _read_bytes(r: Reader) -> bytes:
     return data
 
 
-class _Exchange:
-    """Correlation ids and framing of the SASL requests on one connection."""
+def _handshake(send: Callable[[ApiKey, int, bytes], Reader], mechanism: str,
+               address: str) -> None:
+    r = send(SASL_HANDSHAKE, 1, Writer(flexible=False).string(mechanism).getvalue())
+    code = r.int16()
+    enabled = r.string_array()
+    if code == ErrorCode.ILLEGAL_SASL_STATE and not enabled:  # the listener has no SASL
+        raise SecurityProtocolMismatchError(
+            f"the listener at {address} does not use SASL (it answered SaslHandshake "
+            "with ILLEGAL_SASL_STATE): set security.protocol=PLAINTEXT or SSL, or use the "
+            "port of the broker's SASL listener")
+    if code:
+        raise AuthenticationError(
+            f"SASL mechanism {mechanism} is not enabled on the listener at {address} "
+            f"(broker answered {error_name(code)}; it offers {', '.join(enabled) or 'none'})"
+            f": set sasl.mechanism to one of those")
 
-    def __init__(self, roundtrip: Roundtrip, client_id: str, address: str) -> None:
-        self.roundtrip, self.client_id, self.address = roundtrip, client_id, address
-        self.correlation = 0x40000000  # apart from the connection's own ids
 
-    def _reader(self, name: str, frame: bytes, deadline: float, flexible: bool) -> Reader:
-        self.correlation += 1
-        r = Reader(self.roundtrip(name, frame, deadline), flexible=False)
-        if r.int32() != self.correlation:
-            raise ProtocolDecodeError(f"{name} to {self.address}: wrong correlation id")
-        if flexible:
-            r.flexible = True
-            r.skip_tags()
-        return r
-
-    def handshake(self, mechanism: str, deadline: float) -> None:
-        w = _header(SASL_HANDSHAKE, 1, self.correlation + 1, self.client_id, False)
-        r = self._reader("SaslHandshake", w.string(mechanism).getvalue(), deadline, False)
-        code = r.int16()
-        enabled = r.string_array()
-        if code == 34 and not enabled:  # ILLEGAL_SASL_STATE: the listener has no SASL
-            raise SecurityProtocolMismatchError(
-                f"the listener at {self.address} does not use SASL (it answered SaslHandshake "
-                "with ILLEGAL_SASL_STATE): set security.protocol=PLAINTEXT or SSL, or use the "
-                "port of the broker's SASL listener")
-        if code:
-            raise AuthenticationError(
-                f"SASL mechanism {mechanism} is not enabled on the listener at {self.address} "
-                f"(broker answered {_error_name(code)}; it offers {', '.join(enabled) or 'none'})"
-                f": set sasl.mechanism to one of those")
-
-    def authenticate(self, version: int, message: bytes,
-                     deadline: float) -> tuple[int, str | None, bytes, int]:
-        flexible = version >= 2
-        w = _header(SASL_AUTHENTICATE, version, self.correlation + 1, self.client_id, flexible)
-        r = self._reader("SaslAuthenticate", _bytes(w, message), deadline, flexible)
-        code, text, data = r.int16(), r.nullable_string(), _read_bytes(r)
-        lifetime = r.int64() if version >= 1 else 0
-        r.skip_tags()
-        r.expect_end("SaslAuthenticate response")
-        return code, text, data, lifetime
+def _authenticate(send: Callable[[ApiKey, int, bytes], Reader], version: int,
+                  message: bytes) -> tuple[int, str | None, bytes, int]:
+    w = Writer(flexible=is_flexible(SASL_AUTHENTICATE, version))
+    if w.flexible:
+        w.uvarint(len(message) + 1)
+        body = w.getvalue() + message + b"\x00"  # the body's (empty) tagged fields
+    else:
+        body = w.int32(len(message)).getvalue() + message
+    r = send(SASL_AUTHENTICATE, version, body)
+    code, text, data = r.int16(), r.nullable_string(), _read_bytes(r)
+    lifetime = r.int64() if version >= 1 else 0
+    r.skip_tags()
+    r.expect_end("SaslAuthenticate response")
+    return code, text, data, lifetime
 
 
 def authenticate(roundtrip: Roundtrip, config: ConnectionConfig,
-                 versions: Mapping[int, tuple[int, int]], *, client_id: str, address: str,
+                 versions: Mapping[int, tuple[int, int]], *, framer: Framer,
                  deadline: float) -> int:
     """Authenticate the connection; return the session lifetime in ms (0: unlimited).
+    ``framer``: the connection's, so that SASL's requests take its correlation ids.
 
     Raises :class:`AuthenticationError` naming the mechanism, the user and the options to
     check (never a secret).
     """
-    mech_name = config.sasl_mechanism or ""
-    lo, hi = versions.get(SASL_AUTHENTICATE, (-1, -1))
-    hs_lo, hs_hi = versions.get(SASL_HANDSHAKE, (-1, -1))
-    if hi < 0 or not hs_lo <= 1 <= hs_hi or lo > 2:
+    mech_name, address = config.sasl_mechanism or "", framer.address
+    version = common_version(SASL_AUTHENTICATE, versions.get(SASL_AUTHENTICATE))
+    if version is None or common_version(SASL_HANDSHAKE, versions.get(SASL_HANDSHAKE)) is None:
+        lo, hi = versions.get(SASL_AUTHENTICATE, (-1, -1))
+        hs_lo, hs_hi = versions.get(SASL_HANDSHAKE, (-1, -1))
         raise AuthenticationError(
             f"the broker at {address} does not offer SaslHandshake v1 and SaslAuthenticate "
             f"v0-2 (it offers v{hs_lo}-{hs_hi} and v{lo}-{hi}; Kafka 1.0 to 4.4 do)")
-    version = min(hi, 2)  # the highest both sides speak
-    ex = _Exchange(roundtrip, client_id, address)
-    ex.handshake(mech_name, deadline)
+
+    def send(api_key: ApiKey, v: int, body: bytes) -> Reader:
+        return framer.send(roundtrip, api_key, v, body, deadline)
+
+    _handshake(send, mech_name, address)
     mech = mechanism_for(config, max(deadline - time.monotonic(), 0.1))
     message: bytes | None = mech.first()
     lifetime = 0
     while message is not None:
-        code, text, challenge, lifetime = ex.authenticate(version, message, deadline)
+        code, text, challenge, lifetime = _authenticate(send, version, message)
         if code:
             who = f" as {config.username!r}" if config.username else ""
             raise AuthenticationError(
                 f"SASL {mech_name} authentication{who} to {address} failed: "
-                f"{_error_name(code)}{': ' + text if text else ''}. Check "
+                f"{error_name(code)}{': ' + text if text else ''}. Check "
                 + ("the token (oauth_cb / sasl.oauthbearer.*)" if mech_name == "OAUTHBEARER"
                    else "sasl.username and sasl.password") + " and sasl.mechanism")
         message = mech.answer(challenge)
