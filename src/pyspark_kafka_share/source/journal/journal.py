@@ -110,9 +110,9 @@ class Journal:
     def _p(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
 
-    @staticmethod
-    def _seq(seq: int) -> str:
-        return f"{seq:012d}"
+    def batch_dir(self, seq: int) -> str:
+        """The directory (key prefix) of batch ``seq``'s part logs."""
+        return self._p("batches", f"{seq:012d}")
 
     def part_log(self, seq: int, part: int) -> PartLog:
         return PartLog(self, seq, part)
@@ -235,10 +235,12 @@ class Journal:
                 _KEY_CACHE.move_to_end(cache_key)
                 return hit
         keys = keys_of(self.store.read(path))
-        self._remember(path, keys)
+        self.remember(path, keys)
         return keys
 
-    def _remember(self, path: str, keys: SlotKeys) -> None:
+    def remember(self, path: str, keys: SlotKeys) -> None:
+        """Cache the keys of the slot at ``path`` (immutable once published): a part log
+        notes each slot it publishes, so that the duplicate lookup never reads it back."""
         with _KEY_CACHE_LOCK:
             _KEY_CACHE[f"{self.uri}\0{path}"] = keys
             while len(_KEY_CACHE) > _KEY_CACHE_MAX:
@@ -296,7 +298,7 @@ class Journal:
         """END markers of batch ``seq``, by partition (their stats with the records replays
         after END skipped, ``records_lost``)."""
         ends: dict[int, EndMarker] = {}
-        for part in self.store.listdir(self._p("batches", self._seq(seq))):
+        for part in self.store.listdir(self.batch_dir(seq)):
             if not part.isdigit():
                 continue
             log = self.part_log(seq, int(part))
