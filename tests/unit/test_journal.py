@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import random
 import re
 import threading
@@ -29,6 +30,7 @@ from pyspark_kafka_share.source.journal import journal as journal_module
 from pyspark_kafka_share.source.journal import probe, slots, stores
 from pyspark_kafka_share.source.journal.journal import Journal, ScanResult
 from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, SlotKeys, unique_offsets
+from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.stores.local import LocalStore
 from pyspark_kafka_share.source.options import parse_options
 from tests.fixtures.journal import JournalAt, end_marker, record_batch
@@ -245,6 +247,55 @@ def test_journal_urls_object_stores_accepted_others_refused() -> None:
             check_journal_uri(uri)
 
 
+def test_a_journal_path_is_parsed_into_what_its_store_needs() -> None:
+    s3 = JournalLocation.parse("S3a://bucket/a/b/")
+    assert (s3.kind, s3.scheme, s3.bucket_url, s3.path, s3.store, s3.extra) == \
+        ("object", "s3a", "s3a://bucket", "a/b", "S3", "s3")
+    azure = JournalLocation.parse("abfss://c@a.dfs.core.windows.net/j")
+    assert (azure.bucket_url, azure.path, azure.extra) == \
+        ("abfss://c@a.dfs.core.windows.net", "j", "azure")
+    assert (JournalLocation.parse("hdfs://nn:8020/x/j").kind,
+            JournalLocation.parse("hdfs://nn:8020/x/j").path) == ("hadoop", "/x/j")
+    assert JournalLocation.parse("file:///x/j").path == "/x/j"
+    relative = JournalLocation.parse("rel/j")
+    assert (relative.kind, relative.path) == ("local", "rel/j"), \
+        "made absolute where it is opened, not where it is parsed"
+    assert pickle.loads(pickle.dumps(s3)) == s3
+
+
+def test_the_journal_path_is_parsed_once_and_travels_parsed_to_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # load() parses journalPath once; the probe, the store factory and the journal a task
+    # opens from the (pickled) options all take that value.
+    parsed: list[str] = []
+    real_parse = JournalLocation.parse
+
+    def parse(uri: str) -> JournalLocation:
+        parsed.append(uri)
+        return real_parse(uri)
+
+    monkeypatch.setattr(JournalLocation, "parse", staticmethod(parse))
+    opened: list[JournalLocation] = []
+    real_store_for = stores.store_for
+
+    def store_for(location: JournalLocation, options: Any = ()) -> tuple[stores.Store, str]:
+        opened.append(location)
+        return real_store_for(location, options)
+
+    monkeypatch.setattr(probe, "store_for", store_for)
+    monkeypatch.setattr(journal_module, "store_for", store_for)
+    path = str(tmp_path / "j")
+    opts = parse_options({**_BASE, "journalPath": path})
+    assert opts.journal_path == path
+    settings = pickle.loads(pickle.dumps(opts)).journal_settings()  # as a task gets them
+    assert settings is not None
+    journal = Journal.of(settings)
+    assert parsed == [path], "journalPath parsed more than once"
+    assert opened == [opts.journal_location] * 2, "the probe's store and the journal's"
+    assert isinstance(opened[1], JournalLocation) and journal.root == path
+
+
 @pytest.mark.parametrize(("uri", "extra"), [("s3://b/j", "s3"), ("s3a://b/j", "s3"),
                                             ("gs://b/j", "gcs"), ("abfss://c@a/j", "azure")])
 def test_a_missing_extra_is_named_at_load(uri: str, extra: str,
@@ -256,7 +307,7 @@ def test_a_missing_extra_is_named_at_load(uri: str, extra: str,
 
     monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore -> ImportError
     with pytest.raises(OptionError, match=rf"pip install 'pyspark-kafka-share\[{extra}\]'"):
-        check_journal(uri, {})
+        check_journal(JournalLocation.parse(uri), {})
 
 
 def test_a_retried_create_reported_as_existing_is_recognised_as_ours(
@@ -443,7 +494,8 @@ def test_store_options_never_appear_in_repr_or_errors() -> None:
     assert secret not in str(info.value)
     from pyspark_kafka_share.source.options import SourceOptions
 
-    opts = SourceOptions("h:9092", "g", ("a",), journal_path="s3://bucket/j",
+    opts = SourceOptions("h:9092", "g", ("a",),
+                         journal_location=JournalLocation.parse("s3://bucket/j"),
                          journal_options=(("aws_access_key_id", "AKIDEXAMPLE"),
                                           ("aws_secret_access_key", secret)))
     assert secret not in repr(opts)
@@ -482,7 +534,7 @@ def test_the_load_probe_refuses_a_store_that_ignores_conditional_create(
 
     monkeypatch.setattr(probe, "ObjectStore", Ignoring)
     with pytest.raises(OptionError, match="accepted a second exclusive create"):
-        probe.check_journal("s3://bucket/ignoring", {})
+        probe.check_journal(JournalLocation.parse("s3://bucket/ignoring"), {})
     assert objects == {}, "the probe object was left behind"
 
 
@@ -591,8 +643,8 @@ def test_an_hdfs_style_store_is_probed_too(tmp_path: Path,
     # ArrowFsStore (hdfs://, viewfs://) through pyarrow's local filesystem: its move()
     # replaces an existing file (HDFS's rename refuses one), which the probe must catch, and a
     # path under a file is refused as on a local path.
-    def arrow_store(uri: str, options: Any = ()) -> tuple[stores.Store, str]:
-        return stores.ArrowFsStore(uri), uri.removeprefix("file://")
+    def arrow_store(location: JournalLocation, options: Any = ()) -> tuple[stores.Store, str]:
+        return stores.ArrowFsStore(location), location.path
 
     monkeypatch.setattr(probe, "store_for", arrow_store)
     error = _refused(f"file://{tmp_path / 'journal'}")

@@ -129,7 +129,7 @@ def test_without_fail_on_data_loss_lost_records_are_skipped_counted_and_logged_o
     reader.write_losses(attempt=9)
     log = reader.log
     log.end(lambda s: EndMarker(attempt=1, data_slots=2, records=5))
-    ends = log.journal.batch_ends(3)
+    ends = Journal(str(tmp_path / "j")).batch_ends(3)  # the journal _reader's log is in
     assert ends[0].stats["records_lost"] == 3, "counted in the batch's progress metrics"
 
 

@@ -94,7 +94,7 @@ def _spec(journal: Path, lock_ms: int = 30_000) -> TaskSpec:
 def _journal(spec: TaskSpec) -> Journal:
     settings = spec.options.journal_settings()
     assert settings is not None
-    return Journal(settings.path, fsync=False, content=settings.content)
+    return Journal(settings.location, fsync=False, content=settings.content)
 
 
 def _fill(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, Journal]:

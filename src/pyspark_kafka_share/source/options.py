@@ -26,7 +26,7 @@ from pyspark_kafka_share._kafka.settings import (
 from pyspark_kafka_share.errors import OptionError
 
 if TYPE_CHECKING:
-    from pyspark_kafka_share.source.journal import JournalSettings
+    from pyspark_kafka_share.source.journal import JournalLocation, JournalSettings
 
 __all__ = ["SOURCE_OPTIONS", "SourceOptions", "parse_options"]
 
@@ -55,7 +55,8 @@ class SourceOptions:
     group_id: str
     topics: tuple[str, ...]
     delivery: Delivery = "exactly-once"
-    journal_path: str | None = None
+    # journalPath, parsed once when the options are validated (None: no journal)
+    journal_location: JournalLocation | None = None
     num_partitions: int | None = None
     max_records_per_trigger: int | None = None
     starting_offsets: str | None = None
@@ -88,14 +89,18 @@ class SourceOptions:
             return self.max_batch_duration_ms
         return AVAILABLE_NOW_BATCH_DURATION_MS if available_now else DEFAULT_BATCH_DURATION_MS
 
+    @property
+    def journal_path(self) -> str | None:
+        """``journalPath`` as given (for messages); None without a journal."""
+        return None if self.journal_location is None else self.journal_location.uri
+
     def journal_settings(self) -> JournalSettings | None:
-        """The journal's settings; None without ``journalPath``. (The journal package, which
-        loads Arrow, is imported here, not when the options are parsed.)"""
-        if self.journal_path is None:
+        """The journal's settings; None without ``journalPath``."""
+        if self.journal_location is None:
             return None
         from pyspark_kafka_share.source.journal import JournalSettings
 
-        return JournalSettings(self.journal_path, fsync=self.journal_fsync,
+        return JournalSettings(self.journal_location, fsync=self.journal_fsync,
                                store_options=self.journal_options,
                                content="records" if self.journal_content == "records"
                                else "offsets")
@@ -182,7 +187,7 @@ def _pass_through(options: Mapping[str, str], opts: dict[str, str], from_table: 
 
 
 def _delivery_and_journal(opts: Mapping[str, str], journal_opts: tuple[tuple[str, str], ...]) \
-        -> tuple[Delivery, str | None]:
+        -> tuple[Delivery, JournalLocation | None]:
     delivery_raw = opts.get("delivery", "exactly-once").strip().lower()
     if delivery_raw not in ("exactly-once", "at-most-once"):
         raise OptionError("delivery", opts.get("delivery"),
@@ -199,16 +204,20 @@ def _delivery_and_journal(opts: Mapping[str, str], journal_opts: tuple[tuple[str
             "only, like its checkpointLocation; or set delivery=at-most-once to acknowledge "
             "on poll and accept losing records on failure",
         )
-    if journal is not None:
-        # Also probes an object store's conditional create (a few requests, once per process).
-        from pyspark_kafka_share.source.journal.probe import check_journal
+    if journal is None:
+        if journal_opts:
+            raise OptionError(f"journal.{journal_opts[0][0]}", None,
+                              "journal.* options configure an object-store journalPath; set "
+                              "journalPath or remove them")
+        return delivery, None
+    # The one place journalPath is parsed; the location is probed (on an object store: its
+    # conditional create, a few requests once per process) and kept in the options.
+    from pyspark_kafka_share.source.journal.location import JournalLocation
+    from pyspark_kafka_share.source.journal.probe import check_journal
 
-        check_journal(journal, journal_opts)
-    elif journal_opts:
-        raise OptionError(f"journal.{journal_opts[0][0]}", None,
-                          "journal.* options configure an object-store journalPath; set "
-                          "journalPath or remove them")
-    return delivery, journal
+    location = JournalLocation.parse(journal)
+    check_journal(location, journal_opts)
+    return delivery, location
 
 
 def _journal_content(opts: Mapping[str, str]) -> str:
@@ -281,7 +290,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         group_id=group,
         topics=topics,
         delivery=delivery,
-        journal_path=journal,
+        journal_location=journal,
         num_partitions=_int(opts, "numPartitions", None, minimum=1, maximum=10_000),
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", None, minimum=1),
         starting_offsets=offset_reset(opts.get("startingoffsets"), "startingOffsets"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyspark_kafka_share.source.journal.journal import (
     EndMarker,
     Journal,
+    JournalLocation,
     JournalSettings,
     PartLog,
     ScanResult,
@@ -13,5 +14,5 @@ from pyspark_kafka_share.source.journal.journal import (
     check_journal_uri,
 )
 
-__all__ = ["EndMarker", "Journal", "JournalSettings", "PartLog", "ScanResult", "check_journal",
-           "check_journal_uri"]
+__all__ = ["EndMarker", "Journal", "JournalLocation", "JournalSettings", "PartLog", "ScanResult",
+           "check_journal", "check_journal_uri"]

@@ -14,6 +14,9 @@ the ``committed`` fence, which it reads after every append; ``Journal.commit`` w
 de-duplication keys only for batches above the previous fence, so such a slot is never taken
 for published data, and later commits delete it. See ``docs/design.md`` ("The journal on object
 stores").
+
+A :class:`PartLog` knows its journal only through :class:`LogJournal`, the few public members
+it needs (``Journal`` provides them); this module does not import the journal.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -32,6 +35,7 @@ from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.journal.slots import (
     ARROW_MAGIC,
     LOSS_PREFIX,
+    Content,
     EndMarker,
     OffsetSlot,
     attempt_of,
@@ -42,10 +46,7 @@ from pyspark_kafka_share.source.journal.slots import (
 )
 from pyspark_kafka_share.source.journal.stores import Store
 
-if TYPE_CHECKING:
-    from pyspark_kafka_share.source.journal.journal import Journal
-
-__all__ = ["MAX_CONFLICTS", "PartLog", "ScanResult", "raise_fence", "read_fence"]
+__all__ = ["MAX_CONFLICTS", "LogJournal", "PartLog", "ScanResult", "raise_fence", "read_fence"]
 
 # Give up on a slot after this many "exists" answers for an object that cannot be read.
 MAX_CONFLICTS = 50
@@ -66,6 +67,34 @@ def raise_fence(store: Store, path: str, seq: int) -> None:
     store.write(path, json.dumps({"seq": seq}).encode())
 
 
+class LogJournal(Protocol):
+    """What a :class:`PartLog` needs of its journal."""
+
+    @property
+    def uri(self) -> str:
+        """The journal's ``journalPath`` (for messages and per-journal caches)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def fsync(self) -> bool: ...
+
+    @property
+    def content(self) -> Content:
+        """What a new data slot holds."""
+
+    def committed_seq(self) -> int:
+        """The newest batch Spark committed (-1: none yet)."""
+
+    def batch_dir(self, seq: int) -> str:
+        """The directory (key prefix) of batch ``seq``'s part logs."""
+
+    def remember(self, path: str, keys: SlotKeys) -> None:
+        """Note the keys of the slot just published at ``path`` (the duplicate lookup's
+        cache), so that this process never reads them back."""
+
+
 @dataclass
 class ScanResult:
     data_slots: list[int]
@@ -76,11 +105,11 @@ class ScanResult:
 class PartLog:
     """The slot log of one input partition of one batch."""
 
-    def __init__(self, journal: Journal, seq: int, part: int) -> None:
+    def __init__(self, journal: LogJournal, seq: int, part: int) -> None:
         self.journal = journal
         self.seq = seq
         self.part = part
-        self.dir = journal._p("batches", journal._seq(seq), f"{part:05d}")
+        self.dir = f"{journal.batch_dir(seq)}/{part:05d}"
         self._next = 0
         self.loss_files: list[str] = []  # seen by the last scan
         self.last_slot_bytes = 0  # size of the last data slot this log appended
@@ -158,7 +187,7 @@ class PartLog:
             slot = self._next
             if self._create(slot, payload):
                 self._next = slot + 1
-                self.journal._remember(self.slot_path(slot),
+                self.journal.remember(self.slot_path(slot),
                                       keys if keys is not None else SlotKeys.of_table(batch))
                 return slot
             try:

@@ -39,12 +39,13 @@ from pyspark_kafka_share.source.journal.fencing import (
     read_fence,
 )
 from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, Key, KeyIndex, SlotKeys
+from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.probe import check_journal, check_journal_uri
 from pyspark_kafka_share.source.journal.slots import Content, EndMarker, dedup_entry, keys_of
 from pyspark_kafka_share.source.journal.stores import store_for
 
-__all__ = ["EndMarker", "Journal", "JournalSettings", "PartLog", "ScanResult", "check_journal",
-           "check_journal_uri"]
+__all__ = ["EndMarker", "Journal", "JournalLocation", "JournalSettings", "PartLog", "ScanResult",
+           "check_journal", "check_journal_uri"]
 
 # Parsed keys of immutable slot files, shared by all tasks of this worker process. Entries of a
 # journal are dropped when a new run of a query starts (a new marker: the directory may have
@@ -65,13 +66,14 @@ _MARKERS_SEEN: set[tuple[str, str]] = set()  # (journal uri, marker) seen by thi
 class JournalSettings:
     """Where a journal is and how it writes; built by the source from its options.
 
+    ``location``: ``journalPath``, parsed when the options were validated.
     ``store_options``: ``journal.<key>`` settings of an object-store journal (endpoint,
     credentials, ...), without the prefix. Never logged nor shown (``repr=False``).
     ``content``: what a new data slot holds (:mod:`.slots`): ``offsets`` (replayed from
     Kafka) or ``records``. Reading needs no setting: each slot says what it holds.
     """
 
-    path: str
+    location: JournalLocation
     fsync: bool = True
     store_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     content: Content = "offsets"
@@ -80,22 +82,26 @@ class JournalSettings:
 class Journal:
     """One query's journal directory (or key prefix, on an object store).
 
+    ``location``: where it is, parsed (the source passes the one its options hold); a
+    ``journalPath`` string is parsed here, for callers that open a journal by its path.
     ``options``: ``journal.<key>`` settings of an object-store journal (endpoint,
     credentials, ...), without the prefix. Never logged nor shown in errors.
     """
 
-    def __init__(self, uri: str, *, fsync: bool = True,
+    def __init__(self, location: JournalLocation | str, *, fsync: bool = True,
                  options: Mapping[str, str] | Iterable[tuple[str, str]] = (),
                  content: Content = "offsets") -> None:
-        self.uri = uri
-        self.store, self.root = store_for(uri, options)
+        self.location = location if isinstance(location, JournalLocation) \
+            else JournalLocation.parse(location)
+        self.uri = self.location.uri
+        self.store, self.root = store_for(self.location, options)
         self.fsync = fsync
         self.content: Content = content
 
     @classmethod
     def of(cls, settings: JournalSettings) -> Journal:
         """The journal ``settings`` describe."""
-        return cls(settings.path, fsync=settings.fsync, options=settings.store_options,
+        return cls(settings.location, fsync=settings.fsync, options=settings.store_options,
                    content=settings.content)
 
     def __repr__(self) -> str:
@@ -104,9 +110,9 @@ class Journal:
     def _p(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
 
-    @staticmethod
-    def _seq(seq: int) -> str:
-        return f"{seq:012d}"
+    def batch_dir(self, seq: int) -> str:
+        """The directory (key prefix) of batch ``seq``'s part logs."""
+        return self._p("batches", f"{seq:012d}")
 
     def part_log(self, seq: int, part: int) -> PartLog:
         return PartLog(self, seq, part)
@@ -229,10 +235,12 @@ class Journal:
                 _KEY_CACHE.move_to_end(cache_key)
                 return hit
         keys = keys_of(self.store.read(path))
-        self._remember(path, keys)
+        self.remember(path, keys)
         return keys
 
-    def _remember(self, path: str, keys: SlotKeys) -> None:
+    def remember(self, path: str, keys: SlotKeys) -> None:
+        """Cache the keys of the slot at ``path`` (immutable once published): a part log
+        notes each slot it publishes, so that the duplicate lookup never reads it back."""
         with _KEY_CACHE_LOCK:
             _KEY_CACHE[f"{self.uri}\0{path}"] = keys
             while len(_KEY_CACHE) > _KEY_CACHE_MAX:
@@ -290,7 +298,7 @@ class Journal:
         """END markers of batch ``seq``, by partition (their stats with the records replays
         after END skipped, ``records_lost``)."""
         ends: dict[int, EndMarker] = {}
-        for part in self.store.listdir(self._p("batches", self._seq(seq))):
+        for part in self.store.listdir(self.batch_dir(seq)):
             if not part.isdigit():
                 continue
             log = self.part_log(seq, int(part))

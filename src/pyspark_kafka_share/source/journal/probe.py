@@ -1,6 +1,7 @@
-"""The checks of a ``journalPath`` made at ``load()``: the URL, without I/O
-(:func:`check_journal_uri`), then a probe of the location with the journal's own store
-operations (:func:`check_journal`).
+"""The checks of a ``journalPath`` made at ``load()``: its location, parsed once by the caller
+(:class:`.location.JournalLocation`; :func:`check_journal_uri` parses and checks the store's
+client is installed, without I/O), then one probe of that location with the journal's own
+store operations (:func:`check_journal`).
 
 Every error is an :class:`OptionError` naming ``journalPath`` (or ``journal.<key>``), the cause
 and the fix; never an option value of ``journal.*``.
@@ -15,74 +16,56 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 from pyspark_kafka_share.errors import JournalError, OptionError
-from pyspark_kafka_share.source.journal.stores import (
-    HADOOP_SCHEMES,
-    LOCAL_SCHEMES,
-    ObjectStore,
-    Store,
-    store_for,
-)
+from pyspark_kafka_share.source.journal.location import JournalLocation
+from pyspark_kafka_share.source.journal.stores import ObjectStore, Store, store_for
 from pyspark_kafka_share.source.journal.stores.base import first_line
-from pyspark_kafka_share.source.journal.stores.objectstore import (
-    Location,
-    object_location,
-    require_obstore,
-    store_env,
-)
+from pyspark_kafka_share.source.journal.stores.objectstore import require_obstore, store_env
 
 __all__ = ["check_journal", "check_journal_uri"]
 
-def check_journal_uri(uri: str) -> None:
-    """Refuse journal locations without an atomic exclusive create, and object-store URLs
-    whose optional dependencies are missing (no I/O)."""
-    scheme = urlparse(uri).scheme.lower()
-    if scheme in LOCAL_SCHEMES or scheme in HADOOP_SCHEMES:
-        return
-    loc = object_location(uri)
-    if loc is None:
-        raise OptionError(
-            "journalPath", uri,
-            f"the '{scheme}' filesystem is not known to have the atomic create-if-absent the "
-            "journal needs so that exactly one task attempt wins each slot. Use a local or "
-            "mounted shared path, hdfs://, s3:// (or s3a://), gs://, abfs:// or abfss://",
-        )
-    require_obstore(loc, uri)
+
+def check_journal_uri(uri: str) -> JournalLocation:
+    """``uri`` parsed into its location, refusing locations without an atomic exclusive
+    create and object-store URLs whose optional dependencies are missing (no I/O)."""
+    location = JournalLocation.parse(uri)
+    if location.kind == "object":
+        require_obstore(location)
+    return location
 
 
 _PROBED: set[tuple[Any, ...]] = set()
 
 
-def check_journal(uri: str, options: Mapping[str, str] | Iterable[tuple[str, str]] = ()
-                  ) -> None:
-    """:func:`check_journal_uri`, then a probe of the location with the journal's own store
+def check_journal(location: JournalLocation,
+                  options: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+    """A probe of ``location`` (parsed once, by the caller) with the journal's own store
     operations: create one probe file or object twice with the exclusive create (the second
     must be refused), see it in a listing, read it back, delete it.
 
     On a filesystem (local, mounted, HDFS) the probe first creates the journal directory as
     the journal would, and removes again the directories it created: ``load()`` leaves the
     filesystem as it found it. On an object store it makes four requests, once per process and
-    configuration. Raises :class:`OptionError` naming ``journalPath``, the cause (not a
-    directory, permission denied, read-only filesystem, unreachable store, ...) and the fix;
-    never an option value of ``journal.*``.
+    configuration (after checking, without I/O, that its client is installed). Raises
+    :class:`OptionError` naming ``journalPath``, the cause (not a directory, permission denied,
+    read-only filesystem, unreachable store, ...) and the fix; never an option value of
+    ``journal.*``.
     """
     opts = dict(options.items() if isinstance(options, Mapping) else options)
-    check_journal_uri(uri)
-    loc = object_location(uri)
-    if loc is None:
+    if location.kind != "object":
         if opts:
             key = next(iter(opts))
             raise OptionError(f"journal.{key}", None, "journal.* options configure object-store "
                               "journals (s3://, gs://, abfs://); this journalPath is a "
                               "filesystem path. Remove them")
-        _probe_filesystem(uri)
+        _probe_filesystem(location)
         return
-    cache_key = (uri, tuple(sorted(opts.items())), store_env())
+    require_obstore(location)
+    cache_key = (location, tuple(sorted(opts.items())), store_env())
     if cache_key in _PROBED:
         return
-    _probe_object_store(uri, loc, opts)
+    _probe_object_store(location, opts)
     _PROBED.add(cache_key)
 
 
@@ -124,16 +107,16 @@ def _judge_probe(uri: str, why: str, result: _ProbeResult, kind: str, fix: str) 
                           f"probe just created was missing from a listing. {fix}")
 
 
-def _probe_object_store(uri: str, loc: Location, opts: Mapping[str, str]) -> None:
-    store = ObjectStore(uri, loc, opts, probe=True)
-    why = f"the journal needs the store's atomic create-if-absent (conditional put) on {loc.kind}"
+def _probe_object_store(loc: JournalLocation, opts: Mapping[str, str]) -> None:
+    store = ObjectStore(loc, opts, probe=True)
+    why = f"the journal needs the store's atomic create-if-absent (conditional put) on {loc.store}"
     try:
-        result = _run_probe(store, loc.prefix)
+        result = _run_probe(store, loc.path)
     except (JournalError, OSError) as exc:
-        raise OptionError("journalPath", uri, f"{why}, and probing it failed: {exc}. Check the "
-                          "bucket, the credentials and the endpoint (journal.* options or the "
-                          "store's standard environment variables)") from None
-    _judge_probe(uri, why, result, "store", "Use a store that honours conditional writes "
+        raise OptionError("journalPath", loc.uri, f"{why}, and probing it failed: {exc}. Check "
+                          "the bucket, the credentials and the endpoint (journal.* options or "
+                          "the store's standard environment variables)") from None
+    _judge_probe(loc.uri, why, result, "store", "Use a store that honours conditional writes "
                  "(If-None-Match) and lists what it just stored")
 
 
@@ -208,11 +191,12 @@ def _filesystem_fix(exc: BaseException, store: Store, root: str) -> str:
     return f"{cause}. {_USE_INSTEAD}"
 
 
-def _probe_filesystem(uri: str) -> None:
+def _probe_filesystem(location: JournalLocation) -> None:
     """The journal's operations on a probe file in the journal directory (created as the
     journal would, then removed again if the probe created it)."""
+    uri = location.uri
     try:
-        store, root = store_for(uri)
+        store, root = store_for(location)
     except Exception as exc:  # noqa: BLE001 - e.g. no libhdfs, an unreachable name node
         raise OptionError("journalPath", uri, f"the filesystem could not be opened: "
                           f"{first_line(exc)}. {_USE_INSTEAD}") from None

@@ -1,5 +1,6 @@
 """Where the journal lives: the storage back ends, one module each, and :func:`store_for`,
-which picks one for a ``journalPath``. The checks made at ``load()`` are in ``..probe``.
+which picks one for a parsed ``journalPath`` (a :class:`..location.JournalLocation`). The
+checks made at ``load()`` are in ``..probe``.
 
 Every back end provides the one primitive the journal is built on, an **exclusive create**:
 of all writers that try to create the same path, exactly one succeeds and the others learn
@@ -21,33 +22,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlparse
 
+from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.stores.base import Store
 from pyspark_kafka_share.source.journal.stores.hdfs import ArrowFsStore
 from pyspark_kafka_share.source.journal.stores.local import LocalStore
-from pyspark_kafka_share.source.journal.stores.objectstore import (
-    OBJECT_STORE_SCHEMES,
-    ObjectStore,
-    object_location,
-)
+from pyspark_kafka_share.source.journal.stores.objectstore import ObjectStore
 
-__all__ = ["HADOOP_SCHEMES", "LOCAL_SCHEMES", "OBJECT_STORE_SCHEMES", "ArrowFsStore",
-           "LocalStore", "ObjectStore", "Store", "store_for"]
-
-LOCAL_SCHEMES = ("", "file")
-HADOOP_SCHEMES = ("hdfs", "viewfs")
+__all__ = ["ArrowFsStore", "LocalStore", "ObjectStore", "Store", "store_for"]
 
 
-def store_for(uri: str, options: Mapping[str, str] | Iterable[tuple[str, str]] = ()
-              ) -> tuple[Store, str]:
-    """The back end of journal ``uri`` and the journal's root path in it."""
-    opts = dict(options.items() if isinstance(options, Mapping) else options)
-    parsed = urlparse(uri)
-    scheme = parsed.scheme.lower()
-    if scheme in LOCAL_SCHEMES:
-        return LocalStore(), os.path.abspath(parsed.path if parsed.scheme else uri)
-    loc = object_location(uri)
-    if loc is not None:
-        return ObjectStore(uri, loc, opts), loc.prefix
-    return ArrowFsStore(uri), parsed.path
+def store_for(location: JournalLocation,
+              options: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> tuple[Store, str]:
+    """The back end of the journal at ``location`` and the journal's root path in it (a local
+    path made absolute here, in the process that opens it). ``options``: ``journal.<key>``
+    settings of an object store, without the prefix."""
+    if location.kind == "local":
+        return LocalStore(), os.path.abspath(location.path)
+    if location.kind == "object":
+        opts = dict(options.items() if isinstance(options, Mapping) else options)
+        return ObjectStore(location, opts), location.path
+    return ArrowFsStore(location), location.path

@@ -8,20 +8,19 @@ import os
 import time
 import uuid
 
+from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.stores.base import Store
 
 __all__ = ["ArrowFsStore"]
 
 
-
-
 class ArrowFsStore(Store):  # pragma: no cover - needs a Hadoop cluster; see docs/design.md
     """HDFS through ``pyarrow.fs``: ``move`` is HDFS rename, which refuses an existing target."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, location: JournalLocation) -> None:
         from pyarrow import fs as pafs
 
-        self.fs, _ = pafs.FileSystem.from_uri(uri)
+        self.fs, _ = pafs.FileSystem.from_uri(location.uri)
 
     def create_exclusive(self, path: str, data: bytes, fsync: bool) -> bool:
         tmp = f"{os.path.dirname(path)}/.tmp-{uuid.uuid4().hex}"

@@ -14,23 +14,14 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
-from urllib.parse import urlparse
 
 from pyspark_kafka_share.errors import JournalError, OptionError
+from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.stores.base import Store, first_line
 
-__all__ = ["OBJECT_STORE_SCHEMES", "Location", "ObjectStore", "object_location",
-           "require_obstore", "store_env"]
-
-# URL scheme -> (store kind, the pip extra that installs its client)
-OBJECT_STORE_SCHEMES: dict[str, tuple[str, str]] = {
-    "s3": ("S3", "s3"), "s3a": ("S3", "s3"),
-    "gs": ("GCS", "gcs"),
-    "abfs": ("Azure Blob Storage", "azure"), "abfss": ("Azure Blob Storage", "azure"),
-}
+__all__ = ["ObjectStore", "require_obstore", "store_env"]
 
 # obstore's client (HTTP) options; every other journal.<key> is a store configuration key.
 _CLIENT_KEYS = frozenset({
@@ -44,37 +35,14 @@ _S3_ENDPOINT_KEYS = ("aws_endpoint", "aws_endpoint_url", "endpoint", "endpoint_u
 _S3_ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 
 
-@dataclass(frozen=True)
-class Location:
-    """Where an object-store journal lives."""
-
-    scheme: str
-    kind: str       # "S3", "GCS", "Azure Blob Storage"
-    extra: str      # pip extra
-    bucket_url: str  # the store's URL (bucket / container), handed to obstore
-    prefix: str     # the journal's key prefix inside it, no leading or trailing "/"
-
-
-def object_location(uri: str) -> Location | None:
-    """The object-store location of journal ``uri``; None if it is no object-store URL."""
-    parsed = urlparse(uri)
-    scheme = parsed.scheme.lower()
-    if scheme not in OBJECT_STORE_SCHEMES:
-        return None
-    kind, extra = OBJECT_STORE_SCHEMES[scheme]
-    if not parsed.netloc:
-        where = "container@account" if extra == "azure" else "bucket"
-        raise OptionError("journalPath", uri, f"name the {where}: {scheme}://<{where}>/<path>")
-    return Location(scheme, kind, extra, f"{scheme}://{parsed.netloc}", parsed.path.strip("/"))
-
-
-def require_obstore(loc: Location, uri: str) -> Any:
+def require_obstore(loc: JournalLocation) -> Any:
+    """The obstore module; an :class:`OptionError` naming the extra to install without it."""
     try:
         import obstore
     except ImportError:
         raise OptionError(
-            "journalPath", uri,
-            f"a journal on {loc.kind} needs the optional '{loc.extra}' dependencies: "
+            "journalPath", loc.uri,
+            f"a journal on {loc.store} needs the optional '{loc.extra}' dependencies: "
             f"pip install 'pyspark-kafka-share[{loc.extra}]' on the driver and every executor",
         ) from None
     return obstore
@@ -88,7 +56,7 @@ def _redact(text: str, options: Mapping[str, str]) -> str:
     return text
 
 
-def _split_options(loc: Location, options: Mapping[str, str]
+def _split_options(loc: JournalLocation, options: Mapping[str, str]
                    ) -> tuple[dict[str, str], dict[str, str]]:
     """(store config, client options) for obstore, from ``journal.<key>`` options."""
     config: dict[str, str] = {}
@@ -119,7 +87,7 @@ def store_env() -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
 
 
-def _open_object_store(loc: Location, uri: str, options: Mapping[str, str], *,
+def _open_object_store(loc: JournalLocation, options: Mapping[str, str], *,
                        probe: bool = False) -> Any:
     """The obstore store of ``loc`` (cached per process: its connection pool is reused)."""
     key = (loc.bucket_url, tuple(sorted(options.items())), probe, store_env())
@@ -127,7 +95,7 @@ def _open_object_store(loc: Location, uri: str, options: Mapping[str, str], *,
         hit = _STORES.get(key)
     if hit is not None:
         return hit
-    obstore = require_obstore(loc, uri)
+    obstore = require_obstore(loc)
     from obstore.store import from_url
 
     config, client = _split_options(loc, options)
@@ -143,18 +111,18 @@ def _open_object_store(loc: Location, uri: str, options: Mapping[str, str], *,
         bad = next((k for k in options if f"'{k.lower()}'" in str(exc)), None)
         raise OptionError(
             f"journal.{bad}" if bad else "journal.*", None,
-            f"not a configuration key of obstore's {loc.kind} store (see the object_store / "
+            f"not a configuration key of obstore's {loc.store} store (see the object_store / "
             "obstore documentation for the keys, e.g. aws_endpoint, aws_region, "
             "google_service_account, azure_storage_account_key)") from None
     except Exception as exc:  # noqa: BLE001 - reworded without option values
         raise OptionError("journal.*", None,
-                          f"the {loc.kind} store for {uri!r} could not be configured: "
+                          f"the {loc.store} store for {loc.uri!r} could not be configured: "
                           f"{_redact(first_line(exc), options)}") from None
     except BaseException as exc:  # pyo3 PanicException derives from BaseException
         if type(exc).__name__ != "PanicException":
             raise
         raise OptionError("journal.*", None,
-                          f"obstore rejected the {loc.kind} configuration for {uri!r}: "
+                          f"obstore rejected the {loc.store} configuration for {loc.uri!r}: "
                           f"{_redact(first_line(exc), options)}") from None
     with _STORES_LOCK:
         _STORES[key] = store
@@ -166,16 +134,15 @@ class ObjectStore(Store):
 
     renames = False
 
-    def __init__(self, uri: str, loc: Location, options: Mapping[str, str], *,
+    def __init__(self, loc: JournalLocation, options: Mapping[str, str], *,
                  probe: bool = False) -> None:
-        self.uri = uri
         self.loc = loc
         self._options = dict(options)
         self._probe = probe
         self._setup()
 
     def _setup(self) -> None:
-        self.store = _open_object_store(self.loc, self.uri, self._options, probe=self._probe)
+        self.store = _open_object_store(self.loc, self._options, probe=self._probe)
         import obstore
 
         self._ob = obstore
@@ -184,8 +151,7 @@ class ObjectStore(Store):
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled with the stream reader: the obstore handle is re-opened where it lands.
-        return {"uri": self.uri, "loc": self.loc, "_options": self._options,
-                "_probe": self._probe}
+        return {"loc": self.loc, "_options": self._options, "_probe": self._probe}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -214,7 +180,7 @@ class ObjectStore(Store):
             return False
         except NotImplementedError as exc:
             raise JournalError(
-                f"{self.loc.kind} at {self.loc.bucket_url} is configured without conditional "
+                f"{self.loc.store} at {self.loc.bucket_url} is configured without conditional "
                 f"create (e.g. aws_conditional_put=disabled), which the journal needs: {exc}"
             ) from None
         except FileNotFoundError:
