@@ -26,6 +26,7 @@ _log = logging.getLogger(__name__)
 
 __all__ = [
     "CLIENT_OPTIONS_REJECTED",
+    "CONNECTION_PREFIXES",
     "DEFAULT_MAX_POLL_RECORDS",
     "SOURCE_NAMES",
     "WORKER_NAMES",
@@ -56,7 +57,7 @@ _CONSUMER_ONLY = frozenset({
 _FETCH_SIZES = frozenset({"receive.message.max.bytes", "fetch.max.bytes",
                           "fetch.message.max.bytes", "max.partition.fetch.bytes"})
 # What a producer shares with the consumer of the same cluster.
-_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.dns", "broker.address.")
+CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.dns", "broker.address.")
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class ClientSettings:
         JoinGroup, OffsetCommit or OffsetFetch; librdkafka's FindCoordinator for it needs
         DESCRIBE on the group, which the share group's READ grant includes)."""
         shared = {k: v for k, v in self.extra
-                  if k.startswith(_CONNECTION_PREFIXES) or k in _FETCH_SIZES}
+                  if k.startswith(CONNECTION_PREFIXES) or k in _FETCH_SIZES}
         conf: dict[str, Any] = {**shared, **self._security()}
         conf.update({"bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
                      "isolation.level": isolation_level, "enable.auto.commit": False,
@@ -162,7 +163,7 @@ class ClientSettings:
         ``overrides``; ``acks=all`` and idempotence fixed; ``message.timeout.ms`` below the
         flush timeout callers use (``timeout_s + 5``), so an unreported record has failed.
         Its log lines go through Python logging (``_kafka.logs``)."""
-        shared = {k: v for k, v in self.extra if k.startswith(_CONNECTION_PREFIXES)}
+        shared = {k: v for k, v in self.extra if k.startswith(CONNECTION_PREFIXES)}
         conf: dict[str, Any] = {"linger.ms": 5, **shared, **self._security(),
                                 **dict(overrides or {})}
         conf.update({"bootstrap.servers": self.bootstrap_servers, "acks": "all",

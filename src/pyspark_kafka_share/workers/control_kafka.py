@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_kafka_share._kafka.logs import client_config
-from pyspark_kafka_share._kafka.settings import _CONNECTION_PREFIXES, ClientSettings
+from pyspark_kafka_share._kafka.settings import CONNECTION_PREFIXES, ClientSettings
 from pyspark_kafka_share.errors import ErrorCode, OptionError, from_client_error
 from pyspark_kafka_share.workers import control as _control
 from pyspark_kafka_share.workers.control import ControlState
@@ -149,7 +149,7 @@ def _consumer(client: ClientSettings, endpoint_topic: str, partition: int, who: 
     ACL beyond the share group's READ the workers hold anyway."""
     from confluent_kafka import Consumer, TopicPartition
 
-    conf: dict[str, Any] = {k: v for k, v in client.extra if k.startswith(_CONNECTION_PREFIXES)}
+    conf: dict[str, Any] = {k: v for k, v in client.extra if k.startswith(CONNECTION_PREFIXES)}
     if client.token_provider is not None:
         conf["oauth_cb"] = client.token_provider
     conf.update({"bootstrap.servers": client.bootstrap_servers, "group.id": client.group_id,
