@@ -38,11 +38,16 @@ def _group_admin(args: argparse.Namespace) -> ShareGroupAdmin:
     from pyspark_kafka_share._kafka.settings import OptionNames
     from pyspark_kafka_share.admin import ShareGroupAdmin
 
-    names = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic", "--command-config")
+    class CliAdmin(ShareGroupAdmin):
+        """The admin, its errors naming the command line's flags."""
+
+        option_names = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic",
+                                   "--command-config")
+
     if args.command_config:
-        return ShareGroupAdmin.from_properties_file(args.bootstrap_server, args.command_config,
-                                                    timeout_s=args.timeout, names=names)
-    return ShareGroupAdmin(args.bootstrap_server, timeout_s=args.timeout, names=names)
+        return CliAdmin.from_properties_file(args.bootstrap_server, args.command_config,
+                                             timeout_s=args.timeout)
+    return CliAdmin(args.bootstrap_server, timeout_s=args.timeout)
 
 
 def _print_json(value: object) -> None:
