@@ -27,6 +27,7 @@ and limits: ``docs/workers.md``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import signal
 import sys
@@ -72,6 +73,8 @@ __all__ = [
     "start_workers",
 ]
 
+_log = logging.getLogger(__name__)
+
 _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_lettered",
              "outputs", "exhausted", "released_on_stop", "released_lock_deadline",
              "produce_failures", "ack_failures",
@@ -89,6 +92,8 @@ class WorkerProgress:
     workers: dict[int, dict[str, Any]]
     records_per_s: float
     """Processed records per second since the previous snapshot."""
+    on_progress_failures: int = 0
+    """How many calls of the job's ``on_progress`` raised so far (the first is logged)."""
 
     def line(self) -> str:
         t = self.totals
@@ -116,6 +121,8 @@ class WorkerSummary:
     workers: list[dict[str, Any]] = field(default_factory=list)
     broker_dead_letter_topic: str | None = None
     """Where the broker dead-lettered the ``rejected`` records (its own queue, KIP-1191)."""
+    on_progress_failures: int = 0
+    """How many calls of ``on_progress`` raised (the first is logged at WARNING)."""
 
     @property
     def records_per_s(self) -> float:
@@ -145,6 +152,9 @@ class WorkerSummary:
                 f"{t['released_marker_wait']} unchecked last deliveries="
                 f"{t['unchecked_last_deliveries']} producers replaced="
                 f"{t['producers_replaced']}")
+        if self.on_progress_failures:
+            lines.append(f"  on_progress raised {self.on_progress_failures} time(s) (the first "
+                         "is logged with its traceback)")
         lost = self.failed_attempts
         if lost:
             lines.append(f"  {len(lost)} attempt(s) died (Spark retried them); their counts are "
@@ -185,6 +195,7 @@ class WorkerJob:
         self._workers = spec.config.workers
         self._server = server
         self._on_progress = on_progress
+        self._progress_failures = 0
         self._interval = spec.config.progress_interval_s
         self._start = time.monotonic()
         self._done = threading.Event()
@@ -254,8 +265,19 @@ class WorkerJob:
                 self._server.request_stop("idle timeout")
             if self._on_progress is not None and now >= next_progress:
                 next_progress = now + self._interval
-                with contextlib.suppress(Exception):
-                    self._on_progress(self.progress())
+                self._call_on_progress(self._on_progress)
+
+    def _call_on_progress(self, on_progress: Callable[[WorkerProgress], None]) -> None:
+        """The user's callback: a failure does not stop the workers; the first is logged at
+        WARNING with its traceback, every one is counted (progress and summary)."""
+        try:
+            on_progress(self.progress())
+        except Exception:  # noqa: BLE001 - the user's code: any failure is reported the same
+            self._progress_failures += 1
+            if self._progress_failures == 1:
+                _log.warning("on_progress raised; the workers go on (later failures are "
+                             "only counted: on_progress_failures in the progress and the "
+                             "summary)", exc_info=True)
 
     # ---- public ------------------------------------------------------------------------------
 
@@ -270,7 +292,8 @@ class WorkerJob:
             t0, n0 = self._last_progress
             rate = (totals["processed"] - n0) / (now - t0) if now > t0 else 0.0
             self._last_progress = (now, totals["processed"])
-            return WorkerProgress(now - self._start, totals, self._server.latest(), rate)
+            return WorkerProgress(now - self._start, totals, self._server.latest(), rate,
+                                  self._progress_failures)
 
     def stop(self, reason: str = "stopped by user", *, wait: bool = True,
              grace_s: float = 60.0) -> WorkerSummary | None:
@@ -332,7 +355,8 @@ class WorkerJob:
         return WorkerSummary(elapsed_s=time.monotonic() - self._start,
                              stop_reason=reason,
                              totals=_totals(workers), workers=workers,
-                             broker_dead_letter_topic=self._spec.broker_dead_letter_topic)
+                             broker_dead_letter_topic=self._spec.broker_dead_letter_topic,
+                             on_progress_failures=self._progress_failures)
 
 
 def _attempts(results: list[dict[str, Any]],
@@ -399,9 +423,14 @@ def run_workers(spark: Any, fn: WorkerFunction,
     ``group`` and ``bootstrap_servers`` (required); ``workers`` (1), ``batch_format``,
     ``chunk_size`` (100), ``output_topic``, ``dead_letter_topic``, ``max_attempts`` (3),
     ``retry_on`` (``(Exception,)``), ``time_budget_s``, ``idle_timeout_s``, ``max_records``,
-    ``starting_offsets``, ``consumer_config``, ``producer_config``, ``lock_safety_fraction``
-    (0.5), ``progress_interval_s`` (10), ``broker_timeout_s`` (30), ``exactly_once_outputs``
-    (False), ``transaction_interval_s`` (0.1) and ``on_progress``.
+    ``starting_offsets``, ``consumer_config``, ``connection`` (a :class:`ConnectionConfig`:
+    the security settings, instead of their librdkafka keys in ``consumer_config``),
+    ``producer_config``, ``lock_safety_fraction`` (0.5), ``progress_interval_s`` (10),
+    ``broker_timeout_s`` (30), ``control_port`` (0: a free port; the driver port the workers
+    report to), ``control_topic`` (the control channel's Kafka topic: always used over Spark
+    Connect, default ``kafka-share-control.<group>``; on a classic session it replaces the
+    driver port), ``exactly_once_outputs`` (False), ``transaction_interval_s`` (0.1) and
+    ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to
@@ -417,7 +446,9 @@ def run_workers(spark: Any, fn: WorkerFunction,
     ``idle_timeout_s``, after ``max_records`` records (overshoot: at most one poll per worker),
     on Ctrl-C, or when the Spark job is cancelled. On a stop, records not yet processed are
     RELEASEd. Progress goes to ``on_progress`` (default: a line on stderr every
-    ``progress_interval_s``).
+    ``progress_interval_s``; False: none); if it raises, the workers go on: the first failure
+    is logged at WARNING with its traceback, and all are counted in
+    ``WorkerSummary.on_progress_failures``.
     """
     return start_workers(spark, fn, **options).wait_interruptibly()
 
