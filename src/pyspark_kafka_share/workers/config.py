@@ -2,8 +2,8 @@
 
 :func:`run_workers` and :func:`start_workers` take these as keyword arguments (typed for IDEs
 by :class:`WorkerOptions`); defaults and validation live here only. What needs Spark or the
-broker (task slots, topics, the group's delivery limit) is checked by ``api.py`` before any
-task starts. The executor side gets a :class:`WorkerSpec`: the config plus what the driver
+broker (task slots, topics, the group's delivery limit) is checked by ``preflight.py`` before
+any task starts. The executor side gets a :class:`WorkerSpec`: the config plus what the driver
 learned from the broker.
 """
 
