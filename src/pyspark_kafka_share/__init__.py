@@ -5,6 +5,8 @@
 - :mod:`pyspark_kafka_share.workers`: queue workers on Spark executors; user code decides each
   record's outcome (ACCEPT, RELEASE, REJECT, dead-letter topic).
 - :mod:`pyspark_kafka_share.admin`: share-group admin (describe, lag, reset).
+- :class:`ConnectionConfig` (:mod:`pyspark_kafka_share.connection`): how the admin and the
+  workers reach a secured cluster (TLS, SASL), typed and validated.
 - :func:`progress`: the source's lag and last-batch counters from a query's progress, the same
   on every Spark line.
 - :mod:`pyspark_kafka_share.harness`: a real local Kafka broker for development and tests.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyspark_kafka_share.connection import ConnectionConfig
 from pyspark_kafka_share.errors import (
     BrokerError,
     JournalError,
@@ -29,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BrokerError",
+    "ConnectionConfig",
     "DefaultSource",
     "JournalError",
     "KafkaShareDataSource",

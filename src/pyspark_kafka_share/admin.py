@@ -5,6 +5,7 @@ Kafka protocol directly (:mod:`pyspark_kafka_share._kafka.protocol`); group conf
 offset look-ups of :meth:`ShareGroupAdmin.reset` use confluent-kafka. Both connect with the
 same security settings (librdkafka's keys, or a Kafka ``--command-config`` properties file)::
 
+    from pyspark_kafka_share import ConnectionConfig
     from pyspark_kafka_share.admin import ShareGroupAdmin
 
     with ShareGroupAdmin("localhost:9092") as admin:
@@ -13,10 +14,13 @@ same security settings (librdkafka's keys, or a Kafka ``--command-config`` prope
         print(admin.total_lag("workers"))
         admin.reset("workers", "earliest")          # the group must have no members
 
-    secured = ShareGroupAdmin("broker:9093", config={
+    secured = ShareGroupAdmin("broker:9093", connection=ConnectionConfig(
+        security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+        username="alice", password="...", ca_file="ca.pem"))
+    same = ShareGroupAdmin("broker:9093", connection={         # librdkafka's keys
         "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "alice", "sasl.password": "...", "ssl.ca.location": "ca.pem"})
-    same = ShareGroupAdmin.from_properties_file("broker:9093", "client.properties")
+    also = ShareGroupAdmin.from_properties_file("broker:9093", "client.properties")
 
 Errors are :class:`~pyspark_kafka_share.errors.BrokerError` subclasses, from
 :mod:`pyspark_kafka_share.errors`; :class:`~pyspark_kafka_share.errors.GroupNotEmptyError` is
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pyspark_kafka_share._kafka.access import probe_broker
 from pyspark_kafka_share._kafka.connection import ConnectionConfig
@@ -69,6 +73,7 @@ from pyspark_kafka_share.errors import (
 
 __all__ = [
     "SHARE_GROUP_CONFIGS",
+    "ConnectionConfig",
     "GroupDescription",
     "Member",
     "PartitionOffset",
@@ -82,8 +87,8 @@ SHARE_GROUP_CONFIGS = (
 )
 """The per-group configs that shape a share group's queue behaviour (see docs/operations.md)."""
 
-ADMIN_NAMES = OptionNames("{}", "{}", "bootstrap_servers", "group", "topics", "config")
-"""What the admin's errors call its settings: librdkafka's keys, as given in ``config``."""
+ADMIN_NAMES = OptionNames("{}", "{}", "bootstrap_servers", "group", "topics", "connection")
+"""What the admin's errors call its settings: librdkafka's keys, as given in ``connection``."""
 
 ResetTarget = Literal["earliest", "latest"] | datetime
 Topics = Sequence[str] | Mapping[str, Sequence[int] | None]
@@ -114,36 +119,39 @@ class ShareGroupAdmin:
 
     Args:
         bootstrap_servers: ``host:port[,host:port...]``.
-        config: librdkafka-style client settings: ``security.protocol``, ``sasl.*``
-            (``oauth_cb`` for OAUTHBEARER tokens), ``ssl.*`` (PEM files); used by the protocol
-            client and the confluent-kafka ``AdminClient`` alike. Secrets are never shown.
-        connection: a :class:`ConnectionConfig` instead of ``config``.
+        connection: how to connect and authenticate: a :class:`ConnectionConfig`, or a dict
+            of librdkafka-style client settings (``security.protocol``, ``sasl.*`` with
+            ``oauth_cb`` for OAUTHBEARER tokens, ``ssl.*`` with PEM files, and any other
+            client setting such as ``client.id``). ``None``: plaintext. Used by the protocol
+            client and the confluent-kafka ``AdminClient`` alike; secrets are never shown.
         timeout_s: bound on each operation (coordinator moves are retried within it).
-        security_protocol: ``PLAINTEXT`` or ``SSL`` without ``config``; kept for
-            compatibility (``config={"security.protocol": ...}`` says the same).
-        names: what errors call the settings (default: the argument names; the CLI: its
-            flags).
 
     The first operation probes the bootstrap servers: a wrong password or certificate, the
     wrong security protocol, a refused connection or an unknown host fail within seconds.
     """
 
-    def __init__(self, bootstrap_servers: str, *, config: Mapping[str, Any] | None = None,
-                 connection: ConnectionConfig | None = None, timeout_s: float = 30.0,
-                 security_protocol: str = "PLAINTEXT", names: OptionNames = ADMIN_NAMES) -> None:
-        if config is not None and connection is not None:
-            raise OptionError("connection", connection, "give config or connection, not both")
-        settings = dict(connection.client_settings() if connection is not None else
-                        config or {})
-        if "security.protocol" not in settings and security_protocol.upper() != "PLAINTEXT":
-            settings["security.protocol"] = security_protocol
+    option_names: ClassVar[OptionNames] = ADMIN_NAMES
+    """What errors call the settings: the arguments' names (the CLI's subclass: its flags)."""
+
+    def __init__(self, bootstrap_servers: str, *,
+                 connection: ConnectionConfig | Mapping[str, Any] | None = None,
+                 timeout_s: float = 30.0) -> None:
+        if isinstance(connection, ConnectionConfig):
+            settings = connection.client_settings()
+        elif isinstance(connection, Mapping) or connection is None:
+            settings = dict(connection or {})
+        else:
+            raise OptionError("connection", type(connection).__name__,
+                              "give a ConnectionConfig, or a dict of librdkafka client settings "
+                              "(security.protocol, sasl.*, ssl.*)")
         token = settings.pop("oauth_cb", None)
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
         self._settings = ClientSettings(
             bootstrap_servers, group_id="", timeout_s=timeout_s, token_provider=token,
-            extra=tuple(sorted((str(k), str(v)) for k, v in settings.items())), names=names)
-        self.connection = connection if connection is not None else \
+            extra=tuple(sorted((str(k), str(v)) for k, v in settings.items())),
+            names=self.option_names)
+        self.connection = connection if isinstance(connection, ConnectionConfig) else \
             ConnectionConfig.from_client_settings({**settings, "oauth_cb": token})
         self._protocol = KafkaProtocolClient(bootstrap_servers, timeout_s=timeout_s,
                                              connection=self.connection)
@@ -151,8 +159,7 @@ class ShareGroupAdmin:
 
     @classmethod
     def from_properties_file(cls, bootstrap_servers: str, path: str | os.PathLike[str], *,
-                             timeout_s: float = 30.0,
-                             names: OptionNames = ADMIN_NAMES) -> ShareGroupAdmin:
+                             timeout_s: float = 30.0) -> ShareGroupAdmin:
         """An admin configured by a Kafka client properties file, as Kafka's
         ``kafka-share-groups.sh --command-config`` takes it (``sasl.jaas.config`` for PLAIN
         and SCRAM is translated; Java-only settings raise an :class:`OptionError` naming the
@@ -164,7 +171,7 @@ class ShareGroupAdmin:
                               f"cannot read it ({exc.strerror or exc}): give the path of a "
                               "Java properties file of client settings") from None
         _connection, settings = ConnectionConfig.from_properties(text)
-        return cls(bootstrap_servers, config=settings, timeout_s=timeout_s, names=names)
+        return cls(bootstrap_servers, connection=settings, timeout_s=timeout_s)
 
     @property
     def _client(self) -> KafkaProtocolClient:

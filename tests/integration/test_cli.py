@@ -17,6 +17,7 @@ from confluent_kafka import AcknowledgeType, Consumer, ConsumerGroupTopicPartiti
 
 from pyspark_kafka_share import cli
 from pyspark_kafka_share.admin import PartitionOffset, ShareGroupAdmin
+from pyspark_kafka_share.cli import groups as cli_groups
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import wait_for
@@ -307,15 +308,15 @@ def test_all_groups(
 
 
 def test_topic_partition_syntax() -> None:
-    assert cli._topic_arg("orders") == ("orders", None)
-    assert cli._topic_arg("orders:0,2") == ("orders", (0, 2))
+    assert cli_groups._topic_arg("orders") == ("orders", None)
+    assert cli_groups._topic_arg("orders:0,2") == ("orders", (0, 2))
     for bad in ("orders:", "orders:a", "orders:-1", ":0", "orders:0,,1"):
         with pytest.raises(argparse.ArgumentTypeError, match="TOPIC:PARTITIONS"):
-            cli._topic_arg(bad)
-    merged = cli._topic_selection([("a", (2,)), ("a", (0, 2)), ("b", None), ("b", (1,)),
+            cli_groups._topic_arg(bad)
+    merged = cli_groups._topic_selection([("a", (2,)), ("a", (0, 2)), ("b", None), ("b", (1,)),
                                    ("c", (1,)), ("c", None)])
     assert merged == {"a": [0, 2], "b": None, "c": None}
-    assert cli._topic_selection(None) is None
+    assert cli_groups._topic_selection(None) is None
 
 
 def test_exit_codes_are_distinct_and_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:

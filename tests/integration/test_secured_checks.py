@@ -87,12 +87,15 @@ def _admin(kafka: LocalKafka, listener: str, how: str) -> ShareGroupAdmin:
     if how == "properties":
         return ShareGroupAdmin.from_properties_file(
             bootstrap, kafka.command_config_file(listener=listener), timeout_s=10)
+    if how == "connection":
+        return ShareGroupAdmin(bootstrap, connection=kafka.connection_config(listener=listener),
+                               timeout_s=10)
     config = {k: v for k, v in kafka.client_config(listener=listener).items()
               if k != "bootstrap.servers"}
-    return ShareGroupAdmin(bootstrap, config=config, timeout_s=10)
+    return ShareGroupAdmin(bootstrap, connection=config, timeout_s=10)
 
 
-@pytest.mark.parametrize("how", ["config", "properties"])
+@pytest.mark.parametrize("how", ["config", "connection", "properties"])
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_admin_api(kafka: LocalKafka, topic: str, group: str, listener: str, how: str) -> None:
     with _admin(kafka, listener, how) as admin:
@@ -114,7 +117,7 @@ def test_admin_api(kafka: LocalKafka, topic: str, group: str, listener: str, how
 def test_backlog_is_read_over_sasl_ssl(kafka: LocalKafka, topic: str, group: str) -> None:
     """Lag (progress, lag-bounded batches, the drain probe) on a secured listener."""
     settings = _settings(kafka.client_config(), group)
-    with ShareGroupAdmin(settings.bootstrap_servers, config=dict(settings.extra)) as admin:
+    with ShareGroupAdmin(settings.bootstrap_servers, connection=dict(settings.extra)) as admin:
         admin.reset(group, "earliest", [topic])
     backlog = read_backlog(settings, [topic])
     assert backlog.total == 10
@@ -228,7 +231,7 @@ def test_broker_check_fails_fast(kafka: LocalKafka, topic: str, case: str,
 def test_admin_fails_fast(kafka: LocalKafka, case: str) -> None:
     config, error, match = _bad_cases(kafka)[case]
     bootstrap = config.pop("bootstrap.servers")
-    with ShareGroupAdmin(bootstrap, config=config, timeout_s=30) as admin:
+    with ShareGroupAdmin(bootstrap, connection=config, timeout_s=30) as admin:
         text = _fails_fast(admin.list_groups, error, match)
     _no_secret(text, kafka.secured.users[ADMIN], "wrong-Pw-123")
 

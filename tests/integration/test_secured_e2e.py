@@ -451,15 +451,22 @@ def _triage(record: Record) -> Result:
     return Result.accept(f"{value}:done")
 
 
-@pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"], ids=["sasl_ssl-scram512", "mtls"])
+@pytest.mark.parametrize(("listener", "typed"), [("sasl_ssl", False), ("ssl", False),
+                                                ("ssl", True)],
+                         ids=["sasl_ssl-scram512", "mtls", "mtls-connection"])
 def test_workers_on_a_secured_listener_with_output_and_dead_letter_topics(
-    spark: Any, secured: LocalKafka, listener: str
+    spark: Any, secured: LocalKafka, listener: str, typed: bool
 ) -> None:
+    """``typed``: the settings as ``connection=ConnectionConfig``, not ``consumer_config``."""
     src, out, dlq = _topic(secured), _topic(secured, 1), _topic(secured, 1)
     group = _group(secured)
-    kafka_conf = secured.client_config(
-        ALICE, mechanism="SCRAM-SHA-512" if listener == "sasl_ssl" else None, listener=listener)
+    mechanism = "SCRAM-SHA-512" if listener == "sasl_ssl" else None
+    kafka_conf = secured.client_config(ALICE, mechanism=mechanism, listener=listener)
     bootstrap = kafka_conf.pop("bootstrap.servers")
+    how: dict[str, Any] = {"consumer_config": kafka_conf}
+    if typed:
+        how = {"connection": secured.connection_config(ALICE, mechanism=mechanism,
+                                                       listener=listener)}
     secured.grant(ALICE, "TOPIC", src, "READ")
     for operation in ("READ", "DESCRIBE", "DESCRIBE_CONFIGS"):
         secured.grant(ALICE, "GROUP", group, operation)
@@ -468,8 +475,8 @@ def test_workers_on_a_secured_listener_with_output_and_dead_letter_topics(
     _settle_acls()
     secured.produce(src, [f"{kind}-{i}".encode() for i in range(10) for kind in ("ok", "poison")])
     summary = run_workers(spark, _triage, topics=src, group=group, bootstrap_servers=bootstrap,
-                          consumer_config=kafka_conf, workers=2, output_topic=out,
-                          dead_letter_topic=dlq, idle_timeout_s=5, on_progress=False)
+                          workers=2, output_topic=out, dead_letter_topic=dlq, idle_timeout_s=5,
+                          on_progress=False, **how)
     t = summary.totals
     assert (t["accepted"], t["rejected"], t["dead_lettered"], t["outputs"]) == \
         (10, 10, 10, 10), str(summary)

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from pyspark_kafka_share import cli
+from pyspark_kafka_share.cli import broker as cli_broker
+from pyspark_kafka_share.cli import groups as cli_groups
 from pyspark_kafka_share.errors import OptionError
 
 
@@ -45,12 +47,12 @@ def test_broker_topics_parse_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     args = cli.build_parser().parse_args(
         ["broker", "--topic", "orders:3", "--topic", "returns", "--port", "19092"])
     assert args.topic == [("orders", 3), ("returns", 1)] and args.port == 19092
-    assert cli._new_topics([("a", 2), ("a", 2), ("b", 1)]) == [("a", 2), ("b", 1)]
+    assert cli_broker._new_topics([("a", 2), ("a", 2), ("b", 1)]) == [("a", 2), ("b", 1)]
     with pytest.raises(OptionError, match="given twice, with 2 and 3 partitions"):
-        cli._new_topics([("a", 2), ("a", 3)])
+        cli_broker._new_topics([("a", 2), ("a", 3)])
     for bad in ("orders:0", "orders:x", ":3"):
         with pytest.raises(argparse.ArgumentTypeError, match="NAME:PARTITIONS"):
-            cli._new_topic_arg(bad)
+            cli_broker._new_topic_arg(bad)
 
 
 class _Admin:
@@ -71,7 +73,7 @@ class _Admin:
 
 def test_errors_name_the_cli_flag(monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "_group_admin", lambda args: _Admin())
+    monkeypatch.setattr(cli_groups, "_group_admin", lambda args: _Admin())
     code = cli.main(["groups", "reset", "g", "--to", "earliest", "--topic", "orders:7",
                      "--dry-run", "--bootstrap-server", "localhost:1"])
     err = capsys.readouterr().err

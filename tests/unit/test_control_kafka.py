@@ -273,15 +273,15 @@ def test_a_connect_server_without_the_package_is_a_setup_error() -> None:
     """A Connect client cannot check the server's Python beforehand: the job's failure to
     unpickle the worker task there is re-raised as a SetupError naming the fix."""
     from pyspark_kafka_share.errors import SetupError
-    from pyspark_kafka_share.workers.api import _explained
+    from pyspark_kafka_share.workers.preflight import explained
 
     failure = RuntimeError("PythonException: ... ModuleNotFoundError: No module named "
                            "'pyspark_kafka_share'")
-    explained = _explained(failure)
-    assert isinstance(explained, SetupError) and explained.__cause__ is failure
-    assert "pip install pyspark-kafka-share" in str(explained)
+    error = explained(failure)
+    assert isinstance(error, SetupError) and error.__cause__ is failure
+    assert "pip install pyspark-kafka-share" in str(error)
     other = ValueError("something else")
-    assert _explained(other) is other
+    assert explained(other) is other
 
 
 class _RefusingProducer:

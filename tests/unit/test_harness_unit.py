@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_kafka_share.errors import KafkaShareError, LocalKafkaError
-from pyspark_kafka_share.harness import LocalKafka, _process, jars
+from pyspark_kafka_share.harness import LocalKafka, _process, broker_files, jars
 from pyspark_kafka_share.harness import broker as localkafka
 
 
@@ -161,7 +161,7 @@ def test_kafka_artifacts_follow_the_version() -> None:
 
 
 def test_cluster_id_is_kafka_uuid_form_and_never_looks_like_an_option() -> None:
-    ids = [localkafka._cluster_id() for _ in range(5000)]  # ~78 would start with '-' unchecked
+    ids = [broker_files.cluster_id() for _ in range(5000)]  # ~78 would start with '-' unchecked
     for cid in ids:
         assert len(cid) == 22
         assert len(base64.urlsafe_b64decode(cid + "==")) == 16
@@ -207,13 +207,13 @@ def test_kill_and_restart_need_a_started_broker_of_our_own(
 def test_tool_log_config_is_warn_on_stderr(tmp_path: Path) -> None:
     libs = tmp_path / "libs"
     libs.mkdir()
-    path = localkafka._tool_log4j(libs, "warn")
+    path = broker_files.tool_log4j(libs, "warn")
     text = path.read_text()
     assert "level: WARN" in text and "SYSTEM_ERR" in text and "INFO" not in text
-    assert localkafka._tool_log4j(libs, "WARN") == path
-    assert localkafka._tool_log4j(libs, "INFO") != path
+    assert broker_files.tool_log4j(libs, "WARN") == path
+    assert broker_files.tool_log4j(libs, "INFO") != path
     with pytest.raises(LocalKafkaError, match="unknown log4j level"):
-        localkafka._tool_log4j(libs, "LOUD")
+        broker_files.tool_log4j(libs, "LOUD")
 
 
 def test_jvm_spawned_from_a_short_lived_thread_outlives_the_thread() -> None:

@@ -341,7 +341,7 @@ def test_security_protocols_are_checked() -> None:
     with pytest.raises(OptionError, match=r"sasl\.mechanism"):  # SASL needs a ConnectionConfig
         client.KafkaProtocolClient("b:9092", security_protocol="SASL_SSL")
     with pytest.raises(KafkaShareError):
-        ShareGroupAdmin("b:9092", security_protocol="SASL_PLAINTEXT")
+        ShareGroupAdmin("b:9092", connection={"security.protocol": "SASL_PLAINTEXT"})
     client.KafkaProtocolClient("b:9092", security_protocol="plaintext").close()  # no connection yet
 
 

@@ -120,10 +120,18 @@ def test_a_consumer_denial_names_the_group_and_the_grant() -> None:
         raise_client_errors(errors, settings, ["t"])
 
 
-def test_admin_takes_librdkafka_settings_or_a_properties_file(tmp_path: Path) -> None:
-    admin = ShareGroupAdmin("h:9093", config=dict(SCRAM))
+def test_admin_takes_a_connection_config_librdkafka_settings_or_a_properties_file(
+        tmp_path: Path) -> None:
+    admin = ShareGroupAdmin("h:9093", connection=dict(SCRAM))
     assert admin.connection.username == "alice"
     assert SECRET not in repr(admin.connection)
+    typed = ConnectionConfig.from_client_settings(dict(SCRAM))
+    admin = ShareGroupAdmin("h:9093", connection=typed)
+    assert admin.connection is typed
+    assert dict(admin._settings.extra)["sasl.username"] == "alice"  # the AdminClient's too
+    assert ShareGroupAdmin("h:9093").connection == ConnectionConfig()
+    with pytest.raises(OptionError, match=r"connection.*ConnectionConfig, or a dict"):
+        ShareGroupAdmin("h:9093", connection="SASL_SSL")  # type: ignore[arg-type]
     props = tmp_path / "client.properties"
     props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
                      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
@@ -171,3 +179,11 @@ def test_an_expired_broker_certificate_is_named_as_such() -> None:
     assert isinstance(err, TlsError)
     assert "has expired" in str(err) and "renew" in str(err)
     assert "set ssl.ca.location" not in str(err)
+
+
+def test_the_connection_type_is_public() -> None:
+    import pyspark_kafka_share
+    from pyspark_kafka_share import connection
+
+    assert pyspark_kafka_share.ConnectionConfig is connection.ConnectionConfig is ConnectionConfig
+    assert "ConnectionConfig" in pyspark_kafka_share.__all__

@@ -1,23 +1,22 @@
-"""Reading :class:`~pyspark_kafka_share._kafka.connection.ConnectionConfig` from librdkafka
-settings and translating Kafka's Java client properties into librdkafka's.
+"""Reading the fields of a :class:`~pyspark_kafka_share._kafka.connection.ConnectionConfig`
+from librdkafka settings and translating Kafka's Java client properties into librdkafka's.
 
 Kept apart from the config type so that the type stays a screenful; see that module for the
-why. Errors are :class:`OptionError` naming the option, its (masked) value and the fix.
+why. The type imports this module, never the reverse (what both need is in
+:mod:`~pyspark_kafka_share._kafka.connection_parts`). Errors are :class:`OptionError` naming
+the option, its (masked) value and the fix.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pyspark_kafka_share._kafka.connection import MASK, OidcSettings, unsecured_jwt
+from pyspark_kafka_share._kafka.connection_parts import MASK, OidcSettings, unsecured_jwt
 from pyspark_kafka_share.errors import OptionError
 
-if TYPE_CHECKING:
-    from pyspark_kafka_share._kafka.connection import ConnectionConfig
-
-__all__ = ["config_from_client_settings", "translate_java_properties"]
+__all__ = ["connection_fields", "parse_flag", "translate_java_properties"]
 
 _SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "sasl.oauthbearer.client.secret",
                           "sasl.jaas.config", "ssl.keystore.password", "ssl.truststore.password",
@@ -127,9 +126,9 @@ def _token_provider(settings: Mapping[str, Any]) -> Any:
     return lambda _config: unsecured_jwt(principal, life, scope)
 
 
-def config_from_client_settings(cls: type[ConnectionConfig],
-                                settings: Mapping[str, Any]) -> ConnectionConfig:
-    """See :meth:`ConnectionConfig.from_client_settings`."""
+def connection_fields(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``ConnectionConfig`` fields of librdkafka-style ``settings`` (see
+    ``ConnectionConfig.from_client_settings``, which validates them)."""
     proto = (_str(settings, "security.protocol") or "PLAINTEXT").upper()
     if proto.startswith("SSL") or proto.endswith("SSL"):
         for key, fix in _UNSUPPORTED_CLIENT_KEYS.items():
@@ -139,22 +138,23 @@ def config_from_client_settings(cls: type[ConnectionConfig],
     if settings.get("sasl.kerberos.keytab") or settings.get("sasl.kerberos.principal"):
         mech = _mechanism(settings) or "GSSAPI"
         if mech.upper() == "GSSAPI":
-            return cls(security_protocol=proto, sasl_mechanism="GSSAPI")  # raises, with fix
-    return cls(
-        security_protocol=proto,
-        sasl_mechanism=_mechanism(settings),
-        username=_str(settings, "sasl.username"),
-        password=_str(settings, "sasl.password"),
-        token_provider=_token_provider(settings),
-        oauthbearer_config=_str(settings, "sasl.oauthbearer.config") or "",
-        oidc=_oidc(settings),
-        ca_file=_str(settings, "ssl.ca.location"),
-        cert_file=_str(settings, "ssl.certificate.location"),
-        key_file=_str(settings, "ssl.key.location"),
-        key_password=_str(settings, "ssl.key.password"),
-        check_hostname=_hostname_check(settings),
-        verify_certificates=_flag(settings, "enable.ssl.certificate.verification", True),
-    )
+            # the config refuses GSSAPI, with the fix
+            return {"security_protocol": proto, "sasl_mechanism": "GSSAPI"}
+    return {
+        "security_protocol": proto,
+        "sasl_mechanism": _mechanism(settings),
+        "username": _str(settings, "sasl.username"),
+        "password": _str(settings, "sasl.password"),
+        "token_provider": _token_provider(settings),
+        "oauthbearer_config": _str(settings, "sasl.oauthbearer.config") or "",
+        "oidc": _oidc(settings),
+        "ca_file": _str(settings, "ssl.ca.location"),
+        "cert_file": _str(settings, "ssl.certificate.location"),
+        "key_file": _str(settings, "ssl.key.location"),
+        "key_password": _str(settings, "ssl.key.password"),
+        "check_hostname": _hostname_check(settings),
+        "verify_certificates": _flag(settings, "enable.ssl.certificate.verification", True),
+    }
 
 
 # -- Java properties -> librdkafka --------------------------------------------------------------

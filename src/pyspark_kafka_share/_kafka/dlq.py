@@ -96,10 +96,10 @@ def broker_dead_letter_queue(configs: Mapping[str, Any],
 def group_dead_letter_queue(settings: ClientSettings) -> BrokerDeadLetterQueue:
     """The broker's dead-letter queue of ``settings.group_id``: the group's configs and the
     broker's ``share.version``, read over the settings' own security."""
-    from pyspark_kafka_share._kafka.group import _protocol_client, admin_client, read_group_configs
+    from pyspark_kafka_share._kafka.group import admin_client, protocol_client, read_group_configs
 
     configs = read_group_configs(admin_client(settings), settings.group_id, settings.timeout_s)
-    with _protocol_client(settings) as client:
+    with protocol_client(settings) as client:
         features = client.finalized_features()
     return broker_dead_letter_queue(configs, features)
 

@@ -46,6 +46,7 @@ __all__ = [
     "inspect_broker",
     "latest_offsets",
     "list_offsets",
+    "protocol_client",
     "read_backlog",
     "read_group_configs",
     "read_start_offsets",
@@ -232,7 +233,7 @@ def _check_group_access(settings: ClientSettings) -> None:
     (DESCRIBE on the group and topics): without them lag is unknown, said once."""
     group = settings.group_id
     try:
-        with _protocol_client(settings) as client:
+        with protocol_client(settings) as client:
             client.check_share_group_access(group)
     except AuthorizationError:
         raise authorization_error(settings, "group", group, ("READ",),
@@ -385,7 +386,7 @@ _PROTOCOL_CLIENTS_LOCK = threading.Lock()
 
 
 @contextmanager
-def _protocol_client(settings: ClientSettings) -> Iterator[KafkaProtocolClient]:
+def protocol_client(settings: ClientSettings) -> Iterator[KafkaProtocolClient]:
     """A protocol client kept open per process and connection settings (its connections are
     reused); dropped and closed after any error, so the next call reconnects."""
     connection = settings.connection
@@ -407,7 +408,7 @@ def _protocol_client(settings: ClientSettings) -> Iterator[KafkaProtocolClient]:
 
 def _read_group_offsets(settings: ClientSettings) -> list[PartitionOffset]:
     """The group's start offsets and lags (:func:`group_offsets`); raises on any failure."""
-    with _protocol_client(settings) as client:
+    with protocol_client(settings) as client:
         return group_offsets(client, settings.group_id)
 
 

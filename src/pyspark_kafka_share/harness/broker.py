@@ -25,14 +25,10 @@ broker: a later ``LocalKafka`` on it starts with the same topics, records and gr
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +37,16 @@ from typing import TYPE_CHECKING, Any
 from pyspark_kafka_share._kafka.group import write_group_configs
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.produce import produce
-from pyspark_kafka_share.errors import LocalKafkaError, NotReady, OptionError
+from pyspark_kafka_share.errors import LocalKafkaError, NotReady
 from pyspark_kafka_share.harness import _process
+from pyspark_kafka_share.harness.broker_files import (
+    DATA_DIR_MARK,
+    TOOL_CLASSES,
+    broker_log4j,
+    cluster_id,
+    take_data_dir,
+    tool_log4j,
+)
 from pyspark_kafka_share.harness.jars import (
     ENV_CACHE,
     KAFKA_VERSION,
@@ -59,6 +63,7 @@ if TYPE_CHECKING:
     from pyspark_kafka_share._kafka.connection import ConnectionConfig
 
 __all__ = [
+    "DATA_DIR_MARK",
     "ENV_BOOTSTRAP",
     "ENV_CACHE",
     "KAFKA_VERSION",
@@ -71,121 +76,7 @@ __all__ = [
 ENV_BOOTSTRAP = "PYSPARK_KAFKA_SHARE_BOOTSTRAP"
 """Environment variable: use this existing broker instead of starting one."""
 
-_TOOL_CLASSES = {
-    "ShareGroupCommand": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
-    "ConsoleShareConsumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
-    "ShareConsumerPerformance": "org.apache.kafka.tools.ShareConsumerPerformance",
-    "ProducerPerformance": "org.apache.kafka.tools.ProducerPerformance",
-    "ConsumerPerformance": "org.apache.kafka.tools.ConsumerPerformance",
-    "ConfigCommand": "kafka.admin.ConfigCommand",
-    "TopicCommand": "org.apache.kafka.tools.TopicCommand",
-    "GetOffsetShell": "org.apache.kafka.tools.GetOffsetShell",
-    "FeatureCommand": "org.apache.kafka.tools.FeatureCommand",
-}
-
-# The broker logs to stdout (its broker.log); Kafka's coordinators are chatty at INFO.
-_BROKER_LOG4J2 = """Configuration:
-  Appenders:
-    Console:
-      name: STDOUT
-      PatternLayout:
-        pattern: "[%d] %p %m (%c)%n"
-  Loggers:
-    Root:
-      level: INFO
-      AppenderRef:
-        - ref: STDOUT
-    Logger:
-      - name: kafka.coordinator
-        level: WARN
-      - name: org.apache.kafka.coordinator
-        level: WARN
-"""
-
-# The tools log to stderr, so that stdout is only their output. A configuration file beats
-# -Dlog4j2.level (which only sets the level of log4j's default configuration), hence one file
-# per level.
-_TOOL_LOG4J2 = """Configuration:
-  Appenders:
-    Console:
-      name: STDERR
-      target: SYSTEM_ERR
-      PatternLayout:
-        pattern: "[%d] %p %m (%c)%n"
-  Loggers:
-    Root:
-      level: {level}
-      AppenderRef:
-        - ref: STDERR
-"""
-
-_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
-
-
-def _config_file(directory: Path, name: str, text: str) -> Path:
-    """``directory/name`` holding ``text``: written (atomically) only if missing or different."""
-    path = directory / name
-    with contextlib.suppress(OSError):
-        if path.read_text() == text:
-            return path
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-    os.fchmod(fd, 0o644)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.replace(tmp, path)
-    return path
-
-
-def _broker_log4j(libs: Path) -> Path:
-    return _config_file(libs.parent, "log4j2.yaml", _BROKER_LOG4J2)
-
-
-def _tool_log4j(libs: Path, level: str) -> Path:
-    if level.upper() not in _LOG_LEVELS:
-        raise LocalKafkaError(f"unknown log4j level {level!r}; one of {', '.join(_LOG_LEVELS)}")
-    return _config_file(libs.parent, f"log4j2-tools-{level.lower()}.yaml",
-                        _TOOL_LOG4J2.format(level=level.upper()))
-
-
-def _cluster_id() -> str:
-    """A KRaft cluster id: URL-safe base64 of 16 random bytes, as Kafka's ``Uuid`` prints it.
-
-    Like Kafka's ``Uuid.randomUuid``, never one starting with '-': the storage tool's argument
-    parser would take it for an option (about 1 start in 64 failed before this).
-    """
-    while True:
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-        if not cid.startswith("-"):
-            return cid
-
-
 _WORKDIR_PREFIX = "localkafka-"
-DATA_DIR_MARK = "localkafka-data-dir"
-"""The file that marks a ``data_dir`` as a :class:`LocalKafka`'s own (written when it is first
-taken): only such a directory, or an empty one, is used."""
-
-
-def _take_data_dir(path: Path, security: str) -> bool:
-    """Make ``path`` a broker's data directory, or check that it is one already: whether its
-    storage is formatted (a broker ran on it before). Raises :class:`OptionError`
-    (``data_dir``) for a directory that is neither empty nor a broker's, or a secured broker."""
-    if security.lower() != "plaintext":
-        raise OptionError("data_dir", str(path),
-                          "a secured broker makes new certificates and passwords at each start, "
-                          "so it cannot start on kept data: leave the data directory out, or "
-                          "use the plaintext listener")
-    if path.exists() and not path.is_dir():
-        raise OptionError("data_dir", str(path), "it is a file, not a directory")
-    if path.is_dir() and any(path.iterdir()) and not (path / DATA_DIR_MARK).is_file():
-        raise OptionError("data_dir", str(path),
-                          f"the directory is not empty and holds no earlier broker's data (no "
-                          f"{DATA_DIR_MARK} file in it): give a new or empty directory, or one "
-                          "an earlier broker kept its data in")
-    path.mkdir(parents=True, exist_ok=True)
-    (path / DATA_DIR_MARK).write_text(
-        "The data of a local Kafka broker (pyspark-kafka-share's LocalKafka, `kafka-share "
-        "broker --data-dir`): a broker started on this directory again finds it.\n")
-    return (path / "data" / "meta.properties").is_file()
 
 
 @dataclass(frozen=True)
@@ -337,7 +228,7 @@ class LocalKafka(_process.Harness):
             workdir = _process.make_workdir(_WORKDIR_PREFIX)
         else:
             workdir = Path(self.data_dir).absolute()
-            formatted = _take_data_dir(workdir, self.security)
+            formatted = take_data_dir(workdir, self.security)
         self._workdir = workdir
         try:
             port, controller_port = self.port or _process.free_port(), _process.free_port()
@@ -348,8 +239,8 @@ class LocalKafka(_process.Harness):
             conf = workdir / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             fmt = None if formatted else subprocess.run(
-                [java, f"-Dlog4j2.configurationFile={_broker_log4j(libs)}", "-cp", f"{libs}/*",
-                 "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(conf),
+                [java, f"-Dlog4j2.configurationFile={broker_log4j(libs)}", "-cp", f"{libs}/*",
+                 "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(conf),
                  *(self._security.format_args() if self._security else ())],
                 capture_output=True, text=True, check=False,
             )
@@ -377,7 +268,7 @@ class LocalKafka(_process.Harness):
                 log.flush()
             self._proc = _process.spawn(
                 [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC",
-                 "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={_broker_log4j(libs)}",
+                 "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={broker_log4j(libs)}",
                  "-cp", f"{libs}/*", "kafka.Kafka", str(self._workdir / "server.properties")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
@@ -559,15 +450,15 @@ class LocalKafka(_process.Harness):
         """Run a Kafka command-line tool class (e.g. ``"ShareGroupCommand"``) in a JVM.
 
         ``main_class`` is a fully qualified class name or one of the short names in
-        ``_TOOL_CLASSES``. Arguments are passed as given (add ``--bootstrap-server``
+        ``TOOL_CLASSES``. Arguments are passed as given (add ``--bootstrap-server``
         yourself, it is :attr:`bootstrap_servers`). The tool's stdout is its output only; its
         log goes to stderr at ``log_level`` (``"INFO"`` shows the clients' configs and
         more). Raises :class:`LocalKafkaError` on a non-zero exit when ``check`` is true.
         """
         java = require_tool("java", "Kafka's tools run in a JVM")
         libs = ensure_jars(self.version)
-        cls = _TOOL_CLASSES.get(main_class, main_class)
-        cmd = [java, "-Xmx512m", f"-Dlog4j2.configurationFile={_tool_log4j(libs, log_level)}",
+        cls = TOOL_CLASSES.get(main_class, main_class)
+        cmd = [java, "-Xmx512m", f"-Dlog4j2.configurationFile={tool_log4j(libs, log_level)}",
                "-cp", f"{libs}/*", cls, *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                               check=False, stdin=subprocess.DEVNULL)

@@ -27,27 +27,21 @@ and limits: ``docs/workers.md``.
 from __future__ import annotations
 
 import contextlib
-import re
+import logging
 import signal
 import sys
 import threading
 import time
-import types
-import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pyspark_kafka_share._kafka.dlq import check_one_dead_letter_topic
-from pyspark_kafka_share._kafka.group import inspect_broker, set_group_configs
-from pyspark_kafka_share._spark import check_spark_python, require_pandas
-from pyspark_kafka_share.errors import OptionError, SetupError, from_client_error
+from pyspark_kafka_share._spark import require_pandas
+from pyspark_kafka_share.errors import OptionError
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
 from pyspark_kafka_share.workers.control import ControlServer, DriverChannel
 from pyspark_kafka_share.workers.control_kafka import KafkaControlServer, control_topic_name
-from pyspark_kafka_share.workers.eos_access import check_exactly_once_access
 from pyspark_kafka_share.workers.loop import (
     DLQ_HEADERS,
     DUPLICATE,
@@ -56,6 +50,14 @@ from pyspark_kafka_share.workers.loop import (
     worker_task,
 )
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, WorkerFunction
+from pyspark_kafka_share.workers.preflight import (
+    check_environment,
+    check_function,
+    check_python,
+    check_session,
+    explained,
+    is_connect,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -71,6 +73,8 @@ __all__ = [
     "run_workers",
     "start_workers",
 ]
+
+_log = logging.getLogger(__name__)
 
 _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_lettered",
              "outputs", "exhausted", "released_on_stop", "released_lock_deadline",
@@ -89,6 +93,8 @@ class WorkerProgress:
     workers: dict[int, dict[str, Any]]
     records_per_s: float
     """Processed records per second since the previous snapshot."""
+    on_progress_failures: int = 0
+    """How many calls of the job's ``on_progress`` raised so far (the first is logged)."""
 
     def line(self) -> str:
         t = self.totals
@@ -116,6 +122,8 @@ class WorkerSummary:
     workers: list[dict[str, Any]] = field(default_factory=list)
     broker_dead_letter_topic: str | None = None
     """Where the broker dead-lettered the ``rejected`` records (its own queue, KIP-1191)."""
+    on_progress_failures: int = 0
+    """How many calls of ``on_progress`` raised (the first is logged at WARNING)."""
 
     @property
     def records_per_s(self) -> float:
@@ -145,6 +153,9 @@ class WorkerSummary:
                 f"{t['released_marker_wait']} unchecked last deliveries="
                 f"{t['unchecked_last_deliveries']} producers replaced="
                 f"{t['producers_replaced']}")
+        if self.on_progress_failures:
+            lines.append(f"  on_progress raised {self.on_progress_failures} time(s) (the first "
+                         "is logged with its traceback)")
         lost = self.failed_attempts
         if lost:
             lines.append(f"  {len(lost)} attempt(s) died (Spark retried them); their counts are "
@@ -185,6 +196,7 @@ class WorkerJob:
         self._workers = spec.config.workers
         self._server = server
         self._on_progress = on_progress
+        self._progress_failures = 0
         self._interval = spec.config.progress_interval_s
         self._start = time.monotonic()
         self._done = threading.Event()
@@ -219,7 +231,7 @@ class WorkerJob:
                 .mapInArrow(task, "summary STRING")
             self._result = results_of(df.collect())
         except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller's thread
-            self._error = _explained(exc) if self._connect else exc
+            self._error = explained(exc) if self._connect else exc
         finally:
             if self._connect:
                 with contextlib.suppress(Exception):
@@ -254,8 +266,19 @@ class WorkerJob:
                 self._server.request_stop("idle timeout")
             if self._on_progress is not None and now >= next_progress:
                 next_progress = now + self._interval
-                with contextlib.suppress(Exception):
-                    self._on_progress(self.progress())
+                self._call_on_progress(self._on_progress)
+
+    def _call_on_progress(self, on_progress: Callable[[WorkerProgress], None]) -> None:
+        """The user's callback: a failure does not stop the workers; the first is logged at
+        WARNING with its traceback, every one is counted (progress and summary)."""
+        try:
+            on_progress(self.progress())
+        except Exception:  # noqa: BLE001 - the user's code: any failure is reported the same
+            self._progress_failures += 1
+            if self._progress_failures == 1:
+                _log.warning("on_progress raised; the workers go on (later failures are "
+                             "only counted: on_progress_failures in the progress and the "
+                             "summary)", exc_info=True)
 
     # ---- public ------------------------------------------------------------------------------
 
@@ -270,7 +293,8 @@ class WorkerJob:
             t0, n0 = self._last_progress
             rate = (totals["processed"] - n0) / (now - t0) if now > t0 else 0.0
             self._last_progress = (now, totals["processed"])
-            return WorkerProgress(now - self._start, totals, self._server.latest(), rate)
+            return WorkerProgress(now - self._start, totals, self._server.latest(), rate,
+                                  self._progress_failures)
 
     def stop(self, reason: str = "stopped by user", *, wait: bool = True,
              grace_s: float = 60.0) -> WorkerSummary | None:
@@ -332,7 +356,8 @@ class WorkerJob:
         return WorkerSummary(elapsed_s=time.monotonic() - self._start,
                              stop_reason=reason,
                              totals=_totals(workers), workers=workers,
-                             broker_dead_letter_topic=self._spec.broker_dead_letter_topic)
+                             broker_dead_letter_topic=self._spec.broker_dead_letter_topic,
+                             on_progress_failures=self._progress_failures)
 
 
 def _attempts(results: list[dict[str, Any]],
@@ -356,11 +381,11 @@ def start_workers(spark: Any, fn: WorkerFunction,
     """Start the workers and return at once; see :func:`run_workers` for the arguments."""
     on_progress = options.pop("on_progress", True)
     config = WorkerConfig.create(**options)
-    _check_session(spark)
-    _check_function(fn, config.retry_on)
+    check_session(spark)
+    check_function(fn, config.retry_on)
     require_pandas()
-    _check_spark_python(spark)
-    spec = _check_environment(spark, config)
+    check_python(spark)
+    spec = check_environment(spark, config)
     spec = replace(spec, report_interval_s=min(1.0, config.progress_interval_s))
     server = _control_channel(spark, spec)
     spec = replace(spec, control=server.endpoint)
@@ -399,9 +424,14 @@ def run_workers(spark: Any, fn: WorkerFunction,
     ``group`` and ``bootstrap_servers`` (required); ``workers`` (1), ``batch_format``,
     ``chunk_size`` (100), ``output_topic``, ``dead_letter_topic``, ``max_attempts`` (3),
     ``retry_on`` (``(Exception,)``), ``time_budget_s``, ``idle_timeout_s``, ``max_records``,
-    ``starting_offsets``, ``consumer_config``, ``producer_config``, ``lock_safety_fraction``
-    (0.5), ``progress_interval_s`` (10), ``broker_timeout_s`` (30), ``exactly_once_outputs``
-    (False), ``transaction_interval_s`` (0.1) and ``on_progress``.
+    ``starting_offsets``, ``consumer_config``, ``connection`` (a :class:`ConnectionConfig`:
+    the security settings, instead of their librdkafka keys in ``consumer_config``),
+    ``producer_config``, ``lock_safety_fraction`` (0.5), ``progress_interval_s`` (10),
+    ``broker_timeout_s`` (30), ``control_port`` (0: a free port; the driver port the workers
+    report to), ``control_topic`` (the control channel's Kafka topic: always used over Spark
+    Connect, default ``kafka-share-control.<group>``; on a classic session it replaces the
+    driver port), ``exactly_once_outputs`` (False), ``transaction_interval_s`` (0.1) and
+    ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to
@@ -417,169 +447,8 @@ def run_workers(spark: Any, fn: WorkerFunction,
     ``idle_timeout_s``, after ``max_records`` records (overshoot: at most one poll per worker),
     on Ctrl-C, or when the Spark job is cancelled. On a stop, records not yet processed are
     RELEASEd. Progress goes to ``on_progress`` (default: a line on stderr every
-    ``progress_interval_s``).
+    ``progress_interval_s``; False: none); if it raises, the workers go on: the first failure
+    is logged at WARNING with its traceback, and all are counted in
+    ``WorkerSummary.on_progress_failures``.
     """
     return start_workers(spark, fn, **options).wait_interruptibly()
-
-
-def is_connect(spark: Any) -> bool:
-    """Whether ``spark`` is a Spark Connect session: PySpark's Connect class, or a session
-    with no SparkContext on this side that can tag and interrupt its jobs."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return True
-    try:
-        spark.sparkContext  # noqa: B018 - Spark Connect raises here
-    except Exception:  # noqa: BLE001
-        return all(hasattr(spark, name) for name in ("addTag", "interruptTag", "range"))
-    return False
-
-
-def _check_session(spark: Any) -> None:
-    if is_connect(spark):
-        return
-    try:
-        spark.sparkContext  # noqa: B018
-    except Exception as exc:  # noqa: BLE001
-        raise OptionError("spark", type(spark).__name__, "pass a SparkSession, classic or "
-                          f"Spark Connect (SparkSession.builder.remote(...)) ({exc})") from None
-
-
-def _master(spark: Any) -> str:
-    """The session's master URL (over Connect: the server's ``spark.master``; "" unknown)."""
-    with contextlib.suppress(Exception):
-        return str(spark.sparkContext.master)
-    with contextlib.suppress(Exception):
-        return str(spark.conf.get("spark.master", None) or "")
-    return ""
-
-
-def _check_spark_python(spark: Any) -> None:
-    """The Python Spark starts for its workers can import the package: checked where those
-    run on this machine. Over Spark Connect only when the Connect server runs in this process
-    (``remote("local[...]")``); a remote server's Python is checked when the job starts
-    (:func:`_explained`)."""
-    if not is_connect(spark):
-        check_spark_python(spark)
-        return
-    from pyspark import SparkContext
-
-    local = SparkContext._active_spark_context
-    if local is not None and str(local.master) == _master(spark):
-        check_spark_python(types.SimpleNamespace(sparkContext=local))
-
-
-def _explained(exc: BaseException) -> BaseException:
-    """A Connect job's error, as a :class:`SetupError` when the server's Python workers lack
-    the package (the client cannot check a remote server's Python beforehand)."""
-    text = str(exc)
-    if "No module named 'pyspark_kafka_share'" in text or \
-            "No module named \"pyspark_kafka_share\"" in text:
-        error = SetupError(
-            "the Spark Connect server's Python workers cannot import pyspark_kafka_share: "
-            "install it on the server and its executors (pip install pyspark-kafka-share; "
-            "docs/deployment.md)")
-        error.__cause__ = exc
-        return error
-    return exc
-
-
-def _check_function(fn: object, retry_on: tuple[type[BaseException], ...]) -> None:
-    """``fn`` and ``retry_on``: checked before anything is changed."""
-    if not callable(fn):
-        raise OptionError("fn", fn, "pass a function of one record (or one batch)")
-    from pyspark import cloudpickle
-
-    try:
-        cloudpickle.dumps((fn, retry_on))  # type: ignore[no-untyped-call]
-    except Exception as exc:  # noqa: BLE001 - any pickling failure is the same user error
-        raise OptionError(
-            "fn", fn, f"cannot be pickled to the executors ({type(exc).__name__}: {exc}); "
-            "create clients such as model sessions or HTTP pools inside the function (e.g. "
-            "cached in a module-level variable), not in the enclosing scope") from None
-
-
-def _check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
-    """Task slots, the broker, the topics and the group: checked before any task starts;
-    then the group's ``share.auto.offset.reset`` is set from ``starting_offsets``."""
-    slots = _task_slots(spark)
-    if slots is not None and config.workers > slots:
-        why = (f"Spark has {slots} task slots, and every worker is a task that runs until it "
-               "stops: the extra workers would only start when others end")
-        if _master(spark).startswith("local"):
-            raise OptionError("workers", config.workers, f"{why}. Lower workers, or give Spark "
-                              f"more slots (master local[{config.workers}])")
-        # On a cluster defaultParallelism may be stale (executors still registering).
-        warnings.warn(f"workers={config.workers}: {why} (if defaultParallelism is current)",
-                      stacklevel=4)
-    facts = inspect_broker(config.client, config.topics, bootstrap_name="bootstrap_servers",
-                           topics_name="topics")
-    if config.max_attempts > facts.delivery_limit:
-        raise OptionError(
-            "max_attempts", config.max_attempts,
-            f"the broker archives a record after {facts.delivery_limit} deliveries (group "
-            f"config share.delivery.count.limit of {config.group!r}), so it would never reach "
-            f"attempt {config.max_attempts}. Lower max_attempts or raise the group's limit")
-    _check_out_topics(config)
-    if config.exactly_once_outputs:  # every ACL it needs, used once
-        check_exactly_once_access(config.client, config.producer_settings(),
-                                  [t for t in (config.output_topic, config.dead_letter_topic)
-                                   if t is not None])
-    broker_dlq = check_one_dead_letter_topic(config.client, "dead_letter_topic",
-                                             config.dead_letter_topic)
-    if config.starting_offsets is not None:
-        set_group_configs(config.client, {"share.auto.offset.reset": config.starting_offsets},
-                          option="starting_offsets")
-    return WorkerSpec(config=config, lock_ms=facts.lock_ms, delivery_limit=facts.delivery_limit,
-                      job_id=uuid.uuid4().hex[:12],
-                      broker_dead_letter_topic=broker_dlq.topic if broker_dlq.active else None)
-
-
-def _task_slots(spark: Any) -> int | None:
-    """Spark's task slots (``defaultParallelism / spark.task.cpus``). Over Spark Connect: of
-    the server in this process (``remote("local[...]")``), else of a ``local[N]`` master only
-    (a Connect client cannot read ``defaultParallelism``); None when not known."""
-    from pyspark import SparkContext
-
-    try:
-        return _slots_of(spark.sparkContext)
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: see below
-        pass
-    master = _master(spark)
-    local = SparkContext._active_spark_context
-    if local is not None and str(local.master) == master:
-        return _slots_of(local)
-    match = re.fullmatch(r"local(?:\[\s*(\d+)\s*(?:,\s*\d+\s*)?\])?", master)
-    if match is None:
-        return None
-    try:
-        cpus = int(spark.conf.get("spark.task.cpus", None) or 1)
-    except Exception:  # noqa: BLE001
-        cpus = 1
-    return int(match.group(1) or 1) // max(cpus, 1)
-
-
-def _slots_of(sc: Any) -> int:
-    cpus = int(sc.getConf().get("spark.task.cpus", "1"))
-    return int(sc.defaultParallelism) // max(cpus, 1)
-
-
-def _check_out_topics(config: WorkerConfig) -> None:
-    """The output and dead-letter topics exist, seen by a producer with the workers' settings
-    (so security settings are checked too)."""
-    wanted = {"output_topic": config.output_topic,
-              "dead_letter_topic": config.dead_letter_topic}
-    wanted = {k: v for k, v in wanted.items() if v is not None}
-    if not wanted:
-        return
-    from confluent_kafka import Producer
-
-    try:
-        md = Producer(config.producer_settings()).list_topics(timeout=config.broker_timeout_s)
-    except Exception as exc:
-        raise from_client_error(
-            exc, f"a producer with the workers' settings cannot reach {config.bootstrap_servers}",
-            "Check consumer_config/producer_config") from exc
-    for name, t in wanted.items():
-        if t not in md.topics or md.topics[t].error is not None:
-            raise OptionError(name, t, f"topic does not exist on {config.bootstrap_servers}; "
-                              "create it first")

@@ -2,8 +2,8 @@
 
 :func:`run_workers` and :func:`start_workers` take these as keyword arguments (typed for IDEs
 by :class:`WorkerOptions`); defaults and validation live here only. What needs Spark or the
-broker (task slots, topics, the group's delivery limit) is checked by ``api.py`` before any
-task starts. The executor side gets a :class:`WorkerSpec`: the config plus what the driver
+broker (task slots, topics, the group's delivery limit) is checked by ``preflight.py`` before
+any task starts. The executor side gets a :class:`WorkerSpec`: the config plus what the driver
 learned from the broker.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict
 
 from pyspark_kafka_share._kafka.clientconf import shown
-from pyspark_kafka_share._kafka.connection import TokenProvider
+from pyspark_kafka_share._kafka.connection import ConnectionConfig, TokenProvider
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
     WORKER_NAMES,
@@ -66,6 +66,7 @@ class WorkerOptions(_Required, total=False):
     max_records: int | None
     starting_offsets: str | None
     consumer_config: Mapping[str, str] | None
+    connection: ConnectionConfig | None
     producer_config: Mapping[str, str] | None
     lock_safety_fraction: float
     progress_interval_s: float
@@ -127,6 +128,7 @@ class WorkerConfig:
     @classmethod
     def create(cls, **options: Any) -> WorkerConfig:
         """Validate the keyword arguments of :func:`run_workers` into a config."""
+        connection = options.pop("connection", None)  # its settings join consumer_config's
         names = {f.name for f in fields(cls)} - {"token_provider"}  # consumer_config's
         for key, value in options.items():
             if key not in names:
@@ -137,7 +139,7 @@ class WorkerConfig:
                 # consumer_config or producer_config may hold passwords.
                 safe = shown(key, value) if isinstance(value, str) else "<not shown>"
                 raise OptionError(key, safe, f"unknown argument; {hint}see run_workers")
-        consumer = dict(options.get("consumer_config") or {})
+        consumer = _with_connection(connection, dict(options.get("consumer_config") or {}))
         token_provider = consumer.pop("oauth_cb", None)  # a callable: kept, not stringified
         topics = options.get("topics")
         listed = topics if topics is None or isinstance(topics, str) else ",".join(topics)
@@ -239,6 +241,24 @@ _MAX_TRANSACTION_INTERVAL_S = 60.0
 def _whole(value: object, name: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise OptionError(name, value, "must be a whole number >= 1")
+
+
+def _with_connection(connection: object, consumer: dict[str, Any]) -> dict[str, Any]:
+    """``consumer_config`` with the librdkafka settings of ``connection`` (the consumer's
+    security settings reach the producers too); a setting given both ways is an error."""
+    if connection is None:
+        return consumer
+    if not isinstance(connection, ConnectionConfig):
+        raise OptionError("connection", type(connection).__name__,
+                          "give a ConnectionConfig (or librdkafka's security settings in "
+                          "consumer_config)")
+    settings = connection.client_settings()
+    both = sorted(k for k in settings if k in consumer)
+    if both:
+        raise OptionError("connection", connection,
+                          f"consumer_config sets {', '.join(both)} too: give the connection "
+                          "settings once, in connection or in consumer_config")
+    return {**consumer, **settings}
 
 
 def _settings(raw: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:

@@ -1,22 +1,28 @@
-"""The ``kafka-share`` command line."""
+"""``kafka-share groups ...``: list, describe, lag, reset, delete and the broker's
+dead-letter queue of share groups, each a command on
+:class:`~pyspark_kafka_share.admin.ShareGroupAdmin`, and their parser (options, the broker's
+address from the environment)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pyspark_kafka_share import __version__
+from pyspark_kafka_share.cli.codes import (
+    ENV_BOOTSTRAP_FALLBACK,
+    ENV_BOOTSTRAP_SERVERS,
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from pyspark_kafka_share.errors import (
     GroupNotFoundError,
-    KafkaShareError,
     LagUnavailableError,
     NotAShareGroupError,
     OptionError,
@@ -24,173 +30,24 @@ from pyspark_kafka_share.errors import (
 
 if TYPE_CHECKING:
     from pyspark_kafka_share.admin import GroupDescription, PartitionOffset, ShareGroupAdmin
-    from pyspark_kafka_share.harness import LocalKafka
 
-__all__ = [
-    "ENV_BOOTSTRAP_SERVERS",
-    "EXIT_ERROR",
-    "EXIT_GROUP_NOT_FOUND",
-    "EXIT_LAG_UNKNOWN",
-    "EXIT_NOT_A_SHARE_GROUP",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "build_parser",
-    "main",
-]
-
-DESCRIPTION = """\
-kafka-share: watch and manage Kafka share groups (queues), and run a local Kafka broker
-for development. Each command has its own --help."""
-
-ENV_BOOTSTRAP_SERVERS = "KAFKA_SHARE_BOOTSTRAP_SERVERS"
-"""Environment variable: the default of ``--bootstrap-server`` (``host:port[,...]``)."""
-_ENV_BOOTSTRAP_FALLBACK = "PYSPARK_KAFKA_SHARE_BOOTSTRAP"
-"""Also read, after :data:`ENV_BOOTSTRAP_SERVERS`: the local harness's external broker
-(``harness.ENV_BOOTSTRAP``), which the CLI's default came from before it had its own."""
-
-EXIT_OK = 0
-"""Success: what was printed is the whole answer (for ``lag``: every partition's lag is known)."""
-EXIT_ERROR = 1
-"""Any other error: broker unreachable, group not empty, unknown topic, ..."""
-EXIT_USAGE = 2
-"""Bad arguments (argparse's code), or ``reset``/``delete`` without ``--execute`` or
-``--dry-run``: the plan was printed and nothing was changed."""
-EXIT_GROUP_NOT_FOUND = 3
-"""No group of that name exists."""
-EXIT_NOT_A_SHARE_GROUP = 4
-"""A group of that name exists but is not a share group (e.g. a classic consumer group)."""
-EXIT_LAG_UNKNOWN = 5
-"""``lag``: the lag of some partition is unknown (no share state yet: no member has fetched
-from it) or the broker does not report lag; the table is printed, the total counts only the
-known partitions."""
-
-# Most specific first: NotAShareGroupError is a GroupNotFoundError.
-_EXIT_CODES: tuple[tuple[type[KafkaShareError], int], ...] = (
-    (NotAShareGroupError, EXIT_NOT_A_SHARE_GROUP),
-    (GroupNotFoundError, EXIT_GROUP_NOT_FOUND),
-    (LagUnavailableError, EXIT_LAG_UNKNOWN),
-    (OptionError, EXIT_USAGE),
-)
-
-EXIT_CODES_HELP = f"""\
-exit codes:
-  {EXIT_OK}  success: the output is the whole answer
-  {EXIT_ERROR}  any other error (broker unreachable, group not empty, unknown topic, ...)
-  {EXIT_USAGE}  bad arguments, or reset/delete without --execute or --dry-run (the plan
-     is printed, nothing is changed)
-  {EXIT_GROUP_NOT_FOUND}  no group of that name
-  {EXIT_NOT_A_SHARE_GROUP}  the group is not a share group (e.g. a classic consumer group)
-  {EXIT_LAG_UNKNOWN}  lag: some partition's lag is unknown (no member has fetched from it yet,
-     or the broker predates lag reporting); the table is printed and TOTAL-LAG
-     counts the known partitions only
-"""
-
-
-def exit_code(exc: KafkaShareError) -> int:
-    """The exit code for an error (see :data:`EXIT_CODES_HELP`)."""
-    for cls, code in _EXIT_CODES:
-        if isinstance(exc, cls):
-            return code
-    return EXIT_ERROR
-
-
-def _cmd_broker(args: argparse.Namespace) -> int:
-    from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka, ensure_jars
-
-    if not os.environ.get(ENV_BOOTSTRAP):
-        ensure_jars(quiet=False)  # a first run downloads for a minute or two: show progress
-    kafka = LocalKafka(lock_duration_ms=args.lock_duration_ms, security=args.security,
-                       port=args.port, data_dir=args.data_dir)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with kafka:
-        kept = {name: len(t.partitions)
-                for name, t in kafka.admin().list_topics(timeout=30).topics.items()} \
-            if args.data_dir is not None else {}
-        for name, partitions in _new_topics(args.topic):
-            if name in kept:
-                _check_kept_topic(name, partitions, kept[name])
-                print(f"# topic {name}: {partitions} partition(s), kept in the data dir",
-                      file=sys.stderr)
-                continue
-            kafka.create_topic(name, partitions)
-            print(f"# topic {name}: {partitions} partition(s)", file=sys.stderr)
-        print(kafka.client_config()["bootstrap.servers"], flush=True)
-        if args.security != "plaintext":
-            _print_client_files(kafka)
-        if args.data_dir is not None:
-            print(f"# data: {args.data_dir} (kept when the broker stops)", file=sys.stderr)
-        if kafka.log_path is not None:
-            print(f"# broker log: {kafka.log_path}; Ctrl-C stops the broker", file=sys.stderr)
-        stop.wait()
-    return EXIT_OK
-
-
-def _check_kept_topic(name: str, partitions: int, kept: int) -> None:
-    """``broker --topic name:partitions`` where ``--data-dir`` already holds ``name``."""
-    if kept != partitions:
-        raise OptionError("--topic", f"{name}:{partitions}",
-                          f"topic {name!r} is in the data dir already, with {kept} "
-                          f"partition(s): give {name}:{kept}, or another name")
-
-
-def _print_client_files(kafka: LocalKafka) -> None:
-    """Where a secured local broker's client settings are: a properties file for
-    ``--command-config`` and the same as librdkafka keys (for the source and the workers)."""
-    path = kafka.command_config_file()
-    settings = {k: v for k, v in kafka.client_config().items() if k != "bootstrap.servers"}
-    rd = path.with_suffix(".librdkafka.json")
-    rd.write_text(json.dumps(settings, indent=2) + "\n")
-    rd.chmod(0o600)
-    print(f"# {kafka.security} listener, as the super user 'admin' (a secret: both files are "
-          f"readable by you only)\n# kafka-share groups ... --command-config {path}\n"
-          f"# librdkafka settings (kafka.* source options, consumer_config): {rd}",
-          file=sys.stderr)
-
-
-def _new_topic_arg(text: str) -> tuple[str, int]:
-    """``NAME`` (one partition) or ``NAME:PARTITIONS``, for ``broker --topic``."""
-    name, sep, count = text.rpartition(":")
-    if not sep:
-        name, count = text, "1"
-    if not name or not count.isdigit() or int(count) < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give NAME or NAME:PARTITIONS with a partition count of 1 or more, "
-            "e.g. orders:3")
-    return name, int(count)
-
-
-def _new_topics(given: Sequence[tuple[str, int]] | None) -> list[tuple[str, int]]:
-    """Repeated ``broker --topic`` values; a name given twice must agree on its count."""
-    out: dict[str, int] = {}
-    for name, partitions in given or ():
-        if out.setdefault(name, partitions) != partitions:
-            raise OptionError("--topic", f"{name}:{partitions}",
-                              f"topic {name!r} is given twice, with {out[name]} and "
-                              f"{partitions} partitions: give it once")
-    return list(out.items())
-
-
-def _cmd_fetch_jars(args: argparse.Namespace) -> int:
-    from pyspark_kafka_share.harness import ensure_jars
-
-    print(ensure_jars(quiet=False))
-    return EXIT_OK
-
-
-# -- kafka-share groups ... ------------------------------------------------------------------
+__all__ = ["add_parser"]
 
 
 def _group_admin(args: argparse.Namespace) -> ShareGroupAdmin:
     from pyspark_kafka_share._kafka.settings import OptionNames
     from pyspark_kafka_share.admin import ShareGroupAdmin
 
-    names = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic", "--command-config")
+    class CliAdmin(ShareGroupAdmin):
+        """The admin, its errors naming the command line's flags."""
+
+        option_names = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic",
+                                   "--command-config")
+
     if args.command_config:
-        return ShareGroupAdmin.from_properties_file(args.bootstrap_server, args.command_config,
-                                                    timeout_s=args.timeout, names=names)
-    return ShareGroupAdmin(args.bootstrap_server, timeout_s=args.timeout, names=names)
+        return CliAdmin.from_properties_file(args.bootstrap_server, args.command_config,
+                                             timeout_s=args.timeout)
+    return CliAdmin(args.bootstrap_server, timeout_s=args.timeout)
 
 
 def _print_json(value: object) -> None:
@@ -520,7 +377,7 @@ def _cmd_groups_list(args: argparse.Namespace) -> int:
 def _default_bootstrap() -> str | None:
     """The first of the environment variables :data:`ENV_BOOTSTRAP_SERVERS` and
     ``PYSPARK_KAFKA_SHARE_BOOTSTRAP`` that is set and not empty."""
-    return os.environ.get(ENV_BOOTSTRAP_SERVERS) or os.environ.get(_ENV_BOOTSTRAP_FALLBACK) \
+    return os.environ.get(ENV_BOOTSTRAP_SERVERS) or os.environ.get(ENV_BOOTSTRAP_FALLBACK) \
         or None
 
 
@@ -530,7 +387,7 @@ def _common_options() -> argparse.ArgumentParser:
     now = f"; now: {default_bootstrap}" if default_bootstrap else "; neither is set now"
     common.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
                         help=f"the broker(s) to connect to; optional when the environment "
-                        f"variable {ENV_BOOTSTRAP_SERVERS} (or {_ENV_BOOTSTRAP_FALLBACK}) is "
+                        f"variable {ENV_BOOTSTRAP_SERVERS} (or {ENV_BOOTSTRAP_FALLBACK}) is "
                         f"set{now}")
     common.add_argument("--command-config", metavar="FILE",
                         help="client security settings in Kafka's properties format, as "
@@ -581,7 +438,8 @@ def _add_execute_or_dry_run(cmd: argparse.ArgumentParser, action: str) -> None:
                       help="only print the plan; nothing is changed")
 
 
-def _add_groups_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
+    """The ``groups`` command and its subcommands, on the top-level subparsers ``sub``."""
     common = _common_options()
     groups = sub.add_parser("groups", help="list, watch, reset and delete share groups",
                             description="List, watch, reset and delete share groups.",
@@ -624,78 +482,3 @@ def _add_groups_parser(sub: Any) -> None:
                      help="copy the records too, not only the context headers")
     _add_execute_or_dry_run(cmd, "apply --topic, --off or --copy-record")
 
-
-BROKER_HELP = """\
-Run a local Kafka broker (one JVM, share groups enabled) in the foreground until Ctrl-C.
-It prints its address (HOST:PORT) as the first line on stdout: pass it as --bootstrap-server
-or as the source's kafka.bootstrap.servers. It keeps its data in a temporary directory,
-deleted when it stops, or with --data-dir in a directory that stays: started again on it, the
-broker has the same topics, records and share groups. The broker's log path is printed on
-stderr. Java 17+ is needed; the first run downloads the Kafka jars (see fetch-jars)."""
-
-
-def _add_broker_parser(sub: Any) -> None:
-    broker = sub.add_parser("broker", help="run a local Kafka broker and print its address",
-                            description=BROKER_HELP,
-                            formatter_class=argparse.RawDescriptionHelpFormatter,
-                            epilog="example: kafka-share broker --topic orders:3 --port 9092")
-    broker.add_argument("--topic", action="append", type=_new_topic_arg,
-                        metavar="NAME[:PARTITIONS]",
-                        help="create this topic once the broker is up, with PARTITIONS "
-                             "partitions (default 1); repeatable")
-    broker.add_argument("--port", type=int, default=None, metavar="PORT",
-                        help="the port to listen on, on 127.0.0.1 (default: a free port)")
-    broker.add_argument("--data-dir", default=None, metavar="DIR",
-                        help="keep the broker's data (and its log) in DIR, which stays when the "
-                             "broker stops; start again with the same DIR to have it back. DIR "
-                             "must be new, empty or an earlier broker's (default: a temporary "
-                             "directory, deleted on exit; plaintext listener only)")
-    broker.add_argument("--lock-duration-ms", type=int, default=30_000, metavar="MS",
-                        help="how long a share consumer holds a record before the broker "
-                             "hands it out again (share.record.lock.duration.ms; "
-                             "default: 30000)")
-    broker.add_argument("--security", default="plaintext",
-                        choices=("plaintext", "sasl_ssl", "ssl", "sasl_plaintext"),
-                        help="the client listener: TLS and SASL (SCRAM, PLAIN) with ACLs, "
-                        "mutual TLS, or SASL without TLS; writes a client properties file "
-                        "and says where (needs pip install 'pyspark-kafka-share[local]')")
-    broker.set_defaults(func=_cmd_broker)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafka-share", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=__version__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_broker_parser(sub)
-    jars = sub.add_parser("fetch-jars", help="download the broker's jars into the cache (once)",
-                          description="Download the Kafka broker's jars into the cache, so "
-                          "that the first `kafka-share broker` starts at once.")
-    jars.set_defaults(func=_cmd_fetch_jars)
-    _add_groups_parser(sub)
-    return parser
-
-
-# Where the library's names for a value differ from the command line's flags.
-_CLI_NAMES = {"topics": "--topic", "to": "--to", "bootstrap_servers": "--bootstrap-server",
-              "timeout_s": "--timeout", "group": "group", "data_dir": "--data-dir"}
-
-
-def _cli_message(exc: KafkaShareError) -> str:
-    """The error as the command line says it: options named by their flags."""
-    if isinstance(exc, OptionError) and exc.option in _CLI_NAMES:
-        return str(OptionError(_CLI_NAMES[exc.option], exc.value, exc.fix))
-    return str(exc)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``kafka-share``; the exit code (``EXIT_*``; argparse exits with 2 on bad usage)."""
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except KafkaShareError as exc:
-        print(f"kafka-share: error: {_cli_message(exc)}", file=sys.stderr)
-        return exit_code(exc)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

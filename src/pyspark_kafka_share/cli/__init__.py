@@ -1,0 +1,77 @@
+"""The ``kafka-share`` command line: its parser and :func:`main`.
+
+The commands live by responsibility: :mod:`~pyspark_kafka_share.cli.groups` (share-group
+administration), :mod:`~pyspark_kafka_share.cli.broker` (a local broker for development);
+:mod:`~pyspark_kafka_share.cli.codes` holds the exit codes and environment variables.
+``python -m pyspark_kafka_share.cli`` runs :func:`main` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pyspark_kafka_share import __version__
+from pyspark_kafka_share.cli import broker, groups
+from pyspark_kafka_share.cli.codes import (
+    ENV_BOOTSTRAP_SERVERS,
+    EXIT_CODES_HELP,
+    EXIT_ERROR,
+    EXIT_GROUP_NOT_FOUND,
+    EXIT_LAG_UNKNOWN,
+    EXIT_NOT_A_SHARE_GROUP,
+    EXIT_OK,
+    EXIT_USAGE,
+    exit_code,
+)
+from pyspark_kafka_share.errors import KafkaShareError, OptionError
+
+__all__ = [
+    "ENV_BOOTSTRAP_SERVERS",
+    "EXIT_CODES_HELP",
+    "EXIT_ERROR",
+    "EXIT_GROUP_NOT_FOUND",
+    "EXIT_LAG_UNKNOWN",
+    "EXIT_NOT_A_SHARE_GROUP",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "exit_code",
+    "main",
+]
+
+DESCRIPTION = """\
+kafka-share: watch and manage Kafka share groups (queues), and run a local Kafka broker
+for development. Each command has its own --help."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafka-share", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    broker.add_parsers(sub)
+    groups.add_parser(sub)
+    return parser
+
+
+# Where the library's names for a value differ from the command line's flags.
+_CLI_NAMES = {"topics": "--topic", "to": "--to", "bootstrap_servers": "--bootstrap-server",
+              "timeout_s": "--timeout", "group": "group", "data_dir": "--data-dir"}
+
+
+def _cli_message(exc: KafkaShareError) -> str:
+    """The error as the command line says it: options named by their flags."""
+    if isinstance(exc, OptionError) and exc.option in _CLI_NAMES:
+        return str(OptionError(_CLI_NAMES[exc.option], exc.value, exc.fix))
+    return str(exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``kafka-share``; the exit code (``EXIT_*``; argparse exits with 2 on bad usage)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KafkaShareError as exc:
+        print(f"kafka-share: error: {_cli_message(exc)}", file=sys.stderr)
+        return exit_code(exc)
