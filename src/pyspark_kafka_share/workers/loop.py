@@ -48,7 +48,7 @@ from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettle
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.outcome import WorkerFunction
 from pyspark_kafka_share.workers.settle import DLQ_HEADERS, AtLeastOnceSettler, Poll, Settler
-from pyspark_kafka_share.workers.verdict import call, resolve
+from pyspark_kafka_share.workers.verdict import Final, call, resolve
 
 __all__ = ["DLQ_HEADERS", "DUPLICATE", "ArrowTask", "run_worker", "worker_task"]
 
@@ -214,7 +214,7 @@ class _Worker:
         to the settler."""
         chunk = self.settler.undecided(chunk, poll)
         t0 = time.monotonic()
-        final = []
+        final: list[Final] = []
         if chunk:
             verdicts = call(self.fn, chunk, self.config)
             t1 = time.monotonic()
@@ -226,8 +226,7 @@ class _Worker:
             final = [(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
                      for m, v in zip(chunk, verdicts, strict=True)]
         self.settler.settle(final, poll, poll_ends=poll_ends, began=t0)
-        if chunk:
-            self.last_active = time.monotonic()
+        self.last_active = time.monotonic()
 
     def _close(self) -> None:
         # close() RELEASEs records a background fetch acquired after the last poll.
