@@ -26,6 +26,11 @@
     │   │                               mechanism not enabled); never retried
     │   ├── TlsError                    the TLS handshake failed (untrusted CA, hostname
     │   │                               mismatch, missing client certificate); never retried
+    │   ├── Fenced                      a worker's transactional producer was fenced by a
+    │   │                               newer attempt of its slot: the attempt stops
+    │   ├── TransactionFailed           a worker's transaction was aborted or its outcome is
+    │   │                               unknown (.fatal: replace the producer); its records
+    │   │                               are RELEASEd (handled inside the workers)
     │   └── SecurityProtocolMismatchError  client and port speak different protocols (TLS
     │                                   or SASL to a port without, or the other way round)
     ├── JournalError                    the acknowledgement journal could not be read/written
@@ -58,6 +63,7 @@ __all__ = [
     "CoordinatorNotAvailableError",
     "DataLossError",
     "ErrorCode",
+    "Fenced",
     "GroupNotEmptyError",
     "GroupNotFoundError",
     "JournalClosed",
@@ -74,6 +80,7 @@ __all__ = [
     "SecurityProtocolMismatchError",
     "SetupError",
     "TlsError",
+    "TransactionFailed",
     "UnknownTopicError",
     "UnsupportedSecurityProtocolError",
     "UnsupportedVersionError",
@@ -125,6 +132,21 @@ class ProtocolDecodeError(BrokerError):
 
 class LagUnavailableError(BrokerError):
     """The broker does not report share-group lag (DescribeShareGroupOffsets v1, Kafka 4.2+)."""
+
+
+class Fenced(BrokerError):
+    """This attempt's transactional producer was fenced (a newer attempt of the worker slot
+    called ``init_transactions``) or failed fatally: the attempt stops."""
+
+
+class TransactionFailed(BrokerError):
+    """A transaction was aborted (or its outcome is unknown): its records are RELEASEd, and a
+    redelivery finds the marker if the commit went through after all. ``fatal``: the producer
+    is unusable (e.g. its transaction state was lost with a broker restart) and is replaced."""
+
+    def __init__(self, text: str, *, fatal: bool = False) -> None:
+        super().__init__(text)
+        self.fatal = fatal
 
 
 class ErrorCode(IntEnum):

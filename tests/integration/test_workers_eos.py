@@ -23,12 +23,11 @@ from confluent_kafka import Message
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
-from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.errors import Fenced, OptionError
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.workers import Record, Result, WorkerSummary, run_workers, start_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
 from pyspark_kafka_share.workers.exactly_once import (
-    Fenced,
     MarkerSet,
     Transactions,
     ensure_marker_topic,

@@ -90,16 +90,21 @@ def _spec(**kw: Any) -> WorkerSpec:
     return WorkerSpec(WorkerConfig(**base), lock_ms=30_000, delivery_limit=5)
 
 
-def _worker(spec: WorkerSpec, fn: Callable[[Any], Any], polls: list[list[Msg]]) -> tuple[
+def _worker(spec: WorkerSpec, fn: Callable[[Any], Any], polls: list[list[Msg]],
+            producer: _TxnProducer | None = None) -> tuple[
         _Worker, _Consumer, _TxnProducer, list[Event]]:
-    events: list[Event] = []
-    consumer, producer = _Consumer(polls, events), _TxnProducer(events)
-    worker = _Worker(spec, fn, session=ShareSession(consumer, timeout_s=1.0),
-                     producer=producer)
-    txn = Transactions(producer, "markers", timeout_s=1.0, txn_timeout_s=15.0)
-    worker.eos = ExactlyOnce(cast(MarkerLog, _Log()), txn, spec.config.client, b"w0:0:x:",
-                             {}, lock_budget_s=15.0)
-    return worker, consumer, producer, events
+    """``producer``: one of the test's (sharing ``events``), also the replacement of a
+    producer after a refused produce."""
+    events: list[Event] = producer.events if producer is not None else []
+    consumer = _Consumer(polls, events)
+    txn = Transactions(producer or _TxnProducer(events), "markers", timeout_s=1.0,
+                       txn_timeout_s=15.0)
+    eos = ExactlyOnce(cast(MarkerLog, _Log()), txn, spec.config.client, b"w0:0:x:",
+                      {}, lock_budget_s=15.0)
+    if producer is not None:
+        eos.replace_producer = lambda: producer  # type: ignore[method-assign]
+    worker = _Worker(spec, fn, session=ShareSession(consumer, timeout_s=1.0), eos=eos)
+    return worker, consumer, cast(_TxnProducer, txn.producer), events
 
 
 def _echo(r: Record) -> Any:
@@ -191,10 +196,8 @@ def test_a_refused_output_costs_only_its_own_record_an_attempt() -> None:
     def fn(r: Record) -> Any:
         return b"big" if r.offset == 3 else r.value
 
-    worker, consumer, _, _ = _worker(_spec(), fn, [[Msg(i) for i in range(6)]])
-    producer = _Aborting(worker.eos.txn.producer.events)  # type: ignore[union-attr]
-    worker.producer = worker.eos.txn.producer = producer  # type: ignore[union-attr]
-    worker.eos.replace_producer = lambda: producer  # type: ignore[method-assign,union-attr]
+    producer = _Aborting([])
+    worker, consumer, _, _ = _worker(_spec(), fn, [[Msg(i) for i in range(6)]], producer)
     summary = worker.run()
     # Everything flushed with it failed: halves until offset 3 is alone. 0-2 commit; 3-5 fail
     # again; 3 alone is refused and RELEASEd (a retry: its first delivery; no marker for a

@@ -1,4 +1,4 @@
-"""The exactly-once workers' markers (``workers/exactly_once.py``): encoding, the live set,
+"""The exactly-once workers' markers (``workers/exactly_once/markers.py``): encoding, the live set,
 lookups, tombstones and what the start offsets let go. Pure: no broker."""
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import pytest
 from pyspark_kafka_share.errors import OptionError
 from pyspark_kafka_share.workers import control_state
 from pyspark_kafka_share.workers.control import ControlClient, ControlServer, Endpoint
-from pyspark_kafka_share.workers.loop import _normalise
 from pyspark_kafka_share.workers.outcome import Outcome, Result
+from pyspark_kafka_share.workers.verdict import normalise as _normalise
 
 
 @pytest.mark.parametrize(("given", "outcome", "value"), [

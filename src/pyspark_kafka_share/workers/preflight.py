@@ -10,6 +10,7 @@ import re
 import types
 import uuid
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from pyspark_kafka_share._kafka.dlq import check_one_dead_letter_topic
@@ -96,8 +97,9 @@ def check_function(fn: object, retry_on: tuple[type[BaseException], ...]) -> Non
         raise OptionError("fn", fn, "pass a function of one record (or one batch)")
     from pyspark import cloudpickle
 
+    dumps: Callable[[object], bytes] = cloudpickle.dumps  # vendored, without annotations
     try:
-        cloudpickle.dumps((fn, retry_on))  # type: ignore[no-untyped-call]
+        dumps((fn, retry_on))
     except Exception as exc:  # noqa: BLE001 - any pickling failure is the same user error
         raise OptionError(
             "fn", fn, f"cannot be pickled to the executors ({type(exc).__name__}: {exc}); "

@@ -1,29 +1,14 @@
-"""Exactly-once outputs for the queue workers (``exactly_once_outputs=True``).
+"""The markers of the exactly-once workers: what a committed transaction decided.
 
-Each worker produces the outputs and dead letters of the chunks of a poll it processed within
-``transaction_interval_s`` and one **marker** (their origins: topic, partition, offset runs and
-the outcome decided for them) in one Kafka transaction, and acknowledges the records only
-after the commit. The markers go to a compacted topic of the
-workers' own, :func:`marker_topic` of the group. Before it runs the function on a poll's
-records a worker reads that topic with ``isolation.level=read_committed`` up to the offset it
-ended at when the poll returned, waiting for transactions still open there
-(:meth:`MarkerLog.catch_up`): a record a committed marker covers is acknowledged as that
-marker decided (ACCEPT or REJECT), without running the function or producing anything. The
-delivery count plays no part (after a broker crash a redelivered record can come back with
-``deliveryCount=1``).
+A **marker** records the origins of one transaction's records (topic, partition, offset runs
+and the outcome decided for them); markers go to a compacted topic of the workers' own,
+:func:`marker_topic` of the group, and are read back with ``isolation.level=read_committed``.
 
-A marker is tombstoned once the acknowledgement of every record it covers is confirmed (by
-its own worker), or once the group's share-partition start offsets passed all of them (for the
-markers of workers that died); the live set stays the size of the in-flight work.
-
+- :func:`encode_marker`, :func:`decode_marker`, :func:`runs`: a marker's value.
 - :class:`MarkerSet`: the committed markers, by key and by partition (pure; unit-tested).
 - :class:`MarkerLog`: the read_committed reader of the marker topic and its barrier.
-- :class:`Transactions`: the worker slot's transactional producer (``transactional.id`` per
-  worker index, so a newer attempt of the same slot fences the older one at the broker).
 - :func:`ensure_marker_topic`: creates the topic, or checks that it is compacted (driver).
-
-The argument (failure table, the window the released client leaves open):
-``docs/design.md``, "Queue workers: exactly-once outputs".
+- :func:`marker_key`, :func:`attempt_prefix`, :func:`origins_of`: a transaction's marker.
 """
 
 from __future__ import annotations
@@ -35,7 +20,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,13 +42,14 @@ __all__ = [
     "MarkerLog",
     "MarkerSet",
     "Origin",
-    "Transactions",
+    "attempt_prefix",
     "decode_marker",
     "encode_marker",
     "ensure_marker_topic",
+    "marker_key",
     "marker_topic",
+    "origins_of",
     "runs",
-    "transactional_id",
 ]
 
 Origin = tuple[str, int, int, Outcome]
@@ -93,11 +79,6 @@ def marker_topic(group: str) -> str:
         name = f"{name[:180]}-{hashlib.sha256(group.encode()).hexdigest()[:12]}"
     return f"kafka-share-markers.{name}"
 
-
-def transactional_id(group: str, worker: int) -> str:
-    """The ``transactional.id`` of worker slot ``worker`` of ``group``: every attempt of the
-    slot uses it, so the broker fences all but the newest."""
-    return f"kafka-share-workers.{group}.{worker}"
 
 
 def runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
@@ -400,120 +381,6 @@ class MarkerLog:
                 c.close()
 
 
-class Fenced(BrokerError):
-    """This attempt's transactional producer was fenced (a newer attempt of the worker slot
-    called ``init_transactions``) or failed fatally: the attempt stops."""
-
-
-class TransactionFailed(Exception):
-    """A transaction was aborted (or its outcome is unknown): its records are RELEASEd, and a
-    redelivery finds the marker if the commit went through after all. ``fatal``: the producer
-    is unusable (e.g. its transaction state was lost with a broker restart) and is replaced."""
-
-    def __init__(self, text: str, *, fatal: bool = False) -> None:
-        super().__init__(text)
-        self.fatal = fatal
-
-
-# librdkafka's codes for "a newer producer with this transactional.id exists".
-_FENCED_CODES = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
-
-
-@dataclass(eq=False)
-class Transactions:
-    """The worker slot's transactional producer (outputs, dead letters, markers)."""
-
-    producer: Any
-    topic: str
-    timeout_s: float
-    txn_timeout_s: float
-    errors: list[Any] = field(default_factory=list)
-    open: bool = False
-    began: float = 0.0
-    commit_s: float = 0.0  # moving average of commit_transaction's time
-
-    @classmethod
-    def start(cls, conf: dict[str, Any], txn_id: str, topic: str, lock_budget_s: float,
-              timeout_s: float) -> Transactions:
-        """``init_transactions`` as ``txn_id``: the broker aborts what an older attempt of the
-        slot left open and fences it. The transaction timeout is the lock budget, so a
-        transaction left open by a dead worker holds the other workers' barriers no longer."""
-        from confluent_kafka import Producer
-
-        errors: list[Any] = []
-        budget_ms = max(1000, int(lock_budget_s * 1000))
-        producer = Producer({**conf, "transactional.id": txn_id, "error_cb": errors.append,
-                             "transaction.timeout.ms": budget_ms,
-                             "message.timeout.ms": min(budget_ms,
-                                                       int(conf.get("message.timeout.ms",
-                                                                    budget_ms)))})
-        try:
-            producer.init_transactions(timeout_s)
-        except Exception as exc:
-            raise from_client_error(exc, f"the transactional producer {txn_id!r} could not "
-                                    "start", "Grant the workers' principal WRITE and DESCRIBE "
-                                    "on transactional ids with this prefix") from exc
-        return cls(producer, topic, timeout_s, budget_ms / 1000, errors)
-
-    def begin(self) -> None:
-        self.producer.begin_transaction()
-        self.open = True
-        self.began = time.monotonic()
-
-    def commit(self, inject: Callable[[Any, float], None] | None = None) -> None:
-        """Commit the open transaction; :class:`TransactionFailed` if it did not (abortable:
-        aborted; outcome unknown: left to the marker check), :class:`BrokerError` if this
-        producer was fenced by a newer attempt of its worker slot. ``inject``: a test's
-        ``commit_transaction`` (``Faults.commit``)."""
-        t0 = time.monotonic()
-        try:
-            if inject is not None:
-                inject(self.producer, self.timeout_s)
-            else:
-                self.producer.commit_transaction(self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - judged by _failed
-            self._failed(exc, "commit")
-        finally:
-            self.open = False
-        took = time.monotonic() - t0
-        self.commit_s = took if self.commit_s == 0 else 0.7 * self.commit_s + 0.3 * took
-
-    def abort(self, why: str) -> None:
-        if not self.open:
-            return
-        self.open = False
-        try:
-            self.producer.abort_transaction(self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - judged below
-            self._failed(exc, f"abort ({why})")
-
-    def _failed(self, exc: Exception, what: str) -> None:
-        err = exc.args[0] if exc.args else None
-        fatal = bool(getattr(err, "fatal", lambda: False)())
-        # The broker also fences a producer whose transaction outlived transaction.timeout.ms:
-        # that one is replaced; one fenced sooner was fenced by a newer attempt of its slot.
-        timed_out = time.monotonic() - self.began >= self.txn_timeout_s
-        if fatal and getattr(err, "name", lambda: "")() in _FENCED_CODES and not timed_out:
-            raise Fenced(f"fenced: the transactional producer failed fatally during {what}: "
-                         f"{err} (a newer attempt of this worker slot took over its "
-                         "transactional.id; this attempt stops)") from exc
-        requires_abort = bool(getattr(err, "txn_requires_abort", lambda: False)())
-        if requires_abort:
-            with contextlib.suppress(Exception):
-                self.producer.abort_transaction(self.timeout_s)
-        # Neither abortable nor fatal (a timeout, a lost reply): the outcome is unknown and the
-        # producer is left inside the commit; a new producer's init_transactions completes or
-        # aborts it (so the marker, in the same transaction, tells a redelivery which).
-        raise TransactionFailed(f"{what} failed: {err}", fatal=fatal or not requires_abort) \
-            from exc
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            if self.open:
-                self.producer.abort_transaction(self.timeout_s)
-        with contextlib.suppress(Exception):
-            self.producer.flush(1)
-
 
 def marker_key(prefix: bytes, seq: int) -> bytes:
     """A marker's key: the attempt's prefix (unique per attempt) and its transaction
@@ -531,124 +398,3 @@ def origins_of(items: Sequence[tuple[Any, Outcome]]) -> list[Origin]:
             if o in (Outcome.ACCEPT, Outcome.REJECT)]
 
 
-def _transactions(settings: ClientSettings, producer_conf: dict[str, Any], worker: int,
-                  lock_budget_s: float) -> Transactions:
-    return Transactions.start(producer_conf, transactional_id(settings.group_id, worker),
-                              marker_topic(settings.group_id), lock_budget_s,
-                              settings.timeout_s)
-
-
-_LOST = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_FATAL", "_FENCED", "_UNKNOWN_GROUP"})
-GC_EVERY_S = 30.0
-TOMBSTONE_IDLE_S = 1.0
-
-
-@dataclass(eq=False)
-class ExactlyOnce:
-    """One worker's exactly-once state: its marker reader, its transactional producer, the
-    markers it committed whose acknowledgement is not yet confirmed, and the tombstones due."""
-
-    log: MarkerLog
-    txn: Transactions
-    settings: ClientSettings
-    prefix: bytes
-    producer_conf: dict[str, Any] = field(repr=False)
-    worker: int = 0
-    lock_budget_s: float = 0.0
-    seq: int = 0
-    mine: dict[bytes, set[TopicPartition]] = field(default_factory=dict)
-    tombstones: set[bytes] = field(default_factory=set)
-    last_txn: float = field(default_factory=time.monotonic)
-    last_gc: float = field(default_factory=time.monotonic)
-    _sent: set[bytes] = field(default_factory=set)  # tombstones of the open transaction
-
-    @classmethod
-    def start(cls, settings: ClientSettings, producer_conf: dict[str, Any], worker: int,
-              attempt: int, lock_budget_s: float) -> ExactlyOnce:
-        prefix = attempt_prefix(worker, attempt)
-        txn = _transactions(settings, producer_conf, worker, lock_budget_s)
-        log: MarkerLog | None = None
-        try:
-            log = MarkerLog.open(settings, prefix)
-            log.catch_up(time.monotonic() + settings.timeout_s)  # the first read: all of it
-        except BaseException:
-            txn.close()
-            if log is not None:
-                log.close()
-            raise
-        return cls(log, txn, settings, prefix, producer_conf, worker, lock_budget_s)
-
-    def replace_producer(self) -> Any:
-        """A new transactional producer for the slot (the old one failed fatally, e.g. its
-        transaction state was lost with a broker restart); ``init_transactions`` again."""
-        self.txn.close()
-        self.txn = _transactions(self.settings, self.producer_conf, self.worker,
-                                 self.lock_budget_s)
-        self._sent = set()
-        return self.txn.producer
-
-    def new_poll(self) -> None:
-        """A poll returned records: client errors from here on mean the acquisitions may be
-        lost (:meth:`session_lost`)."""
-        self.log.errors.clear()
-        self.txn.errors.clear()
-
-    def session_lost(self) -> str | None:
-        """A connection loss or fatal error the worker's clients reported since the poll."""
-        with contextlib.suppress(Exception):
-            self.txn.producer.poll(0)  # serves the error callbacks queued meanwhile
-        for e in (*self.log.errors, *self.txn.errors):
-            if e.fatal() or e.name() in _LOST:
-                return f"{e.name()}: {e.str()}"
-        return None
-
-    def decided(self, m: Any) -> Outcome | None:
-        return self.log.markers.lookup(m.topic(), m.partition(), m.offset())
-
-    def next_marker(self, origins: Sequence[Origin]) -> tuple[bytes, bytes]:
-        """The next transaction's marker (key, value)."""
-        self.seq += 1
-        return marker_key(self.prefix, self.seq), encode_marker(origins)
-
-    def committed(self, key: bytes | None, origins: Sequence[Origin]) -> None:
-        """The transaction of marker ``key`` (None: tombstones alone) was committed."""
-        self.last_txn = time.monotonic()
-        if key is not None:
-            self.mine[key] = {TopicPartition(t, p) for t, p, _, _ in origins}
-        self.tombstones.difference_update(self._sent)
-        self._sent = set()
-
-    def confirmed(self, key: bytes, partitions: Iterable[TopicPartition]) -> None:
-        """The acknowledgement of these partitions' records was confirmed: a marker whose every
-        partition is confirmed is tombstoned in the next transaction."""
-        need = self.mine.get(key)
-        if need is not None and need <= set(partitions):
-            del self.mine[key]
-            self.tombstones.add(key)
-
-    def take_tombstones(self) -> list[bytes]:
-        """The tombstones the next transaction carries (dropped from the queue at commit)."""
-        self._sent = set(self.tombstones)
-        return sorted(self._sent)
-
-    def due(self, now: float) -> bool:
-        """Whether a transaction of tombstones alone is due (the worker is idle)."""
-        if now - self.last_gc >= GC_EVERY_S:
-            self.last_gc = now
-            self._collect()
-        return bool(self.tombstones) and now - self.last_txn >= TOMBSTONE_IDLE_S
-
-    def _collect(self) -> None:
-        """Markers whose records the group's start offsets passed (left by dead workers)."""
-        from pyspark_kafka_share._kafka.group import read_start_offsets
-
-        with contextlib.suppress(BrokerError):
-            self.log.catch_up(time.monotonic() + 1.0)
-        starts = read_start_offsets(self.settings)
-        if starts:
-            self.tombstones.update(k for k in self.log.markers.passed(starts)
-                                   if k not in self.mine)
-
-    def close(self) -> None:
-        self.txn.close()
-        self.log.close()

@@ -1,0 +1,357 @@
+"""The transactional settler: the worker's results with exactly-once outputs.
+
+The chunks a worker processed within ``transaction_interval_s`` (never of two polls) are held
+open, then their outputs, dead letters and one marker of their origins produced in one Kafka
+transaction, committed only while the poll's locks are provably held (before the deadline,
+with the commit's own time as margin, and no connection loss since the poll); their
+acknowledgements follow the commit. Before a poll's records are processed, the committed
+markers are read (:meth:`TransactionalSettler.admit`) and the records a marker covers are
+acknowledged as it decided (:meth:`TransactionalSettler.undecided`).
+
+A transaction ends :class:`Committed`, :class:`Refused` (produces the broker refused, by the
+record's index in its group, and those of the marker or tombstones, which have no index) or
+:class:`NotCommitted`. A refusal starts the bisection (:meth:`TransactionalSettler._bisect`).
+The fault points of the commit path (``kill-before-commit`` and the others) are here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark_kafka_share._kafka.faults import Faults
+from pyspark_kafka_share._kafka.share import lock_budget_s, split_last_delivery
+from pyspark_kafka_share.errors import BrokerError, Fenced, TransactionFailed
+from pyspark_kafka_share.workers.config import WorkerSpec
+from pyspark_kafka_share.workers.exactly_once.markers import Origin, origins_of
+from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
+from pyspark_kafka_share.workers.outcome import Outcome
+from pyspark_kafka_share.workers.settle import (
+    Item,
+    Out,
+    Poll,
+    ProduceFailures,
+    dead_letter_items,
+    output_failed,
+    output_items,
+    produce_all,
+)
+from pyspark_kafka_share.workers.verdict import Final
+
+__all__ = ["Committed", "NotCommitted", "Refused", "TransactionalSettler"]
+
+_COMMIT_MARGIN_S = 0.2  # at least this much of the lock budget left for a commit
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The transaction was committed (``key``: its marker's; None: tombstones alone)."""
+
+    key: bytes | None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The broker refused produces (the transaction was aborted): ``records``, by the index of
+    the record in its group, and ``own``, the marker's or a tombstone's."""
+
+    records: dict[int, str]
+    own: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NotCommitted:
+    """Neither committed nor refused (aborted, outcome unknown, or fenced): ``why``."""
+
+    why: str
+
+
+TransactionResult = Committed | Refused | NotCommitted
+_Todo = list[tuple[list[Final], bool]]  # groups to settle, and whether each was retried
+
+
+class TransactionalSettler:
+    """Outputs, dead letters and a marker per transaction; see the module docstring."""
+
+    def __init__(self, spec: WorkerSpec, stats: Counter[str], eos: ExactlyOnce, *,
+                 index: int, attempt: int) -> None:
+        self.spec, self.config, self.stats, self.eos = spec, spec.config, stats, eos
+        self.index, self.attempt = index, attempt
+        self.settle_s = 0.0
+        self.stop_reason: str | None = None
+        self.failures = ProduceFailures(spec.config)
+        # The chunks processed since the open transaction's first one (its Kafka transaction
+        # begins when it is committed, flush), and when that one began.
+        self.open: list[Final] = []
+        self.open_since = 0.0
+
+    @classmethod
+    def start(cls, spec: WorkerSpec, stats: Counter[str], *, index: int,
+              attempt: int) -> TransactionalSettler:
+        """The transactional producer (init_transactions fences older attempts of the slot)
+        and the markers read so far: before the share consumer exists, so that no record is
+        acquired while they start."""
+        config = spec.config
+        eos = ExactlyOnce.start(config.client, config.producer_settings(), index, attempt,
+                                lock_budget_s(spec.lock_ms, config.lock_safety_fraction))
+        return cls(spec, stats, eos, index=index, attempt=attempt)
+
+    # ---- the worker's hooks ----------------------------------------------------------------
+
+    def admit(self, msgs: list[Any], poll: Poll) -> list[Any]:
+        """The barrier after a poll: the committed markers up to the marker topic's end, open
+        transactions there decided. Not done by the poll's deadline: the poll is RELEASEd,
+        except records on their last delivery (processed unchecked, counted)."""
+        self.eos.new_poll()
+        t0 = time.monotonic()
+        done = self.eos.log.catch_up(poll.deadline)
+        self.stats["marker_wait_ms"] += int((time.monotonic() - t0) * 1000)
+        self.stats["marker_conflicts"] = self.eos.log.conflicts
+        if done:
+            return msgs
+        last, give_back = split_last_delivery(msgs, self.spec.delivery_limit)
+        self.stats["released_marker_wait"] += len(give_back)
+        self.stats["unchecked_last_deliveries"] += len(last)
+        poll.release(give_back)
+        return last
+
+    def undecided(self, chunk: list[Any], poll: Poll) -> list[Any]:
+        """Acknowledge the records a committed marker covers as it decided; the others."""
+        decided = [(m, o) for m in chunk if (o := self.eos.decided(m)) is not None]
+        if not decided:
+            return chunk
+        self.stats["already_committed"] += len(decided)
+        poll.ack(decided)
+        done = {id(m) for m, _ in decided}
+        return [m for m in chunk if id(m) not in done]
+
+    def pending(self) -> list[Any]:
+        return [m for m, _, _ in self.open]
+
+    def settle(self, final: list[Final], poll: Poll, *, poll_ends: bool, began: float) -> None:
+        """Hold ``final`` in the open transaction; commit it at the poll's end or once it has
+        been open for ``transaction_interval_s``."""
+        if final and not self.open:
+            self.open_since = began
+        self.open.extend(final)
+        if not self.open:
+            return
+        if poll_ends or time.monotonic() - self.open_since >= \
+                self.config.transaction_interval_s:
+            self.flush(poll)
+        else:
+            self._open_fault()
+
+    def flush(self, poll: Poll) -> None:
+        """Settle the open transaction's chunks: their outputs, dead letters and one marker in
+        one Kafka transaction, then their acknowledgements."""
+        if not self.open:
+            return
+        final, self.open = self.open, []
+        first = self.stats["transactions"] + self.stats["transactions_aborted"] == 0
+        t0 = time.monotonic()
+        refused = self._bisect(final, poll)
+        self.failures.count(refused, final)
+        took = time.monotonic() - t0
+        self.settle_s = took if first else 0.7 * self.settle_s + 0.3 * took
+
+    def idle(self) -> None:
+        if self.eos.due(time.monotonic()):
+            self._tombstones_alone()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.eos.tombstones:
+                self._tombstones_alone()
+        self.eos.close()
+
+    # ---- the refused-produce bisection -----------------------------------------------------
+
+    def _bisect(self, final: list[Final], poll: Poll) -> bool:
+        """Outputs, dead letters and the marker of ``final`` (the chunks of the open
+        transaction) in one transaction, then the acknowledgements; True if a produce failed.
+
+        A refused produce aborts the transaction, and with it what was produced beside the
+        refused record (the broker refuses a whole batch; the abort fails the rest): the
+        records whose produce did not fail are settled in a new transaction, and those whose
+        produce failed in halves, each half in one of its own (bisection: a few transactions
+        find the refused record). A refusal of a record alone is its own: its verdict
+        changes as without transactions (output: a retry; dead letter: a RELEASE, or another
+        try on the last delivery) and it is tried once more. So one refused output costs no
+        other record an attempt.
+        Not committed: everything left is RELEASEd (a commit that went through after all is
+        found by the marker check when the records come back)."""
+        todo: _Todo = [(final, False)]
+        refused = False
+        while todo:
+            group, retried = todo.pop(0)
+            result = self._transact_group(group, poll)
+            if isinstance(result, Committed):
+                continue
+            if isinstance(result, NotCommitted):
+                _release_all(poll, [group, *(g for g, _ in todo)])
+                return refused
+            refused = True
+            self._after_refusal(result)
+            if not result.records:  # only the marker or a tombstone: no record's own fault
+                _release_all(poll, [group, *(g for g, _ in todo)])
+                return True
+            self._split(group, retried, result.records, todo, poll)
+        return refused
+
+    def _split(self, group: list[Final], retried: bool, failed: dict[int, str], todo: _Todo,
+               poll: Poll) -> None:
+        """The next transactions after ``group``'s ``failed`` records were refused."""
+        if len(group) > 1:  # the ones delivered, then the failed ones in halves
+            ok = [x for i, x in enumerate(group) if i not in failed]
+            bad = [group[i] for i in sorted(failed)]
+            halves = [bad] if len(bad) == 1 else [bad[:len(bad) // 2], bad[len(bad) // 2:]]
+            todo[:0] = [(g, False) for g in (ok, *halves) if g]
+        elif not retried:
+            self._refused_verdict(group, failed)
+            todo.insert(0, (group, True))
+        else:
+            self._refused_twice(group, poll)
+
+    def _transact_group(self, group: list[Final], poll: Poll) -> TransactionResult:
+        """One transaction of ``group``, acknowledged once committed."""
+        outputs = output_items(group, self.config)
+        dead = dead_letter_items(group, self.config)
+        try:
+            result = self._transact([*outputs, *dead],
+                                     origins_of([(m, o) for m, o, _ in group]), poll)
+        except TransactionFailed as exc:
+            self._aborted(exc)
+            return NotCommitted(str(exc))
+        except Fenced as exc:
+            self.stop_reason = str(exc)
+            return NotCommitted(str(exc))
+        if isinstance(result, Refused):
+            return result
+        self.stats["outputs"] += len(outputs)
+        self.stats["dead_lettered"] += len(dead)
+        settled = poll.ack([(m, o) for m, o, _ in group])
+        if result.key is not None:
+            self.eos.confirmed(result.key, settled.confirmed)
+        return result
+
+    def _after_refusal(self, refused: Refused) -> None:
+        self.stats["produce_failures"] += len(refused.records) + len(refused.own)
+        self.stats["transactions_aborted"] += 1
+        # After a refused produce librdkafka purges the next transaction's first record to
+        # that partition (_PURGE_QUEUE): a new producer (init_transactions) starts clean.
+        # Not while the brokers are unreachable (the connection-loss path handles that).
+        if self.eos.session_lost() is None:
+            self.stats["producers_replaced"] += 1
+            self.eos.replace_producer()
+
+    def _refused_verdict(self, group: list[Final], failed: dict[int, str]) -> None:
+        """The record of ``group`` (one) was refused alone: its own verdict changes."""
+        for i, err in failed.items():
+            m, outcome, v = group[i]
+            if outcome is Outcome.ACCEPT:
+                output_failed(group, i, err, self.spec, self.stats)
+            elif m.delivery_count() < self.spec.delivery_limit:
+                group[i] = (m, Outcome.RELEASE, v)
+
+    def _refused_twice(self, group: list[Final], poll: Poll) -> None:
+        """Refused again after its verdict changed: RELEASE it, unless it is a dead letter on
+        its last delivery (a RELEASE would archive it): the worker fails."""
+        m, outcome, _ = group[0]
+        if outcome is Outcome.REJECT and m.delivery_count() >= self.spec.delivery_limit \
+                and self.config.dead_letter_topic is not None:
+            raise BrokerError(
+                f"the dead-letter topic {self.config.dead_letter_topic!r} did not take record "
+                f"{m.topic()}-{m.partition()}@{m.offset()} on its last delivery in two "
+                "transactions; the broker archives the record")
+        poll.release([m])
+
+    # ---- one transaction -------------------------------------------------------------------
+
+    def _tombstones_alone(self) -> None:
+        """A transaction of the tombstones due (while idle, and at the end)."""
+        try:
+            self._transact([], [], None)
+        except TransactionFailed as exc:
+            self._aborted(exc)
+        except Fenced as exc:
+            self.stop_reason = str(exc)
+
+    def _aborted(self, exc: TransactionFailed) -> None:
+        self.stats["transactions_aborted"] += 1
+        if exc.fatal:
+            self.stats["producers_replaced"] += 1
+            self.eos.replace_producer()
+
+    def _transact(self, items: Sequence[Item], origins: list[Origin],
+                  poll: Poll | None) -> Committed | Refused:
+        """One transaction: ``items``, the marker of ``origins`` and the tombstones due.
+        Raises :class:`TransactionFailed` if it was not committed for another reason than a
+        refused produce: past the ``poll``'s deadline (with the commit's own time as margin), a
+        connection lost since the poll, a failed commit; :class:`Fenced` if a newer attempt of
+        the slot took over."""
+        eos = self.eos
+        key: bytes | None = None
+        own: list[Out] = []
+        if origins:
+            key, value = eos.next_marker(origins)
+            own.append(Out(eos.txn.topic, key, value))
+        own.extend(Out(eos.txn.topic, k, None) for k in eos.take_tombstones())
+        if not (items or own):
+            return Committed(None)
+        faults = Faults(self.config._fault_injection, seq=eos.seq, part=self.index,
+                        attempt_number=self.attempt)
+        eos.txn.begin()
+        errs = produce_all(eos.txn.producer, [*(it.out for it in items), *own],
+                           self.config.broker_timeout_s)
+        refused = Refused({it.index: err for it, err in zip(items, errs[:len(items)], strict=True)
+                           if err is not None},
+                          tuple(err for err in errs[len(items):] if err is not None))
+        if refused.records or refused.own:
+            eos.txn.abort("a produce failed")
+            return refused
+        faults.hit("kill-before-commit")
+        faults.hit("sleep-before-commit")
+        if poll is not None:
+            self._check_deadline(poll)
+        during = faults.points.get("kill-during-commit")
+        if during is not None:  # the worker dies while commit_transaction runs
+            threading.Timer(int(during.get("ms", "5")) / 1000, os._exit, (137,)).start()
+        eos.txn.commit(faults.commit())
+        self.stats["transactions"] += 1
+        eos.committed(key, origins)
+        faults.hit("kill-after-commit")
+        faults.hit("sleep-after-commit")  # the cluster tier kills the executor meanwhile
+        return Committed(key)
+
+    def _check_deadline(self, poll: Poll) -> None:
+        """Abort (TransactionFailed) unless the poll's locks are provably held through the
+        commit: no connection lost since the poll, and the deadline not too close."""
+        eos = self.eos
+        why = eos.session_lost() or (
+            "the poll's lock deadline is too close"
+            if poll.ends_past(max(_COMMIT_MARGIN_S, 2 * eos.txn.commit_s)) else None)
+        if why is not None:
+            eos.txn.abort(why)
+            raise TransactionFailed(f"not committed: {why}")
+
+    def _open_fault(self) -> None:
+        """Test only: ``kill-in-open-transaction:chunks=N`` (``seq``: the open transaction's
+        number) kills the worker once N chunks wait in its open transaction."""
+        if self.config._fault_injection is None:
+            return
+        point = Faults(self.config._fault_injection, seq=self.eos.seq + 1, part=self.index,
+                       attempt_number=self.attempt).points.get("kill-in-open-transaction")
+        size = self.config.chunk_size
+        if point is not None and len(self.open) >= int(point.get("chunks", "2")) * size:
+            os._exit(137)
+
+
+def _release_all(poll: Poll, groups: list[list[Final]]) -> None:
+    poll.release([m for g in groups for m, _, _ in g])
