@@ -10,13 +10,13 @@ output or dead letter. The loops around them: test_worker_loop.py, test_worker_t
 
 from __future__ import annotations
 
-import builtins
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
+from confluent_kafka import KafkaError
 
 from pyspark_kafka_share._kafka.share import ShareSession
 from pyspark_kafka_share.errors import BrokerError
@@ -39,26 +39,9 @@ Sent = tuple[str, bytes | None, bytes | None]  # topic, key, value
 Refuse = Callable[[str, bytes | None], bool]
 
 
-class _KafkaError:
-    """What confluent-kafka's KafkaError tells the transactions about a failure."""
-
-    def __init__(self, name: str, *, fatal: bool = False, abortable: bool = False) -> None:
-        self._name, self._fatal, self._abortable = name, fatal, abortable
-
-    def name(self) -> str:
-        return self._name
-
-    def fatal(self) -> bool:
-        return self._fatal
-
-    def txn_requires_abort(self) -> bool:
-        return self._abortable
-
-    def __str__(self) -> str:
-        return self._name
-
-    def str(self) -> builtins.str:
-        return self._name
+def _kafka_error(name: str, *, fatal: bool = False, abortable: bool = False) -> KafkaError:
+    """confluent-kafka's own ``KafkaError`` of that name, as the transactions are given it."""
+    return KafkaError(getattr(KafkaError, name), fatal=fatal, txn_requires_abort=abortable)
 
 
 class _TxnProducer:
@@ -67,7 +50,7 @@ class _TxnProducer:
     ``commits``: the errors the next commits raise (none: they succeed)."""
 
     def __init__(self, refuse: Refuse = lambda t, v: False, *, purge: bool = False,
-                 commits: list[_KafkaError] | None = None) -> None:
+                 commits: list[KafkaError] | None = None) -> None:
         self.refuse, self.purge, self.commits = refuse, purge, list(commits or ())
         self.committed: list[list[Sent]] = []
         self.events: list[str] = []
@@ -254,7 +237,7 @@ def test_tombstones_alone_while_idle() -> None:
 
 
 def test_a_commit_of_unknown_outcome_releases_and_replaces_the_producer() -> None:
-    producer = _TxnProducer(commits=[_KafkaError("_TIMED_OUT")])
+    producer = _TxnProducer(commits=[_kafka_error("_TIMED_OUT")])
     settler, consumer, _ = _transactional(producer)
     _settle(settler, _final(2), _poll(consumer, settler.stats))
     assert consumer.acks == {0: "RELEASE", 1: "RELEASE"}
@@ -264,7 +247,7 @@ def test_a_commit_of_unknown_outcome_releases_and_replaces_the_producer() -> Non
 
 
 def test_an_abortable_commit_is_aborted_and_released() -> None:
-    producer = _TxnProducer(commits=[_KafkaError("_STATE", abortable=True)])
+    producer = _TxnProducer(commits=[_kafka_error("_STATE", abortable=True)])
     settler, consumer, _ = _transactional(producer)
     _settle(settler, _final(2), _poll(consumer, settler.stats))
     assert producer.events == ["begin", "commit", "abort"]
@@ -281,7 +264,7 @@ def test_no_commit_too_close_to_the_polls_deadline() -> None:
 
 
 def test_a_fenced_producer_stops_the_worker() -> None:
-    producer = _TxnProducer(commits=[_KafkaError("PRODUCER_FENCED", fatal=True)])
+    producer = _TxnProducer(commits=[_kafka_error("PRODUCER_FENCED", fatal=True)])
     settler, consumer, _ = _transactional(producer)
     _settle(settler, _final(2), _poll(consumer, settler.stats))
     assert consumer.acks == {0: "RELEASE", 1: "RELEASE"}

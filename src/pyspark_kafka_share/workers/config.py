@@ -114,7 +114,7 @@ class WorkerConfig:
     exactly_once_outputs: bool = False
     """Outputs, dead letters and a marker of the chunks' origins in Kafka transactions; records
     a committed marker covers are acknowledged without running the function
-    (``workers/exactly_once.py``; consumers read with ``isolation.level=read_committed``)."""
+    (``workers/exactly_once/``; consumers read with ``isolation.level=read_committed``)."""
     transaction_interval_s: float = 0.1
     """With ``exactly_once_outputs``: how long one transaction keeps taking the chunks of a
     poll before it is committed (as Kafka Streams' ``commit.interval.ms``); 0: one transaction

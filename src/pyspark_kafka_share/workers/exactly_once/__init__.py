@@ -32,7 +32,6 @@ The argument (failure table, the window the released client leaves open):
 from __future__ import annotations
 
 from pyspark_kafka_share.workers.exactly_once.markers import (
-    MARKER_TOPIC_CONFIG,
     MarkerLog,
     MarkerSet,
     Origin,
@@ -50,7 +49,6 @@ from pyspark_kafka_share.workers.exactly_once.transactions import (
 )
 
 __all__ = [
-    "MARKER_TOPIC_CONFIG",
     "ExactlyOnce",
     "MarkerLog",
     "MarkerSet",

@@ -15,30 +15,27 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import hashlib
 import json
-import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_kafka_share._kafka.group import admin_client
-from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import ClientSettings
+from pyspark_kafka_share._kafka.topics import MARKERS, ensure_group_topic, group_topic_name
 from pyspark_kafka_share.errors import (
     AuthorizationError,
     BrokerError,
     ErrorCode,
-    OptionError,
-    from_client_error,
+    denied_resource,
+    is_partition_eof,
+    kafka_error,
 )
 from pyspark_kafka_share.workers.outcome import Outcome
 
 __all__ = [
-    "MARKER_TOPIC_CONFIG",
     "MarkerLog",
     "MarkerSet",
     "Origin",
@@ -58,26 +55,10 @@ Origin = tuple[str, int, int, Outcome]
 _CODES = {Outcome.ACCEPT: "A", Outcome.REJECT: "R"}
 _OUTCOMES = {v: k for k, v in _CODES.items()}
 
-MARKER_TOPIC_CONFIG = {
-    "cleanup.policy": "compact",
-    # Compaction only cleans closed segments: roll them often, so that markers and their
-    # tombstones do not pile up for the broker default of 7 days.
-    "segment.ms": "600000",
-    "delete.retention.ms": "3600000",
-    "min.cleanable.dirty.ratio": "0.1",
-}
-"""How :func:`ensure_marker_topic` creates the marker topic (one partition)."""
-
-_LEGAL = re.compile(r"[^A-Za-z0-9._-]")
-
-
 def marker_topic(group: str) -> str:
     """The marker topic of share group ``group``: ``kafka-share-markers.<group>`` (characters a
     topic name cannot hold, or a name too long, are replaced by a hash)."""
-    name = _LEGAL.sub("_", group)
-    if name != group or len(name) > 200:
-        name = f"{name[:180]}-{hashlib.sha256(group.encode()).hexdigest()[:12]}"
-    return f"kafka-share-markers.{name}"
+    return group_topic_name(group, MARKERS.purpose)
 
 
 
@@ -184,99 +165,10 @@ class MarkerSet:
 def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_outputs") -> str:
     """Create the group's marker topic (compacted, one partition), or check that the existing
     one is compacted; its name. Raises :class:`OptionError` for a topic that would lose
-    markers, and the broker's error (an ACL: CREATE, or DESCRIBE_CONFIGS) otherwise."""
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import NewTopic
-
-    topic = marker_topic(settings.group_id)
-    admin = admin_client(settings)
-    timeout = settings.timeout_s
-    try:
-        future = admin.create_topics([NewTopic(topic, 1, replication_factor=-1,
-                                               config=dict(MARKER_TOPIC_CONFIG))],
-                                     request_timeout=timeout)[topic]
-        try:
-            future.result(timeout)
-        except Exception as exc:  # "already exists" is what we want
-            code = _code(exc)
-            if code in _DENIED and not _listed(admin, topic, timeout):
-                raise _denied(settings, topic, "Create", "creating the workers' marker topic "
-                              "(or create it beforehand: compacted, one partition)") from None
-            if code != KafkaError.TOPIC_ALREADY_EXISTS and code not in _DENIED:
-                raise
-        try:
-            configs = _topic_configs(admin, topic, timeout)
-        except Exception as exc:
-            if _code(exc) in _DENIED:
-                raise _denied(settings, topic, "DescribeConfigs", "checking that the workers' "
-                              "marker topic is compacted") from None
-            raise
-    except Exception as exc:
-        raise from_client_error(exc, f"the workers' marker topic {topic!r} could not be created "
-                                "or described", "Grant the workers' principal CREATE (or "
-                                "create the topic, compacted) and DESCRIBE_CONFIGS on it; see "
-                                "docs/workers.md, exactly-once outputs") from exc
-    policy = str(configs["cleanup.policy"].value) if "cleanup.policy" in configs else ""
-    if "compact" not in policy or "delete" in policy:
-        raise OptionError(option, True, f"the marker topic {topic!r} has cleanup.policy="
-                          f"{policy!r}: markers would be deleted by retention while records "
-                          "they cover can still be redelivered. Set cleanup.policy=compact on "
-                          "it (or delete it: the workers create it)")
-    return topic
-
-
-_DENIED = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                     ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
-
-
-def _code(exc: BaseException) -> int | None:
-    """The librdkafka/Kafka error code of a client exception, if it has one."""
-    err = exc.args[0] if exc.args else None
-    code = getattr(err, "code", None)
-    return int(code()) if callable(code) else None
-
-
-def _listed(admin: Any, topic: str, timeout_s: float) -> bool:
-    with contextlib.suppress(Exception):
-        meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        return meta is not None and meta.error is None and bool(meta.partitions)
-    return False
-
-
-def _denied(settings: ClientSettings, topic: str, operation: str, what: str) -> BrokerError:
-    from pyspark_kafka_share._kafka.access import authorization_error
-
-    return authorization_error(settings, "topic", topic, (operation,),
-                               f"{what} (exactly_once_outputs)",
-                               code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-
-
-def _topic_configs(admin: Any, topic: str, timeout_s: float) -> dict[str, Any]:
-    """The topic's configs; a topic just created is unknown to the broker for a moment."""
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import ConfigResource
-
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            configs: dict[str, Any] = admin.describe_configs(
-                [resource], request_timeout=timeout_s)[resource].result(timeout_s)
-            return configs
-        except Exception as exc:
-            err = exc.args[0] if exc.args else None
-            code = getattr(err, "code", lambda: None)()
-            if code != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-def _connection(settings: ClientSettings) -> dict[str, Any]:
-    """A classic consumer's settings for the marker topic: the cluster's connection and
-    security settings, no group (``assign``, no commits)."""
-    return {**settings.admin(), "group.id": f"kafka-share-markers-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "enable.partition.eof": True,
-            "auto.offset.reset": "earliest"}
+    markers, :class:`AuthorizationError` for a missing ACL (CREATE, or DESCRIBE_CONFIGS) and
+    the broker's error otherwise (``_kafka.topics.ensure_group_topic``)."""
+    ensure_group_topic(settings, MARKERS, option=option)
+    return marker_topic(settings.group_id)
 
 
 _READER_FETCH_WAIT_MS = 20
@@ -305,14 +197,13 @@ class MarkerLog:
 
         topic = marker_topic(settings.group_id)
         errors: list[Any] = []
-        base = {**_connection(settings), "error_cb": errors.append}
         # The broker holds a read_committed fetch for fetch.wait.max.ms even after a commit
         # made records readable (measured: the barrier took ~500 ms minus the time since the
         # last commit with the default 500): short fetch waits keep it to tens of ms.
-        reader = Consumer(client_config({**base, "isolation.level": "read_committed",
-                                         "fetch.wait.max.ms": _READER_FETCH_WAIT_MS}))
-        probe = Consumer(client_config({**_connection(settings),
-                                        "isolation.level": "read_uncommitted"}))
+        reader = Consumer(settings.marker_reader(isolation_level="read_committed",
+                                                 fetch_wait_ms=_READER_FETCH_WAIT_MS,
+                                                 error_cb=errors.append))
+        probe = Consumer(settings.marker_reader(isolation_level="read_uncommitted"))
         try:
             md = reader.list_topics(topic, timeout=settings.timeout_s)
             meta = md.topics.get(topic)
@@ -331,7 +222,6 @@ class MarkerLog:
         """Read the committed markers up to where the topic ended when called, transactions
         still open there included (waiting for their commit or abort); False if ``until``
         (monotonic) passed first."""
-        from confluent_kafka import KafkaError
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
         try:
@@ -340,8 +230,8 @@ class MarkerLog:
                 timeout=max(0.1, min(self.timeout_s, until - time.monotonic())))[1]
                 for p in self.partitions}
         except Exception as exc:  # noqa: BLE001 - unreachable now: the barrier is not done
-            err = exc.args[0] if exc.args else None
-            if hasattr(err, "name"):  # a KafkaError: session_lost() judges it
+            err = kafka_error(exc)
+            if err is not None:  # a KafkaError: session_lost() judges it
                 self.errors.append(err)
             return False
         while any(self.eof.get(p, -1) < end for p, end in target.items()):
@@ -354,11 +244,11 @@ class MarkerLog:
                 err = m.error()
                 if err is None:
                     self._apply(m)
-                elif err.code() == KafkaError._PARTITION_EOF:
+                elif is_partition_eof(err):
                     self.eof[m.partition()] = m.offset()
                 else:
                     self.errors.append(err)
-                    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # never passes
+                    if denied_resource(err) == "topic":  # never passes
                         raise AuthorizationError(
                             ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"reading the workers' "
                             f"marker topic {self.topic!r} (Read)", err.str(),

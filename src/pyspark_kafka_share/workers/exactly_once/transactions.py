@@ -20,7 +20,14 @@ from typing import Any
 
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import ClientSettings
-from pyspark_kafka_share.errors import BrokerError, Fenced, TransactionFailed, from_client_error
+from pyspark_kafka_share.errors import (
+    BrokerError,
+    Fenced,
+    TransactionFailed,
+    from_client_error,
+    is_fenced,
+    kafka_error,
+)
 from pyspark_kafka_share.workers.exactly_once.markers import (
     MarkerLog,
     Origin,
@@ -40,7 +47,6 @@ def transactional_id(group: str, worker: int) -> str:
     return f"kafka-share-workers.{group}.{worker}"
 
 
-_FENCED_CODES = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
 
 
 @dataclass(eq=False)
@@ -75,8 +81,8 @@ class Transactions:
             producer.init_transactions(timeout_s)
         except Exception as exc:
             raise from_client_error(exc, f"the transactional producer {txn_id!r} could not "
-                                    "start", "Grant the workers' principal WRITE and DESCRIBE "
-                                    "on transactional ids with this prefix") from exc
+                                    "start", "Grant the workers' principal WRITE on transactional "
+                                    "ids with this prefix (DESCRIBE is implied)") from exc
         return cls(producer, topic, timeout_s, budget_ms / 1000, errors)
 
     def begin(self) -> None:
@@ -112,12 +118,12 @@ class Transactions:
             self._failed(exc, f"abort ({why})")
 
     def _failed(self, exc: Exception, what: str) -> None:
-        err = exc.args[0] if exc.args else None
+        err = kafka_error(exc)
         fatal = bool(getattr(err, "fatal", lambda: False)())
         # The broker also fences a producer whose transaction outlived transaction.timeout.ms:
         # that one is replaced; one fenced sooner was fenced by a newer attempt of its slot.
         timed_out = time.monotonic() - self.began >= self.txn_timeout_s
-        if fatal and getattr(err, "name", lambda: "")() in _FENCED_CODES and not timed_out:
+        if fatal and is_fenced(err) and not timed_out:
             raise Fenced(f"fenced: the transactional producer failed fatally during {what}: "
                          f"{err} (a newer attempt of this worker slot took over its "
                          "transactional.id; this attempt stops)") from exc
