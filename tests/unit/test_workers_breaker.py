@@ -17,10 +17,13 @@ from pyspark_kafka_share.workers.breaker import (
     check_breaker,
     min_records,
 )
+from pyspark_kafka_share.workers.config import WorkerConfig
 
 
 def test_defaults_are_documented_values() -> None:
     assert (DEFAULT_THRESHOLD, DEFAULT_WINDOW, min_records(DEFAULT_WINDOW)) == (0.5, 100, 20)
+    config = WorkerConfig.create(topics="in", group="g", bootstrap_servers="b:9092")
+    assert (config.circuit_breaker, config.circuit_breaker_window) == (0.5, 100)
 
 
 def test_poison_at_the_threshold_trips_once_enough_records_were_seen() -> None:
@@ -90,6 +93,9 @@ def test_bad_options_name_the_argument(threshold: object, window: object) -> Non
     name = "circuit_breaker" if window in (100,) else "circuit_breaker_window"
     with pytest.raises(OptionError, match=name):
         check_breaker(threshold, window)
+    with pytest.raises(OptionError, match=name):
+        WorkerConfig.create(topics="in", group="g", bootstrap_servers="b:9092",
+                            circuit_breaker=threshold, circuit_breaker_window=window)
 
 
 def test_none_and_one_are_valid_thresholds() -> None:

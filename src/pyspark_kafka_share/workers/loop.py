@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 
@@ -56,6 +56,8 @@ from pyspark_kafka_share._kafka.share import (
 )
 from pyspark_kafka_share._spark import attempt_identity
 from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.workers import mistakes
+from pyspark_kafka_share.workers.breaker import ChunkJudge
 from pyspark_kafka_share.workers.config import WorkerSpec
 from pyspark_kafka_share.workers.control import WorkerChannel, open_worker_channel
 from pyspark_kafka_share.workers.exactly_once import (
@@ -128,6 +130,9 @@ class _Worker:
         self.fn = fn
         self.index, _, self.attempt = attempt_identity()
         self.stats: Counter[str] = Counter()
+        # issue 35: the worker's circuit breaker; why the job must stop (mistake, breaker)
+        self.judge = ChunkJudge(config.circuit_breaker, config.circuit_breaker_window)
+        self.failure: dict[str, Any] | None = None
         self.start = time.monotonic()
         self.last_active = self.start  # last record received or chunk finished
         self.stop_reason: str | None = None
@@ -180,6 +185,7 @@ class _Worker:
             # An outage is not idleness: the driver judges idle_timeout_s from this.
             "idle_s": 0.0 if self.brokers.down else round(now - self.last_active, 3),
             "stop_reason": self.stop_reason,
+            "failures": dict(self.judge.failures), "failure": self.failure,  # issue 35
             **{k: int(v) for k, v in self.stats.copy().items()},
         }
 
@@ -228,6 +234,8 @@ class _Worker:
                 if self.eos is not None:
                     msgs = self._catch_up(msgs, acquired + budget_s)
                 self._work_through(msgs, acquired + budget_s)
+        except mistakes.JobMistake as exc:  # issue 35: the job's mistake, not the records'
+            self._stop_on_failure(mistakes.failure_report("mistake", str(exc), exc.option))
         except BaseException:
             if self.unacked:
                 # Records on their last delivery are archived by the broker either way (RELEASE
@@ -310,6 +318,7 @@ class _Worker:
         self.stats["processed"] += len(chunk)
         self.stats["function_ms"] += int((t1 - t0) * 1000)
         final = [(m, self._resolve(m, v), v) for m, v in zip(chunk, verdicts, strict=True)]
+        final = self._screened(final)  # issue 35: the circuit breaker, before settling
         if self.eos is not None:  # settled with the open transaction's other chunks
             if not self.open_txn:
                 self.open_since = t0
@@ -318,6 +327,37 @@ class _Worker:
             self._settle(final, deadline)
             self._timed_settle(time.monotonic() - t1, first)
         self.last_active = time.monotonic()
+
+    # ---- issue 35: a failure of the job stops the worker (workers/mistakes.py, breaker.py) ----
+
+    def _screened(self, final: list[tuple[Any, Outcome, _Verdict]]
+                  ) -> list[tuple[Any, Outcome, _Verdict]]:
+        """The worker's circuit breaker judges the chunk before it is settled. Tripped: the
+        failed records are RELEASEd, not REJECTed (but on their last delivery, where a
+        RELEASE would archive them too), the worker stops and tells the driver at once."""
+        trip = self.judge.judge([(o is Outcome.REJECT, v.error_type) for _, o, v in final])
+        if trip is None:
+            return final
+        if self.failure is None:
+            self.failure = mistakes.failure_report("breaker", trip.message(
+                f"worker {self.index}"))
+            self.stop_reason = "circuit breaker"
+            self.control.report(self.report())
+        out = [(m, o if o is Outcome.ACCEPT or m.delivery_count() >= self.spec.delivery_limit
+                else Outcome.RELEASE, v) for m, o, v in final]
+        self.stats["released_by_breaker"] += sum(
+            1 for (_, a, _), (_, b, _) in zip(final, out, strict=True) if a is not b)
+        return out
+
+    def _stop_on_failure(self, failure: dict[str, Any]) -> None:
+        """A configuration mistake: every record held is RELEASEd (none REJECTed or
+        dead-lettered), the worker stops and tells the driver at once."""
+        self.failure = failure
+        self.stop_reason = f"configuration mistake ({failure['option']})"
+        held, self.open_txn = self.unacked, []
+        self.stats["released_on_mistake"] += len(held)
+        self._ack([(m, Outcome.RELEASE) for m in held])
+        self.control.report(self.report())
 
     def _timed_settle(self, took: float, first: bool) -> None:
         self.settle_s = took if first else 0.7 * self.settle_s + 0.3 * took
@@ -353,15 +393,15 @@ class _Worker:
         return [self._checked(r) for r in rows]
 
     def _checked(self, result: Any) -> _Verdict:
-        """A result as a verdict; a result that cannot be honoured is poison, not a crash."""
+        """A result as a verdict; a result that cannot be honoured stops the job
+        (:class:`mistakes.JobMistake`), it is not the record's poison."""
         try:
             v = _normalise(result)
         except TypeError as exc:
-            return _invalid(str(exc))
+            _invalid(str(exc))
         if v.value is not None and v.outcome is Outcome.ACCEPT and \
                 self.config.output_topic is None:
-            return _invalid("the function returned an output value but run_workers has no "
-                            "output_topic; pass output_topic=... or return None")
+            raise mistakes.no_output_topic()  # issue 35: stops the job, RELEASEs
         return v
 
     def _settle(self, final: list[tuple[Any, Outcome, _Verdict]], deadline: float) -> None:
@@ -750,15 +790,16 @@ def _result_rows(results: Any, n: int) -> list[Any] | _Verdict:
             results = results.tolist()
         rows = list(results)
     except TypeError as exc:
-        return _invalid(f"the batch function returned {type(results).__name__}: {exc}")
+        _invalid(f"the batch function returned {type(results).__name__}: {exc}")
     if len(rows) != n:
-        return _invalid(f"the batch function returned {len(rows)} results for {n} rows; "
-                        "return one per row, in order, or None")
+        _invalid(f"the batch function returned {len(rows)} results for {n} rows; "
+                 "return one per row, in order, or None")
     return rows
 
 
-def _invalid(why: str) -> _Verdict:
-    return _Verdict(Outcome.REJECT, error=why, error_type="InvalidResult")
+def _invalid(why: str) -> NoReturn:
+    """A result no record can carry: the job's mistake (issue 35), raised."""
+    raise mistakes.wrong_result(why)
 
 
 def _failed(outcome: Outcome, exc: BaseException) -> _Verdict:
