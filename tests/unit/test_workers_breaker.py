@@ -34,9 +34,12 @@ def test_poison_at_the_threshold_trips_once_enough_records_were_seen() -> None:
     assert "20 of the last 20 records were rejected or dead-lettered" in trip.message("job")
 
 
-def test_below_the_threshold_does_not_trip() -> None:
-    b = Breaker(0.5, 100)
-    assert b.add(100, 49, {"KeyError": 49}) is None
+def test_at_or_below_the_threshold_does_not_trip() -> None:
+    assert Breaker(0.5, 100).add(100, 49, {"KeyError": 49}) is None
+    # Exactly half (every other record poison, as some tests' queues are) runs on.
+    assert Breaker(0.5, 100).add(20, 10, {}) is None
+    assert Breaker(0.5, 100).add(21, 11, {}) is not None
+    assert Breaker(0, 100).add(20, 1, {}) is not None  # 0: any failure trips
 
 
 def test_the_same_exception_type_trips_and_is_named() -> None:
@@ -87,7 +90,7 @@ def test_the_job_breaker_ignores_malformed_report_fields() -> None:
     assert job.observe([{"processed": "x", "rejected": True, "failures": [1]}]) is None
 
 
-@pytest.mark.parametrize(("threshold", "window"), [(0, 100), (1.5, 100), (True, 100),
+@pytest.mark.parametrize(("threshold", "window"), [(1, 100), (-0.1, 100), (True, 100),
                                                    ("half", 100), (0.5, 0), (0.5, 2.5)])
 def test_bad_options_name_the_argument(threshold: object, window: object) -> None:
     name = "circuit_breaker" if window in (100,) else "circuit_breaker_window"
@@ -98,6 +101,7 @@ def test_bad_options_name_the_argument(threshold: object, window: object) -> Non
                             circuit_breaker=threshold, circuit_breaker_window=window)
 
 
-def test_none_and_one_are_valid_thresholds() -> None:
+def test_none_zero_and_almost_one_are_valid_thresholds() -> None:
     check_breaker(None, 1)
-    check_breaker(1, 100)
+    check_breaker(0, 100)
+    check_breaker(0.99, 100)

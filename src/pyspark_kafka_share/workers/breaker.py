@@ -8,7 +8,7 @@ of the job, not of the records, so the breaker stops the job when, over the last
 - poison (REJECTed, or RELEASEd on their last allowed attempt), or
 - failed with the same exception type (retried or not)
 
-reaches ``circuit_breaker`` (default :data:`DEFAULT_THRESHOLD`; None turns it off). It judges
+passes ``circuit_breaker`` (default :data:`DEFAULT_THRESHOLD`; None turns it off). It judges
 only once it has seen :func:`min_records` of the window's records, so a few bad records at
 start do not stop a job.
 
@@ -36,7 +36,8 @@ __all__ = ["DEFAULT_THRESHOLD", "DEFAULT_WINDOW", "Breaker", "ChunkJudge", "JobB
            "check_breaker", "min_records"]
 
 DEFAULT_THRESHOLD = 0.5
-"""Trip when half of the window's records are poison or fail with the same exception type."""
+"""Trip when more than half of the window's records are poison or fail with the same
+exception type (exactly half does not trip: a queue with every other record poison runs)."""
 DEFAULT_WINDOW = 100
 """Records the breaker looks back over."""
 
@@ -44,10 +45,10 @@ DEFAULT_WINDOW = 100
 def check_breaker(threshold: object, window: object) -> None:
     """The options ``circuit_breaker`` and ``circuit_breaker_window``."""
     if threshold is not None and (not isinstance(threshold, int | float) or
-                                  isinstance(threshold, bool) or not 0 < threshold <= 1):
+                                  isinstance(threshold, bool) or not 0 <= threshold < 1):
         raise OptionError("circuit_breaker", threshold,
-                          f"a share above 0 and up to 1, e.g. {DEFAULT_THRESHOLD} (the default), "
-                          "or None to turn the circuit breaker off")
+                          f"a share from 0 up to (not including) 1, e.g. {DEFAULT_THRESHOLD} "
+                          "(the default), or None to turn the circuit breaker off")
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise OptionError("circuit_breaker_window", window,
                           f"a whole number of records >= 1, e.g. {DEFAULT_WINDOW} (the "
@@ -73,7 +74,7 @@ class Trip:
         what = ("were rejected or dead-lettered" if self.cause == "poison"
                 else f"failed with {self.cause}")
         return (f"circuit breaker tripped ({where}): {self.count} of the last {self.seen} "
-                f"records {what} (threshold {self.threshold:.0%} over the window; "
+                f"records {what} (more than {self.threshold:.0%}: circuit_breaker; "
                 "circuit_breaker=None turns it off). A mistake in the job is not the records' "
                 "fault: fix the function or its configuration and run again; the records "
                 "held were RELEASEd")
@@ -109,9 +110,9 @@ class Breaker:
         for _, _, failures in self._buckets:
             by_type.update(failures)
         worst = by_type.most_common(1)
-        if worst and worst[0][1] >= self.threshold * seen:  # the more specific cause first
+        if worst and worst[0][1] > self.threshold * seen:  # the more specific cause first
             return Trip(worst[0][0], worst[0][1], seen, self.threshold)
-        if poison >= self.threshold * seen:
+        if poison > self.threshold * seen:
             return Trip("poison", poison, seen, self.threshold)
         return None
 

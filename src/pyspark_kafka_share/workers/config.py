@@ -124,7 +124,7 @@ class WorkerConfig:
     transaction never spans two polls and is committed before the poll's lock deadline."""
     # -- issue 35: the circuit breaker (workers/breaker.py) --
     circuit_breaker: float | None = DEFAULT_THRESHOLD
-    """Stop the job when this share of the last ``circuit_breaker_window`` records were
+    """Stop the job when more than this share of the last ``circuit_breaker_window`` records were
     rejected/dead-lettered or failed with the same exception type; None: never."""
     circuit_breaker_window: int = DEFAULT_WINDOW
     # -- end issue 35 --
