@@ -456,7 +456,8 @@ def run_workers(spark: Any, fn: WorkerFunction,
     ``retry_on`` (``(Exception,)``), ``time_budget_s``, ``idle_timeout_s``, ``max_records``,
     ``starting_offsets``, ``consumer_config``, ``producer_config``, ``lock_safety_fraction``
     (0.5), ``progress_interval_s`` (10), ``broker_timeout_s`` (30), ``exactly_once_outputs``
-    (False), ``transaction_interval_s`` (0.1) and ``on_progress``.
+    (False), ``transaction_interval_s`` (0.1), ``circuit_breaker`` (0.5),
+    ``circuit_breaker_window`` (100) and ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to
@@ -473,6 +474,12 @@ def run_workers(spark: Any, fn: WorkerFunction,
     on Ctrl-C, or when the Spark job is cancelled. On a stop, records not yet processed are
     RELEASEd. Progress goes to ``on_progress`` (default: a line on stderr every
     ``progress_interval_s``).
+
+    A failure of the job rather than of a record (issue 35) stops every worker, RELEASEs what
+    they hold and raises, with the summary: a result the configuration cannot honour
+    (:class:`~pyspark_kafka_share.errors.ConfigurationMistakeError`), the circuit breaker
+    (:class:`~pyspark_kafka_share.errors.CircuitBreakerError`), Spark giving up on a task
+    (:class:`~pyspark_kafka_share.errors.SparkGaveUpError`).
     """
     return start_workers(spark, fn, **options).wait_interruptibly()
 
