@@ -72,7 +72,7 @@ def main() -> int:
         print(f"[1/3] produced {RECORDS} transactions ({poison} malformed)")
 
         # UI and console progress off (local_spark), Python workers run this interpreter.
-        spark = local_spark(f"local[{WORKERS}]", "workers-demo", log_level="ERROR")
+        spark = local_spark(f"local[{WORKERS}, 4]", "workers-demo", log_level="ERROR")
         try:
             print(f"[2/3] {WORKERS} workers scoring (progress every 2 s)")
             summary = run_workers(

@@ -33,6 +33,14 @@
     │   │                               are RELEASEd (handled inside the workers)
     │   └── SecurityProtocolMismatchError  client and port speak different protocols (TLS
     │                                   or SASL to a port without, or the other way round)
+    ├── WorkerJobError                  a worker job stopped itself, or Spark gave up on one of
+    │   │                               its tasks; ``.summary``: what the workers did
+    │   ├── ConfigurationMistakeError   a result the job's configuration cannot honour (an
+    │   │                               output without ``output_topic``); names the argument
+    │   ├── CircuitBreakerError         too many records failing over a window (the cause and
+    │   │                               the counts); the workers RELEASEd what they held
+    │   └── SparkGaveUpError            Spark failed a worker task for good (names the fix:
+    │                                   ``local[N, F]``, ``spark.task.maxFailures``)
     ├── JournalError                    the acknowledgement journal could not be read/written
     │   ├── DataLossError               a replay found journaled offsets gone from Kafka
     │   │                               (retention, compaction) or changed (a re-created
@@ -60,6 +68,8 @@ __all__ = [
     "AuthenticationError",
     "AuthorizationError",
     "BrokerError",
+    "CircuitBreakerError",
+    "ConfigurationMistakeError",
     "CoordinatorNotAvailableError",
     "DataLossError",
     "ErrorCode",
@@ -79,11 +89,13 @@ __all__ = [
     "ProtocolDecodeError",
     "SecurityProtocolMismatchError",
     "SetupError",
+    "SparkGaveUpError",
     "TlsError",
     "TransactionFailed",
     "UnknownTopicError",
     "UnsupportedSecurityProtocolError",
     "UnsupportedVersionError",
+    "WorkerJobError",
     "error_for",
     "error_name",
     "from_client_error",
@@ -444,6 +456,40 @@ def is_retriable(error: object) -> bool:
 class ForgedControlMessage(KafkaShareError):
     """A message on the workers' control topic under this job's key whose signature is not
     the job's secret's (refused and counted; never raised to the user)."""
+
+
+class WorkerJobError(KafkaShareError):
+    """A worker job ended on a failure of the job, not of a record: the message names the
+    cause and the fix and ends with the summary; ``summary`` is the
+    :class:`~pyspark_kafka_share.workers.WorkerSummary` (None if none could be made)."""
+
+    def __init__(self, message: str, summary: Any = None) -> None:
+        self.summary = summary
+        super().__init__(f"{message}\n{summary}" if summary is not None else message)
+
+
+class ConfigurationMistakeError(WorkerJobError):
+    """The function returned a result the job's configuration cannot honour (an output value
+    without ``output_topic``, a result of the wrong type, a batch of results of the wrong
+    length): a mistake of the job, not of a record. Raised at its first occurrence; the
+    records the workers held were RELEASEd, none REJECTed. ``option``: the argument to fix."""
+
+    def __init__(self, option: str, fix: str, summary: Any = None) -> None:
+        self.option = option
+        self.fix = fix
+        super().__init__(f"configuration mistake, {option!r}: {fix}", summary)
+
+
+class CircuitBreakerError(WorkerJobError):
+    """The workers' circuit breaker tripped: too large a share of the records were rejected,
+    dead-lettered or failed with the same exception type over its window
+    (``circuit_breaker``, ``circuit_breaker_window``). The workers RELEASEd what they held."""
+
+
+class SparkGaveUpError(WorkerJobError):
+    """Spark failed a worker task for good (a killed Python worker or executor on a master
+    that retries nothing): the message names the fix (``local[N, F]``,
+    ``spark.task.maxFailures``) and the summary counts the attempts' last reports."""
 
 
 class JournalError(KafkaShareError):

@@ -26,7 +26,11 @@ from confluent_kafka import Message
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
-from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.errors import (
+    CircuitBreakerError,
+    ConfigurationMistakeError,
+    OptionError,
+)
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, WorkerSummary, run_workers, start_workers
 from pyspark_kafka_share.workers.control_kafka import control_topic_name
@@ -160,3 +164,50 @@ def test_bad_arguments_reach_the_client_before_any_task(
         run_workers(connect_spark, lambda r: lock.locked(), **common)
     with pytest.raises(OptionError, match=r"'chunk_sise'.*did you mean 'chunk_size'"):
         run_workers(connect_spark, print, **{**common, "chunk_sise": 10})
+
+
+def _four_thousand_left(kafka: LocalKafka, topic_factory: TopicFactory,
+                        share_consumer: ShareConsumerFactory, group: str,
+                        run: Callable[[str], None]) -> int:
+    """Issue 35 over Spark Connect: 4,000 records, ``run(topic)`` (which must fail), then
+    how many distinct records a fresh member of the group still gets."""
+    src = topic_factory(2)
+    kafka.produce(src, [f"{i}".encode() for i in range(4000)])
+    run(src)
+    got = poll_share(share_consumer(group, [src]), timeout_s=120, quiet_s=10,
+                     until=lambda seen: len({m.value() for m in seen}) >= 4000)
+    return len({m.value() for m in got})
+
+
+def test_an_output_without_output_topic_fails_at_once_over_connect(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, connect_spark: SparkSession,
+    share_consumer: ShareConsumerFactory,
+) -> None:
+    """The issue's first scenario: ``Result.accept(r.value)`` with no output_topic over
+    Connect REJECTed all 4,000 records; now it stops at once and RELEASEs."""
+    def run(src: str) -> None:
+        with pytest.raises(ConfigurationMistakeError, match=r"'output_topic'") as caught:
+            run_workers(connect_spark, lambda r: Result.accept(r.value), topics=src,
+                        group=group, bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                        idle_timeout_s=20, on_progress=False)
+        t = caught.value.summary.totals
+        assert t["rejected"] == t["dead_lettered"] == t["accepted"] == 0, str(caught.value)
+
+    assert _four_thousand_left(kafka, topic_factory, share_consumer, group, run) == 4000
+
+
+def test_a_bug_on_every_record_trips_the_breaker_over_connect(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, connect_spark: SparkSession,
+    share_consumer: ShareConsumerFactory,
+) -> None:
+    def buggy(rec: Record) -> None:
+        raise KeyError("no such field")
+
+    def run(src: str) -> None:
+        with pytest.raises(CircuitBreakerError, match="failed with KeyError") as caught:
+            run_workers(connect_spark, buggy, topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                        retry_on=(TimeoutError,), idle_timeout_s=20, on_progress=False)
+        assert caught.value.summary.totals["rejected"] <= 200, str(caught.value)
+
+    assert _four_thousand_left(kafka, topic_factory, share_consumer, group, run) >= 3800

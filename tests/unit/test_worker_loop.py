@@ -60,22 +60,75 @@ def test_outcomes_outputs_and_dead_letters() -> None:
     assert (s["accepted"], s["released"], s["rejected"], s["dead_lettered"]) == (2, 1, 1, 1)
 
 
-def test_nonsense_results_are_poison_not_crashes() -> None:
+def test_nonsense_results_stop_the_worker_and_release_what_it_holds() -> None:
+    # Issue 35: a result no record can carry is the job's mistake, not the records' poison:
+    # the worker stops at the first one, RELEASEs every record it holds (the rest of the
+    # poll too), writes no dead letter and reports the mistake (it was poison before).
     def fn(r: Record) -> Any:
         return 42 if r.offset == 0 else b"output"
 
-    c, p, _ = _run(_spec(output_topic=None), fn, [[Msg(0), Msg(1)]])
-    assert c.acks == {0: "REJECT", 1: "REJECT"}
-    errors = sorted(h["kafka-share.error"].decode() for _, _, h in p.sent)
-    assert "returned int" in errors[0] and "no output_topic" in errors[1]
-    assert all(h["kafka-share.error.type"] == b"InvalidResult" for _, _, h in p.sent)
+    c, p, s = _run(_spec(output_topic=None), fn, [[Msg(0), Msg(1), Msg(2)], [Msg(3)]])
+    assert c.acks == {0: "RELEASE", 1: "RELEASE", 2: "RELEASE"} and p.sent == []
+    assert s["failure"]["kind"] == "mistake" and s["failure"]["option"] == "fn"
+    assert "returned int" in s["failure"]["message"]
+    assert s["stop_reason"] == "configuration mistake (fn)"
+    assert (s.get("rejected", 0), s["released"], s["released_on_mistake"]) == (0, 3, 3)
 
 
-def test_a_batch_function_returning_the_wrong_count_poisons_its_batch() -> None:
-    c, p, _ = _run(_spec(batch_format="arrow", chunk_size=3), lambda t: [None],
+def test_an_output_without_output_topic_names_the_argument() -> None:
+    c, p, s = _run(_spec(output_topic=None, chunk_size=1), lambda r: b"output",
+                   [[Msg(0), Msg(1)]])
+    assert c.acks == {0: "RELEASE", 1: "RELEASE"} and p.sent == []
+    assert s["failure"]["option"] == "output_topic"
+    assert "pass output_topic=" in s["failure"]["message"]
+
+
+def test_a_batch_function_returning_the_wrong_count_is_a_mistake() -> None:
+    c, p, s = _run(_spec(batch_format="arrow", chunk_size=3), lambda t: [None],
                    [[Msg(0), Msg(1), Msg(2)]])
-    assert set(c.acks.values()) == {"REJECT"}
-    assert b"returned 1 results for 3 rows" in p.sent[0][2]["kafka-share.error"]
+    assert set(c.acks.values()) == {"RELEASE"} and p.sent == []
+    assert "returned 1 results for 3 rows" in s["failure"]["message"]
+
+
+def test_a_bug_on_every_record_trips_the_breaker_before_any_is_rejected() -> None:
+    # Issue 35: the chunk that trips the worker's breaker is judged before it is settled:
+    # its failed records are RELEASEd (with or without a dead-letter topic, none is
+    # written), the rest of the poll too; the worker stops and names the cause.
+    def fn(r: Record) -> None:
+        raise KeyError("no such field")
+
+    for dlq in ("dlq", None):
+        spec = _spec(chunk_size=30, dead_letter_topic=dlq, time_budget_s=5.0)
+        c, p, s = _run(spec, fn, [[Msg(i) for i in range(60)], [Msg(60)]])
+        assert set(c.acks.values()) == {"RELEASE"} and len(c.acks) == 60 and p.sent == []
+        assert (s.get("rejected", 0), s.get("dead_lettered", 0), s["released_by_breaker"]) \
+            == (0, 0, 30)
+        assert s["stop_reason"] == "circuit breaker" and s["failures"] == {"KeyError": 30}
+        assert "30 of the last 30 records failed with KeyError" in s["failure"]["message"]
+
+
+def test_the_breaker_keeps_last_deliveries_as_they_were_decided() -> None:
+    # A RELEASE on a record's last delivery would archive it: it keeps its REJECT (and
+    # its dead letter); ACCEPTed records of the tripping chunk are settled as decided.
+    def fn(r: Record) -> Any:
+        if r.offset % 3 == 0:
+            return None
+        raise KeyError("bug")
+
+    polls = [[Msg(i, dc=5 if i == 1 else 1) for i in range(30)]]
+    c, p, s = _run(_spec(chunk_size=30), fn, polls)
+    assert c.acks[0] == "ACCEPT" and c.acks[1] == "REJECT" and c.acks[2] == "RELEASE"
+    assert [t for t, _, _ in p.sent] == ["dlq"] and s["released_by_breaker"] == 19
+
+
+def test_the_breaker_turned_off_rejects_as_before() -> None:
+    def fn(r: Record) -> None:
+        raise KeyError("no such field")
+
+    c, p, s = _run(_spec(chunk_size=30, circuit_breaker=None), fn,
+                   [[Msg(i) for i in range(30)]])
+    assert set(c.acks.values()) == {"REJECT"} and len(p.sent) == 30
+    assert s["failure"] is None and s["failures"] == {"KeyError": 30}
 
 
 def test_refused_output_is_retried_then_dead_lettered_on_the_last_attempt() -> None:

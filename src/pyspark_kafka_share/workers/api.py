@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark_kafka_share._spark import require_pandas
 from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.workers.breaker import JobBreaker
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerOptions, WorkerSpec
 from pyspark_kafka_share.workers.control import ControlServer, DriverChannel
 from pyspark_kafka_share.workers.control_kafka import KafkaControlServer, control_topic_name
@@ -49,6 +50,13 @@ from pyspark_kafka_share.workers.loop import (
     results_of,
     worker_task,
 )
+from pyspark_kafka_share.workers.mistakes import (
+    failure_of,
+    failure_report,
+    job_error,
+    spark_gave_up,
+    unknown_fate,
+)
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, WorkerFunction
 from pyspark_kafka_share.workers.preflight import (
     check_environment,
@@ -57,6 +65,7 @@ from pyspark_kafka_share.workers.preflight import (
     check_session,
     explained,
     is_connect,
+    master,
 )
 
 if TYPE_CHECKING:
@@ -158,8 +167,11 @@ class WorkerSummary:
                          "is logged with its traceback)")
         lost = self.failed_attempts
         if lost:
-            lines.append(f"  {len(lost)} attempt(s) died (Spark retried them); their counts are "
-                         "from their last report and are included above")
+            lines.append(f"  {len(lost)} attempt(s) died; their counts are from their last "
+                         "report and are included above (what they did after it is not); "
+                         f"the fate of {unknown_fate(lost)} record(s) they held then is not "
+                         "known (settled after that report, or back in the group when their "
+                         "locks expired)")  # issue 35
         for w in self.workers:
             state = " LOST" if w.get("state") == "lost" else ""
             lines.append(f"  worker {w['worker']} (attempt {w['attempt']}, "
@@ -205,6 +217,10 @@ class WorkerJob:
         self._last_progress = (self._start, 0)
         self._progress_lock = threading.Lock()
         self._job_group = f"kafka-share-workers-{spec.job_id}"
+        # issue 35: the job-wide circuit breaker, and why the job must stop (a failure report)
+        self._breaker = JobBreaker(spec.config.circuit_breaker,
+                                   spec.config.circuit_breaker_window)
+        self._failure: dict[str, Any] | None = None
         task = worker_task(spec, fn)
         self._runner = threading.Thread(target=self._run, args=(task,), daemon=True,
                                         name="kafka-share-workers-job")
@@ -252,6 +268,7 @@ class WorkerJob:
         while not self._done.wait(0.25):
             now = time.monotonic()
             reports = self._server.reports()
+            self._check_failures(reports.values())  # issue 35
             elapsed = now - self._start
             if spec.time_budget_s is not None and elapsed >= spec.time_budget_s:
                 self._server.request_stop("time budget")
@@ -279,6 +296,21 @@ class WorkerJob:
                 _log.warning("on_progress raised; the workers go on (later failures are "
                              "only counted: on_progress_failures in the progress and the "
                              "summary)", exc_info=True)
+
+    def _check_failures(self, reports: Iterable[Mapping[str, Any]]) -> None:
+        """Issue 35: a worker's configuration mistake or breaker trip, or the job-wide
+        breaker's, stops every worker (each RELEASEs what it holds)."""
+        if self._failure is not None:
+            return
+        reports = list(reports)
+        failure = failure_of(reports)
+        trip = self._breaker.observe(reports)
+        if failure is None and trip is not None:
+            failure = failure_report("breaker", trip.message("job-wide"))
+        if failure is not None:
+            self._failure = failure
+            self._server.request_stop("configuration mistake" if failure["kind"] == "mistake"
+                                      else "circuit breaker")
 
     # ---- public ------------------------------------------------------------------------------
 
@@ -347,9 +379,20 @@ class WorkerJob:
         self._monitor.join(1)
         self._server.close()
         if self._error is not None:
+            # Issue 35: Spark gave up on a task: one line with the fix, and the summary.
+            gave_up = spark_gave_up(self._error, master(self._spark), self._summary([]))
+            if gave_up is not None:
+                raise gave_up from self._error
             raise self._error
         assert self._result is not None
-        workers = _attempts(self._result, self._server.reports())
+        summary = self._summary(self._result)
+        failure = self._failure or failure_of(summary.workers)  # issue 35
+        if failure is not None:
+            raise job_error(failure, summary)
+        return summary
+
+    def _summary(self, results: list[dict[str, Any]]) -> WorkerSummary:
+        workers = _attempts(results, self._server.reports())
         # The driver's reason if it stopped them; else what the workers stopped on themselves.
         own = Counter(str(w.get("stop_reason")) for w in workers if w.get("stop_reason"))
         reason = self._server.stop_reason or (own.most_common(1)[0][0] if own else "job ended")
@@ -387,6 +430,7 @@ def start_workers(spark: Any, fn: WorkerFunction,
     check_python(spark)
     spec = check_environment(spark, config)
     spec = replace(spec, report_interval_s=min(1.0, config.progress_interval_s))
+    _warn_if_rejects_archive(spec)  # issue 35
     server = _control_channel(spark, spec)
     spec = replace(spec, control=server.endpoint)
     printer: Callable[[WorkerProgress], None] | None
@@ -397,6 +441,17 @@ def start_workers(spark: Any, fn: WorkerFunction,
     else:
         printer = on_progress
     return WorkerJob(spark, spec, fn, server=server, on_progress=printer)
+
+
+def _warn_if_rejects_archive(spec: WorkerSpec) -> None:
+    """Issue 35: one WARNING line at start when a REJECT archives a record for good."""
+    config = spec.config
+    if config.dead_letter_topic is None and spec.broker_dead_letter_topic is None:
+        logging.getLogger("pyspark_kafka_share.workers").warning(
+            "kafka-share workers: group %r has no dead_letter_topic and no broker dead-letter "
+            "queue: a REJECTed record (Result.reject, an exception not in retry_on, the last "
+            "of max_attempts) is archived by the broker for good; pass dead_letter_topic=... "
+            "to keep them", config.group)
 
 
 def _control_channel(spark: Any, spec: WorkerSpec) -> DriverChannel:
@@ -430,8 +485,8 @@ def run_workers(spark: Any, fn: WorkerFunction,
     ``broker_timeout_s`` (30), ``control_port`` (0: a free port; the driver port the workers
     report to), ``control_topic`` (the control channel's Kafka topic: always used over Spark
     Connect, default ``kafka-share-control.<group>``; on a classic session it replaces the
-    driver port), ``exactly_once_outputs`` (False), ``transaction_interval_s`` (0.1) and
-    ``on_progress``.
+    driver port), ``exactly_once_outputs`` (False), ``transaction_interval_s`` (0.1),
+    ``circuit_breaker`` (0.5), ``circuit_breaker_window`` (100) and ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to

@@ -27,6 +27,7 @@ from pyspark_kafka_share._kafka.settings import (
     offset_reset,
 )
 from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.workers.breaker import DEFAULT_THRESHOLD, DEFAULT_WINDOW, check_breaker
 from pyspark_kafka_share.workers.control import Endpoint
 from pyspark_kafka_share.workers.control_kafka import KafkaEndpoint
 
@@ -76,6 +77,8 @@ class WorkerOptions(_Required, total=False):
     exactly_once_outputs: bool
     transaction_interval_s: float
     on_progress: Callable[[Any], None] | bool | None
+    circuit_breaker: float | None
+    circuit_breaker_window: int
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,12 @@ class WorkerConfig:
     poll before it is committed (as Kafka Streams' ``commit.interval.ms``); 0: one transaction
     per chunk. Longer: fewer transactions (throughput), later visible outputs (latency). A
     transaction never spans two polls and is committed before the poll's lock deadline."""
+    # -- issue 35: the circuit breaker (workers/breaker.py) --
+    circuit_breaker: float | None = DEFAULT_THRESHOLD
+    """Stop the job when more than this share of the last ``circuit_breaker_window`` records were
+    rejected/dead-lettered or failed with the same exception type; None: never."""
+    circuit_breaker_window: int = DEFAULT_WINDOW
+    # -- end issue 35 --
     token_provider: TokenProvider | None = field(default=None, repr=False, compare=False)
     """``consumer_config['oauth_cb']``: the OAUTHBEARER token callback, kept as it is."""
     _fault_injection: str | None = field(default=None, repr=False)
@@ -194,6 +203,7 @@ class WorkerConfig:
                 isinstance(t, type) and issubclass(t, Exception) for t in retry_on)):
             raise OptionError("retry_on", retry_on, "must be a tuple of Exception subclasses, "
                               "e.g. (TimeoutError,), or () to treat every exception as poison")
+        check_breaker(self.circuit_breaker, self.circuit_breaker_window)  # issue 35
         self._check_topics()
         self._check_client_settings()
 

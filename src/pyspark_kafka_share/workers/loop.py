@@ -42,11 +42,13 @@ from pyspark_kafka_share._kafka.share import (
     split_last_delivery,
 )
 from pyspark_kafka_share._spark import attempt_identity
+from pyspark_kafka_share.workers import mistakes
+from pyspark_kafka_share.workers.breaker import ChunkJudge
 from pyspark_kafka_share.workers.config import WorkerSpec
 from pyspark_kafka_share.workers.control import WorkerChannel, open_worker_channel
 from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettler
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
-from pyspark_kafka_share.workers.outcome import WorkerFunction
+from pyspark_kafka_share.workers.outcome import Outcome, WorkerFunction
 from pyspark_kafka_share.workers.settle import DLQ_HEADERS, AtLeastOnceSettler, Poll, Settler
 from pyspark_kafka_share.workers.verdict import Final, call, resolve
 
@@ -68,6 +70,9 @@ class _Worker:
         self.fn = fn
         self.index, _, self.attempt = attempt_identity()
         self.stats: Counter[str] = Counter()
+        # The worker's circuit breaker, and why the job must stop (a mistake, a trip).
+        self.judge = ChunkJudge(config.circuit_breaker, config.circuit_breaker_window)
+        self.failure: dict[str, Any] | None = None
         self.start = time.monotonic()
         self.last_active = self.start  # last record received or chunk finished
         self.stop_reason: str | None = None
@@ -110,6 +115,7 @@ class _Worker:
             # An outage is not idleness: the driver judges idle_timeout_s from this.
             "idle_s": 0.0 if self.brokers.down else round(now - self.last_active, 3),
             "stop_reason": self.stop_reason or self.settler.stop_reason,
+            "failures": dict(self.judge.failures), "failure": self.failure,
             **{k: int(v) for k, v in self.stats.copy().items()},
         }
 
@@ -156,6 +162,8 @@ class _Worker:
                 self.stats["received"] += len(msgs)
                 self.last_active = time.monotonic()
                 self._work_through(self.settler.admit(msgs, self.poll), self.poll)
+        except mistakes.JobMistake as exc:  # the job's mistake, not the records'
+            self._stop_on_mistake(mistakes.failure_report("mistake", str(exc), exc.option))
         except BaseException:
             if self.poll is not None and self.poll.unacked:
                 # Records on their last delivery are archived by the broker either way (RELEASE
@@ -223,10 +231,45 @@ class _Worker:
             self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
             self.stats["processed"] += len(chunk)
             self.stats["function_ms"] += int((t1 - t0) * 1000)
-            final = [(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
-                     for m, v in zip(chunk, verdicts, strict=True)]
+            final = self._screened([(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
+                                    for m, v in zip(chunk, verdicts, strict=True)])
         self.settler.settle(final, poll, poll_ends=poll_ends, began=t0)
         self.last_active = time.monotonic()
+
+    # ---- a failure of the job stops the worker (workers/mistakes.py, breaker.py) ----------
+
+    def _screened(self, final: list[Final]) -> list[Final]:
+        """The worker's circuit breaker judges the chunk before it is settled. Tripped: the
+        failed records are RELEASEd, not REJECTed (but on their last delivery, where a
+        RELEASE would archive them too), the worker stops and tells the driver at once."""
+        trip = self.judge.judge([(o is Outcome.REJECT, v.error_type) for _, o, v in final])
+        if trip is None:
+            return final
+        if self.failure is None:
+            self.failure = mistakes.failure_report("breaker", trip.message(
+                f"worker {self.index}"))
+            self.stop_reason = "circuit breaker"
+            self.control.report(self.report())
+        out = [(m, o if o is Outcome.ACCEPT or m.delivery_count() >= self.spec.delivery_limit
+                else Outcome.RELEASE, v) for m, o, v in final]
+        self.stats["released_by_breaker"] += sum(
+            1 for (_, a, _), (_, b, _) in zip(final, out, strict=True) if a is not b)
+        return out
+
+    def _stop_on_mistake(self, failure: dict[str, Any]) -> None:
+        """A configuration mistake: every record held is RELEASEd (none REJECTed or
+        dead-lettered, nothing held for a transaction produced), the worker stops and tells
+        the driver at once."""
+        self.failure = failure
+        self.stop_reason = f"configuration mistake ({failure['option']})"
+        dropped = self.settler.drop()  # already among the poll's unacknowledged records
+        if self.poll is not None:
+            seen = {id(m) for m in self.poll.unacked}
+            held = [*self.poll.unacked, *(m for m in dropped if id(m) not in seen)]
+            self.stats["released_on_mistake"] += len(held)
+            self.poll.release(held)
+            self.poll.unacked = []
+        self.control.report(self.report())
 
     def _close(self) -> None:
         # close() RELEASEs records a background fetch acquired after the last poll.

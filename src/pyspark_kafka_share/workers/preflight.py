@@ -27,6 +27,7 @@ __all__ = [
     "check_session",
     "explained",
     "is_connect",
+    "master",
 ]
 
 
@@ -52,7 +53,7 @@ def check_session(spark: Any) -> None:
                           f"Spark Connect (SparkSession.builder.remote(...)) ({exc})") from None
 
 
-def _master(spark: Any) -> str:
+def master(spark: Any) -> str:
     """The session's master URL (over Connect: the server's ``spark.master``; "" unknown)."""
     with contextlib.suppress(Exception):
         return str(spark.sparkContext.master)
@@ -72,7 +73,7 @@ def check_python(spark: Any) -> None:
     from pyspark import SparkContext
 
     local = SparkContext._active_spark_context
-    if local is not None and str(local.master) == _master(spark):
+    if local is not None and str(local.master) == master(spark):
         check_spark_python(types.SimpleNamespace(sparkContext=local))
 
 
@@ -114,7 +115,7 @@ def check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
     if slots is not None and config.workers > slots:
         why = (f"Spark has {slots} task slots, and every worker is a task that runs until it "
                "stops: the extra workers would only start when others end")
-        if _master(spark).startswith("local"):
+        if master(spark).startswith("local"):
             raise OptionError("workers", config.workers, f"{why}. Lower workers, or give Spark "
                               f"more slots (master local[{config.workers}])")
         # On a cluster defaultParallelism may be stale (executors still registering).
@@ -153,11 +154,11 @@ def _task_slots(spark: Any) -> int | None:
         return _slots_of(spark.sparkContext)
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: see below
         pass
-    master = _master(spark)
+    url = master(spark)
     local = SparkContext._active_spark_context
-    if local is not None and str(local.master) == master:
+    if local is not None and str(local.master) == url:
         return _slots_of(local)
-    match = re.fullmatch(r"local(?:\[\s*(\d+)\s*(?:,\s*\d+\s*)?\])?", master)
+    match = re.fullmatch(r"local(?:\[\s*(\d+)\s*(?:,\s*\d+\s*)?\])?", url)
     if match is None:
         return None
     try:

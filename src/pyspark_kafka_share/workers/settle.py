@@ -102,6 +102,10 @@ class Settler(Protocol):
     def flush(self, poll: Poll) -> None:
         """Settle what is held now (before the rest of the poll is released)."""
 
+    def drop(self) -> list[Any]:
+        """Forget what is held unsettled (the job stops on a mistake: nothing of it is
+        produced); its records, for the loop to RELEASE."""
+
     def idle(self) -> None:
         """Between polls: the housekeeping due."""
 
@@ -268,6 +272,9 @@ class AtLeastOnceSettler:
 
     def flush(self, poll: Poll) -> None:
         pass
+
+    def drop(self) -> list[Any]:
+        return []
 
     def idle(self) -> None:
         pass

@@ -1,8 +1,10 @@
 """A record's verdict: what the user's function decided for it, as the settlers act on it.
 
 :func:`call` runs the function on a chunk (per record, or per batch) and turns every result
-into a :class:`Verdict` (:func:`normalise`, then :func:`checked`); a function's exception or a
-result that cannot be honoured is the record's poison (REJECT), never a crash of the worker.
+into a :class:`Verdict` (:func:`normalise`, then :func:`checked`); a function's exception is the
+record's (REJECT, or RELEASE for ``retry_on``), never a crash of the worker; a result the job's
+configuration cannot honour is the job's mistake, not the record's: :func:`checked` and
+:func:`invalid` raise :class:`~pyspark_kafka_share.workers.mistakes.JobMistake` (issue 35).
 :func:`resolve` turns a RELEASE on the record's last allowed attempt into poison.
 """
 
@@ -13,11 +15,12 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
+from pyspark_kafka_share.workers import mistakes
 from pyspark_kafka_share.workers.config import WorkerConfig
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, UserResult
 
@@ -62,14 +65,14 @@ def normalise(r: UserResult) -> Verdict:
 
 
 def checked(result: Any, config: WorkerConfig) -> Verdict:
-    """A result as a verdict; a result that cannot be honoured is poison, not a crash."""
+    """A result as a verdict; a result the configuration cannot honour stops the job
+    (:class:`mistakes.JobMistake`): it is not the record's poison."""
     try:
         v = normalise(result)
     except TypeError as exc:
-        return invalid(str(exc))
+        invalid(str(exc))
     if v.value is not None and v.outcome is Outcome.ACCEPT and config.output_topic is None:
-        return invalid("the function returned an output value but run_workers has no "
-                       "output_topic; pass output_topic=... or return None")
+        raise mistakes.no_output_topic()
     return v
 
 
@@ -108,8 +111,8 @@ def _call_batch(fn: Callable[[Any], Any], chunk: list[Any],
 
 
 def _result_rows(results: Any, n: int) -> list[Any] | Verdict:
-    """A batch function's results as one per row (None: all ACCEPT), or the verdict for all
-    ``n`` rows when they cannot be read that way."""
+    """A batch function's results as one per row, or (None) the ACCEPT of all ``n`` rows;
+    results that cannot be read that way are the job's mistake (:func:`invalid`)."""
     if results is None:
         return Verdict(Outcome.ACCEPT)
     try:
@@ -119,15 +122,16 @@ def _result_rows(results: Any, n: int) -> list[Any] | Verdict:
             results = results.tolist()
         rows = list(results)
     except TypeError as exc:
-        return invalid(f"the batch function returned {type(results).__name__}: {exc}")
+        invalid(f"the batch function returned {type(results).__name__}: {exc}")
     if len(rows) != n:
-        return invalid(f"the batch function returned {len(rows)} results for {n} rows; "
-                       "return one per row, in order, or None")
+        invalid(f"the batch function returned {len(rows)} results for {n} rows; "
+                "return one per row, in order, or None")
     return rows
 
 
-def invalid(why: str) -> Verdict:
-    return Verdict(Outcome.REJECT, error=why, error_type="InvalidResult")
+def invalid(why: str) -> NoReturn:
+    """A result no record can carry (``why``): the job's mistake, raised."""
+    raise mistakes.wrong_result(why)
 
 
 def failed(outcome: Outcome, exc: BaseException) -> Verdict:

@@ -161,6 +161,10 @@ class TransactionalSettler:
         took = time.monotonic() - t0
         self.settle_s = took if first else 0.7 * self.settle_s + 0.3 * took
 
+    def drop(self) -> list[Any]:
+        held, self.open = [m for m, _, _ in self.open], []
+        return held
+
     def idle(self) -> None:
         if self.eos.due(time.monotonic()):
             self._tombstones_alone()
