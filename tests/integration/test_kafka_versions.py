@@ -34,6 +34,9 @@ from pyspark_kafka_share.harness import KAFKA_VERSIONS, LocalKafka, ProducerReco
 from pyspark_kafka_share.workers import Record, Result, run_workers, start_workers
 from tests.helpers import read_topic, wait_for
 
+# Every test here is in the Kafka subset (make test-kafka-versions, test-versions).
+pytestmark = pytest.mark.kafka_subset
+
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 UPGRADE_FROM = os.environ.get("KAFKA_UPGRADE_FROM", KAFKA_VERSIONS[0])
@@ -99,6 +102,7 @@ def _echo(rec: Record) -> bytes:
     return rec.value or b""
 
 
+@pytest.mark.kafka_upgrade
 @pytest.mark.skipif("KAFKA_UPGRADE_FROM" not in os.environ,
                     reason="a broker of its own for two minutes: make test-versions runs it")
 def test_rolling_upgrade_under_load_loses_and_duplicates_nothing(

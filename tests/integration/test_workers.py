@@ -57,6 +57,8 @@ def _headers(m: Any) -> dict[str, bytes]:
     return {k: v for k, v in (m.headers() or [])}
 
 
+@pytest.mark.spark_subset
+@pytest.mark.kafka_subset
 def test_outcomes_dead_letters_and_outputs_reach_the_broker(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
     share_consumer: ShareConsumerFactory, tmp_path: Path,
@@ -109,6 +111,7 @@ def test_outcomes_dead_letters_and_outputs_reach_the_broker(
     assert _drain_share(share_consumer, group, src, 4.0) == []
 
 
+@pytest.mark.kafka_subset
 def test_max_attempts_then_dead_letter_and_non_retryable_errors(
     kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str, spark: SparkSession,
     tmp_path: Path,
@@ -141,6 +144,7 @@ def test_max_attempts_then_dead_letter_and_non_retryable_errors(
     assert (t["accepted"], t["released"], t["rejected"], t["exhausted"]) == (1, 2, 2, 1)
 
 
+@pytest.mark.spark_subset
 def test_batch_form_with_pandas_and_arrow(
     kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str, spark: SparkSession,
 ) -> None:
@@ -190,6 +194,8 @@ def test_more_workers_than_partitions_all_get_work(
         {w: n for w, n in per_worker.items()})
 
 
+@pytest.mark.spark_subset
+@pytest.mark.kafka_subset
 def test_killed_worker_loses_nothing(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
     tmp_path: Path,
