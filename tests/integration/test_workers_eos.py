@@ -412,7 +412,12 @@ def test_a_produce_refused_inside_a_transaction_aborts_it_and_releases(
     out = kafka.create_topic(f"eos-small-{group}", 1, config={"max.message.bytes": "1000"})
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
-    kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
+    # A lock 30 s long, not LOCK_MS (8 s): the test counts attempts exactly, and on a loaded
+    # machine (stress-ng beside it) the aborts and producer replacements outlasted the 8 s
+    # lock's budget: the worker released the chunks at their lock deadline, each release a
+    # delivery, and the large record was dead-lettered "after 5 attempts", not 2. Nothing here
+    # waits for a lock to expire.
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 30_000)
     job = start_workers(spark, _work_big(log), topics=src, group=group,
                         bootstrap_servers=kafka.bootstrap_servers, workers=2,
                         chunk_size=REFUSED_CHUNK, output_topic=out, dead_letter_topic=dlq,
