@@ -30,14 +30,14 @@ DELTA_4.1 ?= 4.4.0
 # recipe, the AvailableNow warning, an unreachable broker failing load() within 5 s and the
 # Delta Lake example. What no Spark line changes runs in make test only: admin (no Spark) and
 # the journal's store and fsync variants (one local, fsynced journal here).
+# The tiers select by pytest markers (pyproject.toml; a test carries the subsets it is in, so a
+# renamed test stays in its tiers); tests/tiers/ records each tier's selection and
+# tests/unit/test_tiers.py (make test) fails if a tier stops selecting a recorded test.
+# journal_variant: a journal cell but local-offsets (another store or content).
 OLDEST_TESTS := tests/integration/test_spark_versions.py tests/integration/test_source.py \
 	tests/integration/test_workers.py tests/integration/test_progress_lines.py \
 	tests/integration/test_delta.py
-OLDEST_K ?= (more_tasks_than_partitions or worker_killed_after_publish or failed_task_attempt \
-	or query_stopped_mid_batch or bad_input_fails_at_load or max_records_per_trigger_caps \
-	or outcomes_dead_letters or batch_form_with_pandas or killed_worker_loses_nothing \
-	or progress_recipe or delta_pipeline or available_now_drains or unreachable_broker_fails_load) \
-	and not (s3 or -records)
+OLDEST_M ?= spark_subset and not journal_variant
 # make demo SINK=delta: the Delta Lake example, on this line's venv (Delta has no Spark 4.3).
 DELTA_LINE ?= 4.1.4
 SINK ?=
@@ -53,39 +53,35 @@ KAFKA_TIER_LINES ?= $(KAFKA_OLDEST)
 # S3 is no broker matter: its variants are left out.
 KAFKA_VERSIONS_TESTS := tests/integration/test_kafka_versions.py tests/integration/test_source.py \
 	tests/integration/test_workers.py tests/integration/test_admin.py tests/integration/test_cli.py
-KAFKA_VERSIONS_K ?= (test_kafka_versions or test_admin or test_cli \
-	or more_tasks_than_partitions or failed_task_attempt or worker_killed_after_publish \
-	or broker_crash_between_publish or query_stopped_mid_batch \
-	or outcomes_dead_letters or max_attempts_then_dead_letter or killed_worker_loses_nothing) \
-	and not (s3 or -records)
-# Tests of what Kafka 4.2 lacks: a group's own share.delivery.count.limit (4.3+; on 4.2 the
-# broker's applies: test_kafka_versions.py checks that instead). Left out on every 4.2 line.
-KAFKA_4_3_ONLY := group_configs_read_and_set
+KAFKA_VERSIONS_M ?= kafka_subset and not journal_variant
+# Tests of what Kafka 4.2 lacks (marker needs_kafka_4_3): a group's own
+# share.delivery.count.limit (4.3+; on 4.2 the broker's applies: test_kafka_versions.py checks
+# that instead). Left out on every 4.2 line.
 
-# Tests of the Kafka subset that need Spark 4.2+ (a Trigger.AvailableNow run that drains; 4.0
-# and 4.1 run one micro-batch): left out on the 4.0 and 4.1 pairs, run with the newest PySpark
-# on KAFKA_OLDEST together with the rolling upgrade from KAFKA_OLDEST to KAFKA_NEWEST (a broker
-# of its own). A pair's process is time-boxed (seconds): SIGINT (pytest tears down), then
-# KILL. Measured on the loaded 2-core machine: docs/compatibility.md.
-SPARK_4_2_ONLY := broker_crash_between_publish
+# Tests of the Kafka subset that need Spark 4.2+ (marker needs_spark_4_2: a Trigger.AvailableNow
+# run that drains; 4.0 and 4.1 run one micro-batch): left out on the 4.0 and 4.1 pairs, run with
+# the newest PySpark on KAFKA_OLDEST together with the rolling upgrade from KAFKA_OLDEST to
+# KAFKA_NEWEST (marker kafka_upgrade, a broker of its own). A pair's process is time-boxed
+# (seconds): SIGINT (pytest tears down), then KILL. Measured on the loaded 2-core machine:
+# docs/compatibility.md.
 VERSIONS_TIMEOUT ?= 1200
 SPARK_LINE_TIMEOUT ?= 900
 KAFKA_VERSIONS_TIMEOUT ?= 720
 
-# $(call run_pairs,<pairs>,<test files>,<-k expression>,<timeout s>): one pytest process a pair.
+# $(call run_pairs,<pairs>,<test files>,<-m expression>,<timeout s>): one pytest process a pair.
 define run_pairs
 	set -e; for pair in $(1); do \
 		s=$${pair%%:*}; k=$${pair##*:}; py=.venv-spark-$$s/bin/python; \
 		if [ "$$s" = main ]; then py=$(PY); fi; \
-		only43=""; case $$k in 4.2.*) only43=" and not $(KAFKA_4_3_ONLY)";; esac; \
-		only42=""; case $$s in 4.0.*|4.1.*) only42=" and not ($(SPARK_4_2_ONLY))";; esac; \
-		upgrade=" and not rolling_upgrade"; \
+		only43=""; case $$k in 4.2.*) only43=" and not needs_kafka_4_3";; esac; \
+		only42=""; case $$s in 4.0.*|4.1.*) only42=" and not needs_spark_4_2";; esac; \
+		upgrade=" and not kafka_upgrade"; \
 		if [ "$$s:$$k" = "main:$(KAFKA_OLDEST)" ]; then upgrade=""; fi; \
 		echo "== PySpark $$s, Apache Kafka $$k"; \
 		PYSPARK_KAFKA_SHARE_KAFKA_VERSION=$$k $(VENV)/bin/kafka-share fetch-jars; \
 		PYSPARK_KAFKA_SHARE_KAFKA_VERSION=$$k KAFKA_UPGRADE_FROM=$(KAFKA_OLDEST) \
 			KAFKA_UPGRADE_TO=$(KAFKA_NEWEST) timeout -s INT -k 60 $(4) $$py -m pytest $(2) \
-			-k "($(3))$$upgrade$$only43$$only42" $(PYTEST_ARGS); \
+			-m "($(3))$$upgrade$$only43$$only42" $(PYTEST_ARGS); \
 	done
 endef
 venvs_of = $(foreach s,$(filter-out main,$(foreach p,$(1),$(firstword $(subst :, ,$(p))))),\
@@ -178,22 +174,22 @@ chaos-long: $(STAMP) jars
 	touch $@
 
 # CI's version tiers: the union of the Spark and the Kafka subsets on each pair; then, with the
-# newest PySpark on KAFKA_OLDEST, SPARK_4_2_ONLY and the rolling upgrade.
+# newest PySpark on KAFKA_OLDEST, the needs_spark_4_2 tests and the rolling upgrade.
 # CI's time (60 min in all): the first pair (the oldest of both) runs the union of the subsets
 # but the Delta example, the other pairs the Spark subset with it (delta-spark of the 4.1 line,
 # the demo's; make test-spark-line-4.0.5 runs Delta 4.0.1).
 test-versions: $(STAMP) $(call venvs_of,$(VERSION_PAIRS))
 	$(call run_pairs,$(firstword $(VERSION_PAIRS)),$(sort $(OLDEST_TESTS) $(KAFKA_VERSIONS_TESTS)),\
-		(($(OLDEST_K)) and not delta_pipeline) or ($(KAFKA_VERSIONS_K)),$(VERSIONS_TIMEOUT))
-	$(call run_pairs,$(wordlist 2,99,$(VERSION_PAIRS)),$(OLDEST_TESTS),$(OLDEST_K),\
+		(($(OLDEST_M)) and not delta) or ($(KAFKA_VERSIONS_M)),$(VERSIONS_TIMEOUT))
+	$(call run_pairs,$(wordlist 2,99,$(VERSION_PAIRS)),$(OLDEST_TESTS),$(OLDEST_M),\
 		$(VERSIONS_TIMEOUT))
 	$(call run_pairs,main:$(KAFKA_OLDEST),$(KAFKA_VERSIONS_TESTS),\
-		rolling_upgrade or (($(SPARK_4_2_ONLY)) and not (s3 or -records)),$(KAFKA_VERSIONS_TIMEOUT))
+		kafka_upgrade or (needs_spark_4_2 and not journal_variant),$(KAFKA_VERSIONS_TIMEOUT))
 
 # Developer targets: one subset on one axis, the other axis at its newest.
 # make test-spark-line-4.0.5: the Spark subset on that line, against the newest Kafka.
 test-spark-line-%: .venv-spark-%/.installed $(STAMP)
-	$(call run_pairs,$*:$(KAFKA_NEWEST),$(OLDEST_TESTS),$(OLDEST_K),$(SPARK_LINE_TIMEOUT))
+	$(call run_pairs,$*:$(KAFKA_NEWEST),$(OLDEST_TESTS),$(OLDEST_M),$(SPARK_LINE_TIMEOUT))
 
 test-spark-lines: $(addprefix test-spark-line-,$(SPARK_LINES))
 
@@ -203,7 +199,7 @@ test-spark-oldest: test-spark-line-$(SPARK_OLDEST)
 # KAFKA_OLDEST adds the rolling upgrade (one pytest process a line). KAFKA_TIER_LINES="4.2.2 4.3.1 4.4.0": every line.
 test-kafka-versions: $(STAMP)
 	$(call run_pairs,$(addprefix main:,$(KAFKA_TIER_LINES)),\
-		$(KAFKA_VERSIONS_TESTS),$(KAFKA_VERSIONS_K),$(KAFKA_VERSIONS_TIMEOUT))
+		$(KAFKA_VERSIONS_TESTS),$(KAFKA_VERSIONS_M),$(KAFKA_VERSIONS_TIMEOUT))
 
 .PRECIOUS: .venv-spark-%/.installed
 

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamReader
 
-    from pyspark_kafka_share.workers import Record, WorkerSummary
+    from pyspark_kafka_share.workers import Record, WorkerJob, WorkerSummary
     from pyspark_kafka_share.workers.control import DriverChannel
 
 __all__ = [
@@ -357,6 +357,31 @@ def group_lag(kafka: LocalKafka, group: str) -> int | None:
         return None
 
 
+def stop_when_drained(job: WorkerJob, kafka: LocalKafka, group: str, timeout_s: float = 300,
+                      *, settled: Callable[[], bool] | None = None) -> WorkerSummary:
+    """Stop ``job`` once the share group's lag is 0 (every record acknowledged for good:
+    accepted, rejected or dead-lettered) and, with ``settled``, once it holds too; the summary.
+
+    What a test means by "the workers are done". Idle timeouts of a few seconds stood for it and
+    ended jobs with records left on a loaded machine (a task's start, a retried task, a lock's
+    expiry outlast them). ``timeout_s`` only bounds a failure (a job that never drains): the
+    workers are stopped either way and the test fails with the last lag and the summary."""
+    drained = False
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if group_lag(kafka, group) == 0 and (settled is None or settled()):
+                drained = True
+                break
+            time.sleep(0.5)
+    finally:
+        summary = job.stop("the test is done", grace_s=120)
+    assert summary is not None
+    assert drained, (f"group {group} not drained within {timeout_s}s (lag "
+                     f"{group_lag(kafka, group)}):\n{summary}")
+    return summary
+
+
 def explain_missing(kafka: LocalKafka, group: str, summary: WorkerSummary | None,
                     missing: Iterable[Key], dead_letters: Iterable[Key] = (),
                     deliveries: Mapping[Key, list[int]] | None = None) -> str:
@@ -501,6 +526,17 @@ def worker_dies_once(log: str, killed: str, after: int = 30) -> Callable[[Record
     return work
 
 
+def assert_killed_attempt_lost(summary: WorkerSummary, victim: int) -> None:
+    """The killed attempt (``victim``'s first) is shown as lost, and every lost attempt was
+    retried (a later attempt of its worker ran). Not the exact list: on a loaded machine Spark
+    may lose a further attempt (a Python worker or task timing out); what was lost or
+    duplicated is each test's own check."""
+    lost = {(w["worker"], w["attempt"]) for w in summary.failed_attempts}
+    assert (victim, 0) in lost, f"the killed attempt is not shown as lost:\n{summary}"
+    last = {w["worker"]: w["attempt"] for w in summary.workers}
+    assert all(last[w] > a for w, a in lost), f"a lost attempt was never retried:\n{summary}"
+
+
 def check_killed_worker(kafka: LocalKafka, summary: WorkerSummary, out: str, n: int,
                         log: str, killed: str) -> Counter[str]:
     """After :func:`worker_dies_once` ran over ``n`` records (values ``"0"``..) with
@@ -511,9 +547,8 @@ def check_killed_worker(kafka: LocalKafka, summary: WorkerSummary, out: str, n: 
     # The victim's final report comes from Spark's retry (the retry may get no records: the
     # survivor can take all of the dead worker's records once they come back).
     final = {w["worker"]: w for w in summary.workers}
-    assert final[victim]["attempt"] == 1, "Spark did not retry the killed worker's task"
-    lost = [(w["worker"], w["attempt"]) for w in summary.failed_attempts]
-    assert lost == [(victim, 0)], f"the killed attempt is not shown as lost:\n{summary}"
+    assert final[victim]["attempt"] >= 1, "Spark did not retry the killed worker's task"
+    assert_killed_attempt_lost(summary, victim)
     outputs = Counter((m.value() or b"").decode() for m in read_topic(kafka, out, n))
     assert set(outputs) == {str(i) for i in range(n)}  # nothing lost
     assert any(c["dc"] > 1 for c in read_calls(Path(log))), "no record came back"

@@ -22,6 +22,9 @@ from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import poll_share, record_value, wait_for
 
+# Every test here is in the Kafka subset (make test-kafka-versions, test-versions).
+pytestmark = pytest.mark.kafka_subset
+
 
 @pytest.fixture
 def admin(kafka: LocalKafka) -> Iterator[ShareGroupAdmin]:
@@ -292,6 +295,7 @@ def test_list_groups_has_share_groups_only(
     assert admin.offsets(f"{group}-missing") == []
 
 
+@pytest.mark.needs_kafka_4_3
 def test_group_configs_read_and_set(admin: ShareGroupAdmin, group: str) -> None:
     config = admin.get_config(group)
     assert config["share.auto.offset.reset"] == "earliest"  # set by the fixture

@@ -22,6 +22,9 @@ from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import wait_for
 
+# Every test here is in the Kafka subset (make test-kafka-versions, test-versions).
+pytestmark = pytest.mark.kafka_subset
+
 Run = Callable[..., tuple[int, str, str]]
 
 

@@ -52,6 +52,8 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     proc.communicate(timeout=60)
 
 
+@pytest.mark.spark_subset
+@pytest.mark.delta
 def test_delta_pipeline_exactly_once_through_a_driver_kill_mid_batch(
     kafka: LocalKafka, topic_factory: object, group: str, tmp_path: Path
 ) -> None:

@@ -32,7 +32,10 @@ from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import KAFKA_VERSIONS, LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, run_workers, start_workers
-from tests.helpers import read_topic, wait_for
+from tests.helpers import read_topic, stop_when_drained, wait_for
+
+# Every test here is in the Kafka subset (make test-kafka-versions, test-versions).
+pytestmark = pytest.mark.kafka_subset
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
@@ -99,6 +102,7 @@ def _echo(rec: Record) -> bytes:
     return rec.value or b""
 
 
+@pytest.mark.kafka_upgrade
 @pytest.mark.skipif("KAFKA_UPGRADE_FROM" not in os.environ,
                     reason="a broker of its own for two minutes: make test-versions runs it")
 def test_rolling_upgrade_under_load_loses_and_duplicates_nothing(
@@ -197,11 +201,12 @@ def test_a_reject_lands_once_in_the_brokers_dead_letter_topic(
     assert code == 0 and f"on: REJECTed records go to {dlq_topic!r}" in out
     options: dict[str, Any] = {"topics": [src], "group": group,
                                "bootstrap_servers": kafka.bootstrap_servers,
-                               "workers": 1, "idle_timeout_s": 6, "on_progress": False}
+                               "workers": 1, "on_progress": False}
     with pytest.raises(OptionError, match=rf"dead_letter_topic.*{own_dlq}.*twice"):
         run_workers(spark, _poison, dead_letter_topic=own_dlq, **options)
 
-    summary = run_workers(spark, _poison, **options)
+    # Stopped once all 20 are acknowledged (not a 6 s idle timeout: a loaded machine outlasts it).
+    summary = stop_when_drained(start_workers(spark, _poison, **options), kafka, group)
 
     assert (summary.totals["accepted"], summary.totals["rejected"]) == (10, 10), str(summary)
     assert summary.broker_dead_letter_topic == dlq_topic

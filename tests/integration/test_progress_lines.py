@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import pyspark_kafka_share as ks
 from pyspark_kafka_share.harness import LocalKafka
 
@@ -21,6 +23,7 @@ def _rows(spark: Any, out: Path) -> int:
     return int(spark.read.parquet(str(out)).count())
 
 
+@pytest.mark.spark_subset
 def test_progress_recipe_shows_last_batch_and_lag_zero_once_drained(
     spark: Any, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path
 ) -> None:
@@ -65,6 +68,7 @@ def test_progress_recipe_shows_last_batch_and_lag_zero_once_drained(
     assert any(r is not None and r.lag for r in reports), reports
 
 
+@pytest.mark.spark_subset
 def test_progress_recipe_available_now_runs_until_lag_zero_are_exactly_once(
     spark: Any, kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path
 ) -> None:
@@ -120,6 +124,7 @@ print(spark.read.parquet(base + "/out").select("partition", "offset").distinct()
 """
 
 
+@pytest.mark.spark_subset
 def test_available_now_drains_50000_records_in_one_run_or_warns_at_start(
     kafka: LocalKafka, topic_factory: Any, group: str, tmp_path: Path
 ) -> None:

@@ -70,6 +70,8 @@ def _remaining(kafka: LocalKafka, group: str, topics: list[str],
 # -- reading ---------------------------------------------------------------------------------
 
 
+@pytest.mark.spark_subset
+@pytest.mark.kafka_subset
 def test_more_tasks_than_partitions_exactly_once(
     spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
@@ -249,6 +251,8 @@ def test_at_most_once_reads_without_journal(
 
 # fail-before-publish: the failed attempt journals nothing, so its retry replays no slot and
 # neither the store nor the content plays a part (one cell); fail-before-end: every cell.
+@pytest.mark.spark_subset
+@pytest.mark.kafka_subset
 @pytest.mark.parametrize(("point", "journal"),
                          [("fail-before-publish", "local-offsets"),
                           *(("fail-before-end", cell) for cell in JOURNAL_MATRIX)],
@@ -289,6 +293,8 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
 # Each store with each content. Not journalFsync=false: a killed process keeps the page cache,
 # so that run took the same path as this one but for the fsync calls (the option's plumbing is
 # the unit tests'; the bench runs it end to end).
+@pytest.mark.spark_subset
+@pytest.mark.kafka_subset
 @pytest.mark.parametrize(("journal", "fsync"), [(cell, "true") for cell in JOURNAL_MATRIX],
                          indirect=["journal"])
 def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
@@ -321,6 +327,8 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
 # (the lookup that recognises the redelivered records reads slot keys, which both contents
 # hold; the store's listing and reads are what differ, and the killed-worker test above runs
 # every cell of the same lookup).
+@pytest.mark.kafka_subset
+@pytest.mark.needs_spark_4_2
 @pytest.mark.parametrize("journal", ["local-offsets", "s3-records"], indirect=True)
 def test_broker_crash_between_publish_and_ack_duplicates_nothing(
     spark: SparkSession, tmp_path: Path, journal: JournalAt
@@ -456,6 +464,8 @@ def test_failed_batch_restarted_from_checkpoint_replays_exactly(
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
 
 
+@pytest.mark.spark_subset
+@pytest.mark.kafka_subset
 def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
     spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str, tmp_path: Path,
     journal: JournalAt,
@@ -516,6 +526,7 @@ def test_foreach_batch_keyed_by_batch_id_is_exactly_once_across_a_crash(
 # -- bad input --------------------------------------------------------------------------------
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize(("options", "message"), [
     ({"journalPath": None}, "journalPath"),
     ({"subscrbe": "x"}, "did you mean 'subscribe'"),
@@ -547,6 +558,7 @@ def test_bad_input_fails_at_load_with_the_option_and_fix(
     assert not spark.streams.active
 
 
+@pytest.mark.spark_subset
 @pytest.mark.parametrize(("address", "cause"), [("127.0.0.1:1", "connection refused"),
                                               ("no-such-host.invalid:9092", "unknown host")])
 def test_an_unreachable_broker_fails_load_within_5_s(

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_kafka_share._spark import ADMISSION_CONTROL
@@ -39,6 +40,7 @@ def _source_report(progress: Any) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.spark_subset
 def test_max_records_per_trigger_caps_every_batch_and_progress_reports_lag(
     spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:

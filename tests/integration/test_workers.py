@@ -39,6 +39,7 @@ from tests.helpers import (
     poll_share,
     read_calls,
     read_topic,
+    stop_when_drained,
     worker_dies_once,
 )
 
@@ -57,6 +58,8 @@ def _headers(m: Any) -> dict[str, bytes]:
     return {k: v for k, v in (m.headers() or [])}
 
 
+@pytest.mark.spark_subset
+@pytest.mark.kafka_subset
 def test_outcomes_dead_letters_and_outputs_reach_the_broker(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
     share_consumer: ShareConsumerFactory, tmp_path: Path,
@@ -109,6 +112,7 @@ def test_outcomes_dead_letters_and_outputs_reach_the_broker(
     assert _drain_share(share_consumer, group, src, 4.0) == []
 
 
+@pytest.mark.kafka_subset
 def test_max_attempts_then_dead_letter_and_non_retryable_errors(
     kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str, spark: SparkSession,
     tmp_path: Path,
@@ -124,10 +128,10 @@ def test_max_attempts_then_dead_letter_and_non_retryable_errors(
         if rec.value == b"broken":
             raise KeyError("no such field")  # not in retry_on: poison at once
 
-    summary = run_workers(spark, handle, topics=topic, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, dead_letter_topic=dlq,
-                          max_attempts=3, retry_on=(TimeoutError,), idle_timeout_s=6,
-                          on_progress=False)
+    job = start_workers(spark, handle, topics=topic, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, dead_letter_topic=dlq,
+                        max_attempts=3, retry_on=(TimeoutError,), on_progress=False)
+    summary = stop_when_drained(job, kafka, group)
     calls = [(c["value"], c["dc"]) for c in read_calls(Path(log))]
     assert sorted(calls) == sorted([("flaky", 1), ("flaky", 2), ("flaky", 3), ("broken", 1),
                                     ("fine", 1)])
@@ -141,6 +145,7 @@ def test_max_attempts_then_dead_letter_and_non_retryable_errors(
     assert (t["accepted"], t["released"], t["rejected"], t["exhausted"]) == (1, 2, 2, 1)
 
 
+@pytest.mark.spark_subset
 def test_batch_form_with_pandas_and_arrow(
     kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str, spark: SparkSession,
 ) -> None:
@@ -152,18 +157,20 @@ def test_batch_form_with_pandas_and_arrow(
         assert {"key", "value", "offset", "deliveryCount", "headers"} <= set(df.columns)
         return [str(int(v) ** 2) if int(v) % 10 else Outcome.REJECT for v in df["value"]]
 
-    summary = run_workers(spark, square, topics=topic, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, batch_format="pandas",
-                          output_topic=out, idle_timeout_s=5, on_progress=False)
+    job = start_workers(spark, square, topics=topic, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, batch_format="pandas",
+                        output_topic=out, on_progress=False)
+    summary = stop_when_drained(job, kafka, group)
     assert (summary.totals["accepted"], summary.totals["rejected"]) == (45, 5)
     got = sorted(int(m.value() or b"") for m in read_topic(kafka, out, 45))
     assert got == sorted(i * i for i in range(50) if i % 10)
 
     # Arrow: a None result accepts the whole batch.
     kafka.produce(topic, [b"x"] * 7)
-    summary = run_workers(spark, lambda table: None, topics=topic, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, batch_format="arrow",
-                          idle_timeout_s=5, on_progress=False)
+    job = start_workers(spark, lambda table: None, topics=topic, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, batch_format="arrow",
+                        on_progress=False)
+    summary = stop_when_drained(job, kafka, group)
     assert summary.totals["accepted"] == 7
 
 
@@ -179,9 +186,12 @@ def test_more_workers_than_partitions_all_get_work(
         log_call(log, rec)
         time.sleep(0.02)
 
-    summary = run_workers(spark, slow, topics=topic, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, workers=slots,
-                          chunk_size=10, idle_timeout_s=6, on_progress=False)
+    # Stopped once every record is acknowledged: an idle timeout (6 s) ended this job with
+    # records left on a loaded machine (accepted 569 of 600).
+    job = start_workers(spark, slow, topics=topic, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=slots,
+                        chunk_size=10, on_progress=False)
+    summary = stop_when_drained(job, kafka, group)
     assert summary.totals["accepted"] == 600
     per_worker = {w["worker"]: w.get("processed", 0) for w in summary.workers}
     assert len(per_worker) == slots > 1
@@ -190,6 +200,8 @@ def test_more_workers_than_partitions_all_get_work(
         {w: n for w, n in per_worker.items()})
 
 
+@pytest.mark.spark_subset
+@pytest.mark.kafka_subset
 def test_killed_worker_loses_nothing(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
     tmp_path: Path,
@@ -201,9 +213,10 @@ def test_killed_worker_loses_nothing(
     kafka.set_group_config(group, "share.record.lock.duration.ms", 8000)
     log, killed = str(tmp_path / "calls.jsonl"), str(tmp_path / "killed")
 
-    summary = run_workers(spark, worker_dies_once(log, killed), topics=src, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
-                          output_topic=out, idle_timeout_s=15, on_progress=False)
+    job = start_workers(spark, worker_dies_once(log, killed), topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
+                        output_topic=out, on_progress=False)
+    summary = stop_when_drained(job, kafka, group)  # the killed worker's records came back
     check_killed_worker(kafka, summary, out, n, log, killed)
     assert "died" in str(summary)  # the killed attempt is in the summary, its work counted
     assert summary.totals["accepted"] >= n - 60
@@ -312,11 +325,11 @@ def test_output_the_broker_refuses_is_never_accepted(
     def enlarge(rec: Record) -> bytes:
         return (rec.value or b"") * (1 if rec.value == b"tiny" else 2000)
 
-    summary = run_workers(spark, enlarge, topics=topic, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, output_topic=small,
-                          # one record per chunk: the broker refuses whole producer batches
-                          dead_letter_topic=dlq, max_attempts=2, chunk_size=1, idle_timeout_s=6,
-                          on_progress=False)
+    job = start_workers(spark, enlarge, topics=topic, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, output_topic=small,
+                        # one record per chunk: the broker refuses whole producer batches
+                        dead_letter_topic=dlq, max_attempts=2, chunk_size=1, on_progress=False)
+    summary = stop_when_drained(job, kafka, group)
     t = summary.totals
     # "huge": output refused -> RELEASE (attempt 1) -> refused again -> dead letter, REJECT.
     assert (t["accepted"], t["released"], t["rejected"], t["produce_failures"]) == (1, 1, 1, 2)

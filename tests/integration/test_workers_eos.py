@@ -38,10 +38,12 @@ from tests.fixtures.kafka import TopicFactory
 from tests.helpers import (
     Key,
     assert_exactly_once,
+    assert_killed_attempt_lost,
     explain_missing,
     group_lag,
     produce_spread,
     read_topic,
+    stop_when_drained,
     wait_for,
     worker_faults,
 )
@@ -130,12 +132,15 @@ def _assert_each_origin_once(kafka: LocalKafka, src: str, out: str, dlq: str,
 
 
 def _run(spark: SparkSession, kafka: LocalKafka, src: str, out: str, dlq: str, group: str,
-         log: str, **options: Any) -> WorkerSummary:
+         log: str, settled: Callable[[], bool] | None = None, **options: Any) -> WorkerSummary:
+    """The workers over ``src``, stopped once every record is acknowledged (and ``settled``):
+    an idle timeout (12 s) stopped them with records left on a loaded machine."""
     kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
-    return run_workers(spark, _work(log), topics=src, group=group,
-                       bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
-                       output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
-                       idle_timeout_s=12, on_progress=False, **options)
+    job = start_workers(spark, _work(log), topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
+                        output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
+                        on_progress=False, **options)
+    return stop_when_drained(job, kafka, group, settled=settled)
 
 
 
@@ -157,7 +162,9 @@ def test_outputs_dead_letters_and_markers_commit_in_one_transaction(
     src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
-    summary = _run(spark, kafka, src, out, dlq, group, log)
+    # Every marker's acknowledgement confirmed and tombstoned (a worker does that idle).
+    summary = _run(spark, kafka, src, out, dlq, group, log,
+                   settled=lambda: _live_markers(kafka, group) == 0)
     t = summary.totals
     poison = sum(1 for i in range(N) if i % 7 == 0)
     assert (t["accepted"], t["rejected"], t["outputs"], t["dead_lettered"]) == \
@@ -178,14 +185,13 @@ def _worker_0_killed(kafka: LocalKafka, topic_factory: TopicFactory, group: str,
                      spark: SparkSession, tmp_path: Path, fault: str,
                      **options: Any) -> tuple[WorkerSummary, tuple[str, str, str], str]:
     """N records in 2 partitions run with the fault ``fault``, which kills worker 0's first
-    attempt: the summary (that attempt its one failed attempt), (source, output, dead-letter
-    topic) and the call log."""
+    attempt: the summary (that attempt among its failed attempts: a loaded machine may lose
+    another, retried too), (source, output, dead-letter topic) and the call log."""
     src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
     summary = _run(spark, kafka, src, out, dlq, group, log, **options, **worker_faults(fault))
-    assert [(w["worker"], w["attempt"]) for w in summary.failed_attempts] == [(0, 0)], \
-        str(summary)
+    assert_killed_attempt_lost(summary, 0)
     return summary, (src, out, dlq), log
 
 
@@ -405,12 +411,17 @@ def test_a_produce_refused_inside_a_transaction_aborts_it_and_releases(
     out = kafka.create_topic(f"eos-small-{group}", 1, config={"max.message.bytes": "1000"})
     produce_spread(kafka, src, 2, N)
     log = str(tmp_path / "calls.jsonl")
-    kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
-    summary = run_workers(spark, _work_big(log), topics=src, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, workers=2,
-                          chunk_size=REFUSED_CHUNK, output_topic=out, dead_letter_topic=dlq,
-                          exactly_once_outputs=True, max_attempts=2, idle_timeout_s=12,
-                          on_progress=False)
+    # A lock 30 s long, not LOCK_MS (8 s): the test counts attempts exactly, and on a loaded
+    # machine (stress-ng beside it) the aborts and producer replacements outlasted the 8 s
+    # lock's budget: the worker released the chunks at their lock deadline, each release a
+    # delivery, and the large record was dead-lettered "after 5 attempts", not 2. Nothing here
+    # waits for a lock to expire.
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 30_000)
+    job = start_workers(spark, _work_big(log), topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                        chunk_size=REFUSED_CHUNK, output_topic=out, dead_letter_topic=dlq,
+                        exactly_once_outputs=True, max_attempts=2, on_progress=False)
+    summary = stop_when_drained(job, kafka, group)
     keys = {(src, i % 2, i // 2): i for i in range(N)}
     to_dlq = {k for k, i in keys.items() if _poison(b"v%d" % i) or i in BIG}
     outputs = read_topic(kafka, out, N - len(to_dlq), settle_s=1.0)

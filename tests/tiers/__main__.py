@@ -1,0 +1,5 @@
+"""``python -m tests.tiers``: record each tier's selection (see :mod:`tests.tiers`)."""
+
+from tests.tiers import record
+
+record()
