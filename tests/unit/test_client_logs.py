@@ -87,6 +87,17 @@ def test_client_lines_go_to_python_logging_demoted_and_summarized(
     assert log.last_problem == CONNECT_FAILED.format(0)
 
 
+def test_librdkafka_s_own_suppression_count_does_not_make_a_new_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """librdkafka summarizes repeats itself on a loaded machine: "(after 0ms in state CONNECT,
+    1 identical error(s) suppressed)" is the same line as "(after 3ms in state CONNECT)"."""
+    log = _client_log(caplog, Clock())
+    for text in (CONNECT_FAILED.format(3), CONNECT_FAILED.format(0).replace(
+            "CONNECT)", "CONNECT, 1 identical error(s) suppressed)")):
+        log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", text)
+    assert len(_lines(caplog)) == 1
+
+
 def test_debug_lines_are_never_summarized(caplog: pytest.LogCaptureFixture) -> None:
     log = _client_log(caplog, Clock())
     for _ in range(5):

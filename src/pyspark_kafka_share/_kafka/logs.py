@@ -57,8 +57,10 @@ _LOGGER = logging.getLogger(LOGGER_NAME)
 # write the WARNING lines to stderr.
 logging.getLogger("pyspark_kafka_share").addHandler(logging.NullHandler())
 
-# Parts of a line that differ between its repeats: "(after 0ms in state CONNECT)".
-_VARYING = re.compile(r"\s*\(after \d+ms in state \w+\)|\d+ms")
+# What varies between repeats of one line: librdkafka's "(after 12ms in state CONNECT)" and,
+# once it summarizes, "(after 0ms in state CONNECT, 1 identical error(s) suppressed)".
+_VARYING = re.compile(r"\s*\(after \d+ms in state \w+(?:, \d+ identical error\(s\) "
+                      r"suppressed)?\)|\d+ms")
 _THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")  # librdkafka's "[thrd:main]: " before the text
 
 
