@@ -202,3 +202,25 @@ def test_a_journal_of_the_layout_before_the_index_is_refused_at_load(tmp_path: P
     j.part_log(1, 0).open()
     j.commit(1, dedup_retention_ms=0)
     parse_options({**_BASE, "journalPath": str(fresh)})  # this layout, in use: accepted
+
+
+def test_the_driver_reads_each_ended_log_once_per_batch(tmp_path: Path) -> None:
+    """batch_ends lists the batch once and reads each log's last slot and END; commit then
+    reuses those scans (nothing is published after END) and lists the batch once more."""
+    j = Journal(str(tmp_path / "j"), fsync=False)
+    for part in range(4):
+        log = j.part_log(1, part)
+        log.open()
+        log.append(records_at([("t", part, 1)]), attempt=1)
+        log.end(end_marker(1, acked=(0,)))
+    driver = Journal(str(tmp_path / "j"), fsync=False)
+    counting = _Requests(driver.store)
+    driver.store = counting  # type: ignore[assignment]
+    assert set(driver.batch_ends(1)) == {0, 1, 2, 3}
+    assert sorted(k for k, _ in counting.calls) == ["files_under"] + ["read"] * 4 + \
+        ["read_head"] * 4, counting.calls
+    counting.calls.clear()
+    driver.commit(1, dedup_retention_ms=0)
+    assert [k for k, _ in counting.calls].count("read_head") == 0, counting.calls
+    assert [p for k, p in counting.calls if k == "files_under"][:1] == [driver.batch_dir(1)]
+    assert driver.batches() == []

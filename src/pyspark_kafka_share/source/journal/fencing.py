@@ -133,16 +133,19 @@ class PartLog:
             raise JournalClosed(f"batch {self.seq} is already committed")
         return self.scan()
 
-    def scan(self) -> ScanResult:
+    def scan(self, names: list[str] | None = None) -> ScanResult:
         """The log's data slots, END marker and first free slot.
 
+        ``names``: the log's file names, when the caller listed them already (the driver
+        lists a whole batch at once); else the log is listed here.
         Reads one listing and the first bytes of the last slot only: slots are contiguous
         from 0 (each is created only by an attempt that found the one before taken) and END,
         if any, is the last (an attempt that finds a slot taken by END stops). Raises
         :class:`JournalClosed` if that slot vanished (its batch was committed and deleted).
         """
         store = self.journal.store
-        names = store.listdir(self.dir)
+        if names is None:
+            names = store.listdir(self.dir)
         numbers = sorted(int(n) for n in names if n.isdigit())
         self.loss_files = [n for n in names if n.startswith(LOSS_PREFIX)]
         count = 0

@@ -109,6 +109,8 @@ class Journal:
         # The newest fence this object read (it only grows): the lookup skips slot entries
         # at or below it without reading the fence again.
         self._fence_seen = -1
+        # Scans of ended part logs by batch (driver: batch_ends, then commit, reads them once)
+        self._ended: dict[int, dict[int, ScanResult]] = {}
 
     @classmethod
     def of(cls, settings: JournalSettings) -> Journal:
@@ -358,16 +360,17 @@ class Journal:
         """END markers of batch ``seq``, by partition (their stats with the records replays
         after END skipped, ``records_lost``)."""
         ends: dict[int, EndMarker] = {}
-        for part in self.store.listdir(self.batch_dir(seq)):
-            if not part.isdigit():
-                continue
-            log = self.part_log(seq, int(part))
+        for part, names in self._batch_listing(seq).items():
+            log = self.part_log(seq, part)
             try:
-                end = log.scan().end
+                scan = log.scan(names)
+                end = scan.end
                 lost = log.losses() if end is not None and log.loss_files else 0
             except JournalClosed:
                 continue  # committed and deleted meanwhile
             if end is not None:
+                # Nothing is published after END: commit reuses the scan.
+                self._ended.setdefault(seq, {})[part] = scan
                 if lost:  # skipped by replays after END: counted with the batch
                     end = replace(end, stats={**end.stats, "records_lost":
                                               end.stats.get("records_lost", 0) + lost})
@@ -394,6 +397,8 @@ class Journal:
                 self._keep_unconfirmed(int(name))
         if seq > previous:
             raise_fence(self.store, self._p("committed"), seq)
+        for done_seq in [n for n in self._ended if n <= seq]:
+            del self._ended[done_seq]
         for name in done:
             # Renamed first where possible: a late attempt's link into the old path then
             # fails (ENOENT). Without rename, the fence does that job (see the docstring).
@@ -404,19 +409,28 @@ class Journal:
                     self.store.remove_tree(self._p("batches", name))
         self._clean_index(max(seq, previous), start_offsets, dedup_retention_ms)
 
+    def _batch_listing(self, seq: int) -> dict[int, list[str]]:
+        """The file names of each part log of batch ``seq``, from one recursive listing."""
+        logs: dict[int, list[str]] = {}
+        for rel in self.store.files_under(self.batch_dir(seq)):
+            part, _, name = rel.partition("/")
+            if part.isdigit() and name and "/" not in name:
+                logs.setdefault(int(part), []).append(name)
+        return logs
+
     def _keep_unconfirmed(self, seq: int) -> None:
         """Write a dedup entry per topic-partition for every slot of batch ``seq`` whose
-        acknowledgement its END does not record as confirmed."""
-        for part in self.store.listdir(self.batch_dir(seq)):
-            if not part.isdigit():
-                continue
-            log = self.part_log(seq, int(part))
-            scan = log.scan()
+        acknowledgement its END does not record as confirmed (with the scans of ended logs
+        that :meth:`batch_ends` made, if it did)."""
+        ended = self._ended.get(seq, {})
+        for part, names in self._batch_listing(seq).items():
+            log = self.part_log(seq, part)
+            scan = ended.get(part) or log.scan(names)
             acked = set(scan.end.acked_slots) if scan.end else set()
             for slot in scan.data_slots:
                 if slot in acked:
                     continue  # acknowledged and confirmed: never redelivered
-                self.add_dedup(seq, int(part), slot, self._slot_keys(log.slot_path(slot)))
+                self.add_dedup(seq, part, slot, self._slot_keys(log.slot_path(slot)))
 
     def add_dedup(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
         """Keep ``keys`` (of slot ``slot`` of log ``(seq, part)``) as dedup entries, one per
