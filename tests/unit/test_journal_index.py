@@ -189,6 +189,11 @@ def test_a_journal_of_the_layout_before_the_index_is_refused_at_load(tmp_path: P
         parse_options({**_BASE, "journalPath": str(old)})
     assert info.value.option == "journalPath"
     assert "new checkpoint" in str(info.value) and "new journalPath" in str(info.value)
+    slots_only = tmp_path / "slots-only"
+    (slots_only / "batches" / "000000000003" / "00000").mkdir(parents=True)
+    (slots_only / "batches" / "000000000003" / "00000" / "000000").write_bytes(b"ARROW1")
+    with pytest.raises(OptionError, match="new checkpoint"):
+        parse_options({**_BASE, "journalPath": str(slots_only)})
     other = tmp_path / "other"
     other.mkdir()
     (other / "layout").write_bytes(b"index-0")
@@ -202,6 +207,11 @@ def test_a_journal_of_the_layout_before_the_index_is_refused_at_load(tmp_path: P
     j.part_log(1, 0).open()
     j.commit(1, dedup_retention_ms=0)
     parse_options({**_BASE, "journalPath": str(fresh)})  # this layout, in use: accepted
+    driverless = tmp_path / "driverless"  # tasks of this version without a driver (tests)
+    log = Journal(str(driverless)).part_log(1, 0)
+    log.open()
+    log.append(records_at([("t", 0, 1)]), attempt=1)
+    parse_options({**_BASE, "journalPath": str(driverless)})
 
 
 def test_the_driver_reads_each_ended_log_once_per_batch(tmp_path: Path) -> None:

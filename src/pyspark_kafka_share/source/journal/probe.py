@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -70,23 +71,30 @@ def check_journal(location: JournalLocation,
     _PROBED.add(cache_key)
 
 
-_OLD_LAYOUT = ("batches", "dedup", "committed")  # what a journal of 0.1.0's development held
+_SLOT_FILE = re.compile(r"[0-9]+/[0-9]+/[0-9]+")  # a slot under batches/
 
 
 def _check_layout(uri: str, store: Store, root: str, names: frozenset[str]) -> None:
     """Refuse a journal written in another layout, from the names the probe listed at its top
-    level (and a read of ``layout`` where there is one). A journal of the layout before the
-    index (``dedup/``, slots that every process read) cannot be searched by this version's
-    lookup, which would miss its records: ``OptionError`` naming the fix."""
+    level (and a read of ``layout``, or a listing of ``batches/``, where needed).
+
+    A journal of the layout before the index (``dedup/`` entries, slots without index
+    entries) cannot be searched by this version's lookup, which would miss its records:
+    ``OptionError`` naming the fix. The driver writes ``layout``; a journal without it but
+    with ``index/`` was written by tasks of this version without a driver (tests), and one
+    without slots or dedup entries holds nothing to miss."""
+    top = root.rstrip("/")
     if LAYOUT_FILE in names:
         try:
-            found = store.read(f"{root.rstrip('/')}/{LAYOUT_FILE}" if root else LAYOUT_FILE)
+            found = store.read(f"{top}/{LAYOUT_FILE}" if top else LAYOUT_FILE).strip()
         except FileNotFoundError:
             return
-        if found.strip() == LAYOUT:
+        if found == LAYOUT:
             return
-        why = f"it was written in journal layout {found.strip().decode(errors='replace')!r}"
-    elif names & set(_OLD_LAYOUT):
+        why = f"it was written in journal layout {found.decode(errors='replace')!r}"
+    elif "dedup" in names or ("index" not in names and "batches" in names and any(
+            _SLOT_FILE.fullmatch(rel)
+            for rel in store.files_under(f"{top}/batches" if top else "batches"))):
         why = "it was written by an earlier development version (no index/, a dedup/ directory)"
     else:
         return
