@@ -18,7 +18,7 @@ Layout under ``journalPath``::
 
 Who may write where (exclusive slots, END, the ``committed`` fence) is in :mod:`.fencing`;
 what the files hold in :mod:`.slots`. This module is the journal as a whole: its owner, the
-driver's markers, the duplicate lookup over every open slot, and commit.
+driver's markers, the duplicate lookup through the index (:mod:`.index`), and commit.
 """
 
 from __future__ import annotations
