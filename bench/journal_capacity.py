@@ -1,27 +1,34 @@
 """The journal's request rate on an object store: a simulation against the local S3 server.
 
-    python bench/journal_capacity.py [--tasks 1000] [--polls-per-s 5] [--batch-s 0.4]
-                                     [--batches 2] [--workers 1] [--records 2]
+    python bench/journal_capacity.py [--tasks 200] [--polls-per-s 1] [--batch-s 2]
+                                     [--batches 2] [--workers 200] [--records 2]
+                                     [--partitions 16]
+    python bench/journal_capacity.py --formula   # the formula's table (docs/design.md)
 
 N simulated tasks drive the journal's own code paths (``Journal``, ``PartLog``: the calls
 ``source/task.py`` and the driver make, in the same order) on ``s3://`` against
 :class:`~pyspark_kafka_share.harness.s3.LocalS3` (moto), with no Kafka and no Spark:
 
 - task start: ``spec.journal()`` (``check_marker``), ``claim``, ``PartLog.open``;
-- each poll: ``find_journaled`` (the duplicate lookup), ``PartLog.append``, the fence re-read;
+- each poll: ``find_journaled`` (the duplicate lookup), ``PartLog.append`` (the index entry,
+  then the slot), the fence re-read; a poll's records are of one topic-partition, the polls
+  spread over ``--partitions`` partitions round robin (a share group hands each partition's
+  records to every consumer);
 - task end: ``PartLog.end``;
 - per batch on the driver: ``batch_ends`` (the batch's metrics), then ``commit``.
 
 Time is scaled down: the tasks poll in lockstep rounds, one poll each per round, and a round
 stands for ``1 / polls-per-s`` seconds, so the request *counts* are those of the real rate and
 the wall time does not matter. ``--workers`` is the number of Python worker processes the tasks
-are spread over (round robin): the journal's key cache and index are per process, so each
-simulated worker gets its own (the module's globals are swapped in around its calls).
+are spread over (round robin): the journal's key cache is per process, so each simulated
+worker gets its own (the module's globals are swapped in around its calls); since the index
+(issue 36) no request depends on it.
 
 Every HTTP request is counted from the server's request log, by kind (exclusive create, fence
 overwrite, GET, LIST page, bulk DELETE) and by key group, and the rates are set beside the
 formula of docs/design.md ("Capacity: requests per second against the stores' limits"),
-:func:`predict`.
+:func:`predict`, with the requests per slot and per task and micro-batch and the cost per
+day at S3's list prices (:func:`cost_per_day`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -60,6 +69,10 @@ GCS_WRITES_INITIAL = 1_000    # per bucket, before autoscaling
 GCS_READS_INITIAL = 5_000     # per bucket (listing included), before autoscaling
 AZURE_PER_BLOB = 500          # target for one blob
 AZURE_PER_ACCOUNT = 20_000    # default per account (40,000 in the larger regions)
+
+# S3 Standard list prices (us-east-1), dollars per 1,000 requests. DELETE is free.
+S3_PRICE_WRITE = 0.005   # PUT, COPY, POST (the bulk DELETE is a POST), LIST
+S3_PRICE_READ = 0.0004   # GET and all other requests
 
 KINDS = ("create", "overwrite", "get", "list", "delete")
 
@@ -93,6 +106,8 @@ def _group(key: str) -> str:
         return "batches/<seq>/<part>/<slot>" if len(parts) >= 4 and parts[3] else "batches/"
     if parts[0] == "committed":
         return "committed (the fence: one key)"
+    if parts[0] == "index":
+        return "index/<topic>/<partition>/" if len(parts) >= 3 else "index/"
     return f"{parts[0]}/" if len(parts) > 1 else parts[0]
 
 
@@ -107,7 +122,7 @@ def classify(method: str, target: str) -> tuple[str, str] | None:
     if method == "GET" and "list-type" in query:
         return "list", _group(query.get("prefix", [""])[0])
     if method == "POST" and "delete" in query:
-        return "delete", "batches/ (bulk, up to 1,000 keys)"
+        return "delete", "(bulk, up to 1,000 keys)"
     if not key:
         return None
     kind = {"GET": "get", "HEAD": "get", "DELETE": "delete"}.get(method)
@@ -154,16 +169,15 @@ class RequestLog:
 
 @dataclass
 class Worker:
-    """The per-process state of the journal module (key cache, index, markers seen)."""
+    """The per-process state of the journal module (key cache, markers seen)."""
 
     key_cache: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     cache_fence: dict[str, int] = field(default_factory=dict)
-    index: dict[str, Any] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)
     markers: set[tuple[str, str]] = field(default_factory=set)
 
 
-_STATE = {"_KEY_CACHE": "key_cache", "_KEY_CACHE_FENCE": "cache_fence", "_INDEX": "index",
+_STATE = {"_KEY_CACHE": "key_cache", "_KEY_CACHE_FENCE": "cache_fence",
           "_CLAIMED": "claimed", "_MARKERS_SEEN": "markers"}
 
 
@@ -191,6 +205,7 @@ class Load:
     batches: int
     workers: int
     records: int
+    partitions: int = 1
 
     @property
     def polls_per_batch(self) -> int:
@@ -215,7 +230,8 @@ class Simulation:
         self.driver = Worker()
         self.log = RequestLog(s3.log_path or Path("/nonexistent"))
         self.phases: dict[str, Tally] = {p: Tally() for p in ("start", "poll", "end", "driver")}
-        self.offset = 0
+        self.offsets = [0] * load.partitions  # the next offset of each partition
+        self.polls = 0
         self.query = uuid.uuid4().hex
 
     def journal(self) -> Journal:
@@ -264,8 +280,12 @@ class Simulation:
 
     def _poll(self, log: Any, seq: int, task: int) -> None:
         """What ``_Fill._step`` asks of the journal for one poll of fresh records."""
-        batch = _batch(self.load.records, 10, self.offset)
-        self.offset += self.load.records
+        partition = self.polls % self.load.partitions
+        self.polls += 1
+        batch = _batch(self.load.records, 10, self.offsets[partition])
+        batch = batch.set_column(batch.schema.get_field_index("partition"), "partition",
+                                 pa.array([partition] * batch.num_rows, pa.int32()))
+        self.offsets[partition] += self.load.records
         keys = SlotKeys.of_table(batch)
         if log.journal.find_journaled(keys):
             raise AssertionError("fresh offsets found in the journal")
@@ -289,31 +309,80 @@ def _pages(keys: int) -> int:
 
 def predict(load: Load) -> dict[str, float]:
     """Requests per second by kind (docs/design.md, "Capacity"), steady state: every poll
-    brings records, every slot is acknowledged (no dedup entries), batches follow back to
-    back. T tasks, p polls/s per task, n = p * B polls per task in a batch of B seconds, W
-    worker processes."""
-    t, n, w = load.tasks, load.polls_per_batch, load.workers
-    batch_s = n / load.polls_per_s
-    slots = t * n  # data slots per batch
-    # The lookup's recursive LIST of batches/ sees the batch's slots published so far.
-    lookup_pages = sum(_pages(r * t + i) for r in range(n) for i in range(t))
+    brings records of one topic-partition, every slot is acknowledged (no dedup entries),
+    batches follow back to back. T tasks, p polls/s per task, T * p * B slots in a batch of
+    B seconds. No term depends on the worker processes W: a lookup lists its
+    topic-partition's index entries from its lowest offset (one page: the entries above a
+    poll's fresh offsets are those of concurrent polls) and reads a slot only on overlap."""
+    t, batch_s = load.tasks, load.batch_s
+    slots = t * load.polls_per_s * batch_s  # data slots per batch
     per_batch = {
-        # slots + END per task
-        "create": slots + t,
+        # per slot: its index entry and the slot; END per task
+        "create": 2 * slots + t,
         "overwrite": 1.0,  # the fence, once per commit
-        # per poll: fence twice; start: fence; END: ranged GET of the last slot;
-        # driver: batch_ends and commit each read a log's last slot and its END, commit the
-        # fence; every worker process reads each slot published by another process once,
-        # but for those published after its last lookup in the batch (about half a round).
-        "get": 2 * slots + t + t + 4 * t + 1 + (w - 1) * (slots - w / 2),
-        # per poll: LIST batches/ (pages) + LIST dedup/; start and END: LIST the log;
-        # driver: batch_ends LISTs the batch and each log; commit LISTs batches/, the
-        # batch, each log, batches/ recursively (pages) and dedup/.
-        "list": lookup_pages + slots + 2 * t + (_pages(t) + t) * 2 + 1
-        + _pages(slots + t) + 1,
-        "delete": math.ceil((slots + t) / LIST_PAGE),  # bulk deletes, 1,000 keys each
+        # per poll: the fence re-check; start: fence; END: ranged GET of the last slot;
+        # driver: batch_ends reads each log's last slot and its END (commit reuses them),
+        # commit the fence.
+        "get": slots + t + t + 2 * t + 1,
+        # per poll: LIST the topic-partition's index entries; start and END: LIST the log;
+        # driver: batch_ends lists the batch recursively; commit lists batches/, the batch
+        # recursively twice (its dedup pass, its deletion) and index/ recursively (pages).
+        "list": slots + 2 * t + 3 * _pages(slots + t) + 1 + _pages(slots),
+        # bulk deletes, 1,000 keys each: the batch's slots and ENDs, its index entries
+        "delete": math.ceil((slots + t) / LIST_PAGE) + math.ceil(slots / LIST_PAGE),
     }
     return {k: v / batch_s for k, v in per_batch.items()}
+
+
+def per_slot_and_task(load: Load) -> tuple[float, float]:
+    """Requests per slot (one poll with records) and per task and micro-batch (start, END,
+    the driver's reads and its share of the commit's), from :func:`predict`."""
+    rates = predict(load)
+    total = sum(rates.values())
+    polls = load.tasks * load.polls_per_s
+    per_slot = 4.0  # two creates, the fence re-check, the lookup's listing
+    per_task = (total - per_slot * polls) * load.batch_s / load.tasks
+    return per_slot, per_task
+
+
+def cost_per_day(rates: dict[str, float]) -> float:
+    """Dollars per day at S3's list prices for requests per second by kind."""
+    writes = rates["create"] + rates["overwrite"] + rates["list"] + rates["delete"]
+    return 86_400 * (writes * S3_PRICE_WRITE + rates["get"] * S3_PRICE_READ) / 1000
+
+
+# (name, tasks, polls per second per task): issue 36's loads and targets, W = T, B = 10 s.
+# Where the load is given in records/s, polls = records/s / records per slot.
+FORMULA_LOADS = [
+    ("8 tasks x 1 poll/s", 8, 1.0),
+    ("32 tasks, 100,000 rec/s, 2,000 per slot", 32, 100_000 / 2_000 / 32),
+    ("32 tasks, 100,000 rec/s, 5,000 per slot", 32, 100_000 / 5_000 / 32),
+    ("32 tasks, 100,000 rec/s, 10,000 per slot", 32, 100_000 / 10_000 / 32),
+    ("40 tasks x 5 polls/s", 40, 5.0),
+    ("64 tasks x 2 polls/s", 64, 2.0),
+    ("200 tasks x 1 poll/s", 200, 1.0),
+    ("200 tasks, 1,000,000 rec/s, 2,000 per slot", 200, 1_000_000 / 2_000 / 200),
+    ("200 tasks, 1,000,000 rec/s, 5,000 per slot", 200, 1_000_000 / 5_000 / 200),
+    ("1,000 tasks x 1 poll/s", 1000, 1.0),
+    ("1,000 tasks x 5 polls/s", 1000, 5.0),
+    ("8 tasks, 1,000 rec/s, 100 per slot (the real run's load)", 8, 1_000 / 100 / 8),
+    ("8 tasks, 1,000 rec/s, 1,000 per slot", 8, 1_000 / 1_000 / 8),
+]
+
+
+def formula_table() -> None:
+    """The formula at :data:`FORMULA_LOADS` (W = T, B = 10 s), as docs/design.md shows it."""
+    print("| load | creates/s | GETs/s (the fence) | LISTs/s | all/s | per slot | "
+          "per task and batch | $/day (S3) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, t, p in FORMULA_LOADS:
+        load = Load(t, p, 10.0, 1, t, 0)
+        r = predict(load)
+        slot, task = per_slot_and_task(load)
+        fence = t * p + (t + 1) / load.batch_s
+        print(f"| {name} | {r['create']:,.1f} | {r['get']:,.1f} ({fence:,.1f}) "
+              f"| {r['list']:,.1f} | {sum(r.values()):,.1f} | {slot:.0f} | {task:.1f} | "
+              f"{cost_per_day(r):,.2f} |")
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -342,6 +411,15 @@ def report(load: Load, sim: Simulation, once: Tally, took: float) -> None:
     for kind in KINDS:
         measured = total.kinds[kind] / seconds
         print(f"  {kind:10} {measured:12,.0f} / {expected[kind]:12,.0f}")
+    measured_rates = {k: total.kinds[k] / seconds for k in KINDS}
+    per_poll = sum(sim.phases["poll"].kinds.values()) / polls
+    per_task = sum(sum(sim.phases[p].kinds.values()) for p in ("start", "end", "driver")) \
+        / (load.tasks * load.batches)
+    slot, task = per_slot_and_task(load)
+    print(f"\nper slot {per_poll:.2f} requests (formula {slot:.0f}), per task and micro-batch "
+          f"{per_task:.2f} (formula {task:.2f}); {load.records} records per slot")
+    print(f"cost at S3 list prices: ${cost_per_day(measured_rates):,.2f}/day measured, "
+          f"${cost_per_day(expected):,.2f}/day formula")
     print("\nrequests per second by key group (S3 prefix)")
     for (kind, group), count in sorted(total.groups.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:10} {group:36} {count / seconds:12,.0f}")
@@ -376,15 +454,21 @@ def _x(rate: float, limit: int) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", type=int, default=1000)
-    ap.add_argument("--polls-per-s", type=float, default=5.0, help="per task")
-    ap.add_argument("--batch-s", type=float, default=0.4, help="simulated seconds per batch")
+    ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--polls-per-s", type=float, default=1.0, help="per task")
+    ap.add_argument("--batch-s", type=float, default=2.0, help="simulated seconds per batch")
     ap.add_argument("--batches", type=int, default=2)
-    ap.add_argument("--workers", type=int, default=1, help="Python worker processes")
+    ap.add_argument("--workers", type=int, default=0, help="Python worker processes (0: one "
+                    "per task, as on a cluster)")
     ap.add_argument("--records", type=int, default=2, help="records per poll")
+    ap.add_argument("--partitions", type=int, default=16, help="topic partitions")
+    ap.add_argument("--formula", action="store_true", help="print the formula's table only")
     args = ap.parse_args()
+    if args.formula:
+        formula_table()
+        return 0
     load = Load(args.tasks, args.polls_per_s, args.batch_s, args.batches,
-                min(args.workers, args.tasks), args.records)
+                min(args.workers or args.tasks, args.tasks), args.records, args.partitions)
     with LocalS3() as s3:
         s3.create_bucket(BUCKET)
         sim = Simulation(s3, load)

@@ -391,7 +391,6 @@ def test_dedup_entries_go_once_the_start_offsets_pass_them(
     entry and keep the second."""
     from pyspark_kafka_share.source.journal.journal import Journal
     from pyspark_kafka_share.source.journal.keys import SlotKeys
-    from pyspark_kafka_share.source.journal.slots import dedup_entry
 
     topic = _topic(secured)
     group, security = _secured_source(secured, listener, topic)
@@ -404,19 +403,17 @@ def test_dedup_entries_go_once_the_start_offsets_pass_them(
     j = Journal(str(journal_dir))
     passed = {k for k in first if k[2] < 10}  # read and acknowledged in the first batch
     ahead = {(topic, 0, 1_000_000), (topic, 1, 1_000_000)}  # never produced
-    names = {"passed": "000000000001-00000-999998", "ahead": "000000000001-00001-999999"}
+    names = {"passed": 999998, "ahead": 999999}  # the slot numbers the entries name
 
-    def left() -> list[str]:
-        return sorted(n for n in j.store.listdir(j._p("dedup")) if not n.startswith("."))
+    def left() -> list[int]:
+        return sorted({entry.slot for entry in j.dedup_entries()})
 
     produced = 100
     try:
         wait_for(lambda: sum(p.numInputRows for p in q.recentProgress), lambda n: n >= 100,
                  90, "the first 100 records read")
-        j.store.makedirs(j._p("dedup"))  # else made by the first commit
         for name, keys in (("passed", passed), ("ahead", ahead)):
-            j.store.create_exclusive(j._p("dedup", names[name]),
-                                     dedup_entry(SlotKeys.of(keys)), True)
+            j.add_dedup(1, 0, names[name], SlotKeys.of(keys))
         assert j.find_journaled(passed | ahead) == passed | ahead
         committed = j.committed_seq()
         # Two records every 2 s: each batch's commit reads the start offsets, which the

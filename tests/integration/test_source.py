@@ -56,8 +56,7 @@ def _duplicates_recognised(j: Journal) -> bool:
     """Whether some END marker counts dropped duplicates, or dedup entries exist."""
     dropped = sum(end.stats.get("duplicates_dropped", 0)
                   for seq in j.batches() for end in j.batch_ends(seq).values())
-    dedup = [n for n in j.store.listdir(j._p("dedup")) if not n.startswith(".")]
-    return dropped > 0 or bool(dedup)
+    return dropped > 0 or bool(j.dedup_entries())
 
 
 def _remaining(kafka: LocalKafka, group: str, topics: list[str],

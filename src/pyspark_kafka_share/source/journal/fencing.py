@@ -90,6 +90,14 @@ class LogJournal(Protocol):
     def batch_dir(self, seq: int) -> str:
         """The directory (key prefix) of batch ``seq``'s part logs."""
 
+    def index_slot(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
+        """Announce, before creating it, that slot ``slot`` of log ``(seq, part)`` will hold
+        ``keys`` (the duplicate lookup's index)."""
+
+    def unindex_slot(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
+        """Remove what :meth:`index_slot` announced for a slot being withdrawn, and its
+        cached keys."""
+
     def remember(self, path: str, keys: SlotKeys) -> None:
         """Note the keys of the slot just published at ``path`` (the duplicate lookup's
         cache), so that this process never reads them back."""
@@ -113,6 +121,7 @@ class PartLog:
         self._next = 0
         self.loss_files: list[str] = []  # seen by the last scan
         self.last_slot_bytes = 0  # size of the last data slot this log appended
+        self._keys: dict[int, SlotKeys] = {}  # of the slots this log appended
 
     def slot_path(self, slot: int) -> str:
         return f"{self.dir}/{slot:06d}"
@@ -124,16 +133,19 @@ class PartLog:
             raise JournalClosed(f"batch {self.seq} is already committed")
         return self.scan()
 
-    def scan(self) -> ScanResult:
+    def scan(self, names: list[str] | None = None) -> ScanResult:
         """The log's data slots, END marker and first free slot.
 
+        ``names``: the log's file names, when the caller listed them already (the driver
+        lists a whole batch at once); else the log is listed here.
         Reads one listing and the first bytes of the last slot only: slots are contiguous
         from 0 (each is created only by an attempt that found the one before taken) and END,
         if any, is the last (an attempt that finds a slot taken by END stops). Raises
         :class:`JournalClosed` if that slot vanished (its batch was committed and deleted).
         """
         store = self.journal.store
-        names = store.listdir(self.dir)
+        if names is None:
+            names = store.listdir(self.dir)
         numbers = sorted(int(n) for n in names if n.isdigit())
         self.loss_files = [n for n in names if n.startswith(LOSS_PREFIX)]
         count = 0
@@ -182,13 +194,18 @@ class PartLog:
         payload = offsets_slot(batch, attempt) if self.journal.content == "offsets" \
             else data_slot(batch, attempt)
         self.last_slot_bytes = len(payload)
+        keys = keys if keys is not None else SlotKeys.of_table(batch)
         conflicts = 0
+        announced = -1
         while True:
             slot = self._next
+            if slot != announced:  # the index names a slot before it exists
+                self.journal.index_slot(self.seq, self.part, slot, keys)
+                announced = slot
             if self._create(slot, payload):
                 self._next = slot + 1
-                self.journal.remember(self.slot_path(slot),
-                                      keys if keys is not None else SlotKeys.of_table(batch))
+                self.journal.remember(self.slot_path(slot), keys)
+                self._keys[slot] = keys
                 return slot
             try:
                 taken = self.journal.store.read(self.slot_path(slot))
@@ -211,7 +228,9 @@ class PartLog:
                 raise JournalClosed(f"partition {self.part} of batch {self.seq} is closed")
 
     def withdraw(self, slot: int) -> None:
-        """Delete our own slot of a batch that Spark already committed (nobody reads it)."""
+        """Delete our own slot of a batch that Spark already committed (nobody reads it): its
+        index entries first, then the slot."""
+        self.journal.unindex_slot(self.seq, self.part, slot, self._keys.pop(slot, SlotKeys({})))
         self.journal.store.remove(self.slot_path(slot))
 
     def end(self, marker_for: Callable[[ScanResult], EndMarker]) -> ScanResult:

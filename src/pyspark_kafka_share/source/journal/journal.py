@@ -6,21 +6,23 @@ Layout under ``journalPath``::
                                   each is an Arrow IPC file (the poll's offsets and checksum,
                                   or its records: ``JournalSettings.content``) or an END
                                   marker (JSON); ``lost-<attempt>``: records a re-run skipped
-    dedup/<seq>-<part>-<slot>     (topic, partition, offset) of committed records whose
-                                  acknowledgement was not confirmed
+    index/<topic>/<partition>/... one entry per slot and topic-partition, named by the offsets
+                                  it covers, and the dedup entries: (topic, partition, offset)
+                                  of committed records whose acknowledgement was not confirmed
+                                  (:mod:`.index`)
     committed                     the newest batch Spark committed (a fence for late attempts)
     owner                         the streaming query that owns the journal
     markers/<id>                  written by the driver when a query starts; every task must
                                   see it before it acknowledges anything (one shared journal)
+    layout                        the layout's version (:data:`.index.LAYOUT`)
 
 Who may write where (exclusive slots, END, the ``committed`` fence) is in :mod:`.fencing`;
 what the files hold in :mod:`.slots`. This module is the journal as a whole: its owner, the
-driver's markers, the duplicate lookup over every open slot, and commit.
+driver's markers, the duplicate lookup through the index (:mod:`.index`), and commit.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 import threading
 import time
@@ -28,6 +30,8 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share.errors import JournalClosed, JournalError
@@ -38,7 +42,16 @@ from pyspark_kafka_share.source.journal.fencing import (
     raise_fence,
     read_fence,
 )
-from pyspark_kafka_share.source.journal.keys import EMPTY_INDEX, Key, KeyIndex, SlotKeys
+from pyspark_kafka_share.source.journal.index import (
+    INDEX_DIR,
+    LAYOUT,
+    LAYOUT_FILE,
+    IndexEntry,
+    after,
+    overlapping,
+    tp_dir,
+)
+from pyspark_kafka_share.source.journal.keys import Key, SlotKeys
 from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.probe import check_journal, check_journal_uri
 from pyspark_kafka_share.source.journal.slots import Content, EndMarker, dedup_entry, keys_of
@@ -54,10 +67,6 @@ _KEY_CACHE: OrderedDict[str, SlotKeys] = OrderedDict()
 _KEY_CACHE_LOCK = threading.Lock()
 _KEY_CACHE_MAX = 4096
 _KEY_CACHE_FENCE: dict[str, int] = {}  # journal uri -> fence its entries were pruned at
-# journal uri -> the union of the keys of the open slots seen last (rebuilt from _KEY_CACHE
-# when one of them is gone: committed, withdrawn, pruned)
-_INDEX: dict[str, KeyIndex] = {}
-_SLOT_PATH = re.compile(r"([0-9]+)/[0-9]+/[0-9]+")  # a slot's path under batches/
 _CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
 _MARKERS_SEEN: set[tuple[str, str]] = set()  # (journal uri, marker) seen by this process
 
@@ -97,6 +106,11 @@ class Journal:
         self.store, self.root = store_for(self.location, options)
         self.fsync = fsync
         self.content: Content = content
+        # The newest fence this object read (it only grows): the lookup skips slot entries
+        # at or below it without reading the fence again.
+        self._fence_seen = -1
+        # Scans of ended part logs by batch (driver: batch_ends, then commit, reads them once)
+        self._ended: dict[int, dict[int, ScanResult]] = {}
 
     @classmethod
     def of(cls, settings: JournalSettings) -> Journal:
@@ -129,7 +143,11 @@ class Journal:
     # -- the committed fence ------------------------------------------------------------
 
     def committed_seq(self) -> int:
-        return read_fence(self.store, self._p("committed"))
+        """The newest batch Spark committed (-1: none yet), read now."""
+        seq = read_fence(self.store, self._p("committed"))
+        self._fence_seen = max(self._fence_seen, seq)
+        self._forget_committed_keys(seq)
+        return seq
 
     def claim(self, query_id: str) -> None:
         """Make ``query_id`` (Spark's streaming query id, stable across restarts) the journal's
@@ -161,6 +179,9 @@ class Journal:
         """Leave a new marker for this run's tasks (driver); its name. Markers of runs older
         than a week are removed."""
         self.store.makedirs(self._p("markers"))
+        if not self.store.create_exclusive(self._p(LAYOUT_FILE), LAYOUT, self.fsync) and \
+                self.store.read(self._p(LAYOUT_FILE)).strip() != LAYOUT:
+            raise JournalError(f"journal {self.uri} is of another layout (see load()'s check)")
         name = uuid.uuid4().hex
         self.store.create_exclusive(self._p("markers", name), b"driver", self.fsync)
         week_ago = time.time() - 7 * 24 * 3600
@@ -199,7 +220,6 @@ class Journal:
         """Drop this journal's cached slot keys whose path ``stale(path)`` says."""
         prefix = f"{self.uri}\0"
         with _KEY_CACHE_LOCK:
-            _INDEX.pop(self.uri, None)
             for key in [k for k in _KEY_CACHE if k.startswith(prefix) and stale(k[len(prefix):])]:
                 del _KEY_CACHE[key]
 
@@ -246,51 +266,93 @@ class Journal:
             while len(_KEY_CACHE) > _KEY_CACHE_MAX:
                 _KEY_CACHE.popitem(last=False)
 
-    def _open_slots(self) -> list[str]:
-        """Paths of the slots of uncommitted batches and of the dedup entries.
+    def index_slot(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
+        """Announce that slot ``slot`` of log ``(seq, part)`` will hold ``keys``: one index
+        entry per topic-partition, each created before the slot is (a slot that exists is
+        always found by the lookup; an entry whose slot was never created, or was won by
+        another attempt, costs a read on overlap and holds nothing of ``keys``)."""
+        for tp, offsets in keys.by_partition.items():
+            if not len(offsets):
+                continue
+            entry = IndexEntry.covering(offsets, "s", seq, part, slot)
+            path = self._p(tp_dir(tp), entry.name)
+            try:
+                self.store.makedirs(self._p(tp_dir(tp)))
+                self.store.create_exclusive(path, b"", self.fsync)
+            except JournalError:
+                raise
+            except OSError as exc:
+                raise JournalError(f"cannot write journal index entry {path}: {exc}") from exc
 
-        The fence is read first: keys of committed batches are in dedup/ (written before the
-        fence), and a committed batch directory may hold a late attempt's withdrawn slot.
-        Two listings, whatever the number of batches and partitions.
-        """
-        fence = self.committed_seq()
-        self._forget_committed_keys(fence)
-        batches = self._p("batches")
-        open_batch: dict[str, bool] = {}
-        paths: list[str] = []
-        for rel in self.store.files_under(batches):
-            slot = _SLOT_PATH.fullmatch(rel)  # <seq>/<part>/<slot>: data, END
-            if slot is not None:
-                seq = slot[1]
-                if open_batch.setdefault(seq, int(seq) > fence):
-                    paths.append(f"{batches}/{rel}")
-        paths.extend(self._p("dedup", n) for n in self.store.listdir(self._p("dedup"))
-                     if not n.startswith("."))
-        return paths
+    def unindex_slot(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
+        """Remove the index entries :meth:`index_slot` created for a slot being withdrawn, and
+        the slot's cached keys (its records are released: they must stop counting)."""
+        self.store.remove_all([
+            self._p(tp_dir(tp), IndexEntry.covering(offsets, "s", seq, part, slot).name)
+            for tp, offsets in keys.by_partition.items() if len(offsets)])
+        path = f"{self.batch_dir(seq)}/{part:05d}/{slot:06d}"
+        self._forget_keys(lambda p: p == path)
+
+    def _entry_path(self, tp: TopicPartition, entry: IndexEntry) -> str:
+        """Where ``entry``'s keys are: its slot, or the dedup entry itself."""
+        if entry.kind == "d":
+            return self._p(tp_dir(tp), entry.name)
+        return f"{self.batch_dir(entry.seq)}/{entry.part:05d}/{entry.slot:06d}"
 
     def find_journaled(self, candidates: set[Key] | SlotKeys) -> set[Key]:
-        """Those of ``candidates`` that some published slot or dedup entry already holds."""
+        """Those of ``candidates`` that some published slot or dedup entry already holds.
+
+        One listing per topic-partition of ``candidates``, from the lowest wanted offset, and
+        a read only of an entry whose range overlaps them. Slot entries of batches at or
+        below the newest fence this journal object has read are skipped (their unconfirmed
+        keys are dedup entries, written before that fence, so listed too). A match in a slot
+        is trusted only with a fence read *before* the listing (only that tells a late
+        attempt's orphan from a published slot; docs/design.md, "The duplicate lookup"), so
+        then the fence is read and the lookup made again: a read of the fence per lookup
+        only when it finds something.
+        """
         wanted = candidates if isinstance(candidates, SlotKeys) else SlotKeys.of(candidates)
         if not wanted.by_partition:
             return set()
-        return self._index(self._open_slots()).find(wanted)
+        found, in_slot = self._lookup(wanted, self._fence_seen)
+        if not in_slot:
+            return found
+        for _ in range(MAX_CONFLICTS):
+            found, retry = self._lookup(wanted, self.committed_seq(), fresh=True)
+            if not retry:
+                return found
+        raise JournalError(f"journal {self.uri}: batches kept being committed during a lookup")
 
-    def _index(self, paths: list[str]) -> KeyIndex:
-        """The keys of the slots at ``paths``: the index built for the previous lookup plus
-        the new slots, or rebuilt when one it holds is gone (its keys must not count)."""
-        with _KEY_CACHE_LOCK:
-            index = _INDEX.get(self.uri, EMPTY_INDEX)
-        now = set(paths)
-        if not index.paths <= now:
-            index = EMPTY_INDEX
-        for path in sorted(now - index.paths):
-            try:
-                index = index.plus(path, self._slot_keys(path))
-            except FileNotFoundError:
-                continue  # cleaned up meanwhile: its keys are in dedup/
-        with _KEY_CACHE_LOCK:
-            _INDEX[self.uri] = index
-        return index
+    def _lookup(self, wanted: SlotKeys, fence: int, *,
+                fresh: bool = False) -> tuple[set[Key], bool]:
+        """The keys of ``wanted`` the index's entries hold (slot entries above ``fence``), and
+        a flag: not ``fresh``, a slot matched or vanished (look again with the fence read
+        first); ``fresh``, a slot vanished from a batch committed meanwhile (look again)."""
+        found: set[Key] = set()
+        for tp, offsets in wanted.by_partition.items():
+            if not len(offsets):
+                continue
+            names = self.store.list_after(self._p(tp_dir(tp)), after(int(offsets[0])))
+            for entry in overlapping(names, offsets):
+                if entry.kind == "s" and entry.seq <= fence:
+                    continue
+                try:
+                    held = self._slot_keys(self._entry_path(tp, entry)).by_partition.get(tp)
+                except FileNotFoundError:
+                    if entry.kind == "d":
+                        continue  # pruned: below the start offset, or expired
+                    if not fresh:
+                        return found, True  # maybe committed since: look with the fence
+                    if self.committed_seq() >= entry.seq:
+                        return found, True  # committed and deleted: its dedup entries now
+                    continue  # never created (announced only) in an open batch
+                if held is None:
+                    continue
+                hit = offsets[np.isin(offsets, held, assume_unique=True)]
+                if len(hit) and entry.kind == "s" and not fresh:
+                    return found, True
+                found.update((tp.topic, tp.partition, o) for o in hit.tolist())
+        return found, False
 
     # -- driver side --------------------------------------------------------------------
 
@@ -298,16 +360,17 @@ class Journal:
         """END markers of batch ``seq``, by partition (their stats with the records replays
         after END skipped, ``records_lost``)."""
         ends: dict[int, EndMarker] = {}
-        for part in self.store.listdir(self.batch_dir(seq)):
-            if not part.isdigit():
-                continue
-            log = self.part_log(seq, int(part))
+        for part, names in self._batch_listing(seq).items():
+            log = self.part_log(seq, part)
             try:
-                end = log.scan().end
+                scan = log.scan(names)
+                end = scan.end
                 lost = log.losses() if end is not None and log.loss_files else 0
             except JournalClosed:
                 continue  # committed and deleted meanwhile
             if end is not None:
+                # Nothing is published after END: commit reuses the scan.
+                self._ended.setdefault(seq, {})[part] = scan
                 if lost:  # skipped by replays after END: counted with the batch
                     end = replace(end, stats={**end.stats, "records_lost":
                                               end.stats.get("records_lost", 0) + lost})
@@ -327,26 +390,15 @@ class Journal:
         directory away), was never acknowledged, and is only deleted here: taking its records
         for published ones would drop their redeliveries.
         """
-        self.store.makedirs(self._p("dedup"))
         previous = self.committed_seq()
         done = [n for n in self._batch_names() if int(n) <= seq]
         for name in done:
-            if int(name) <= previous:
-                continue
-            for part in self.store.listdir(self._p("batches", name)):
-                if not part.isdigit():
-                    continue
-                log = self.part_log(int(name), int(part))
-                scan = log.scan()
-                acked = set(scan.end.acked_slots) if scan.end else set()
-                for slot in scan.data_slots:
-                    if slot in acked:
-                        continue  # acknowledged and confirmed: never redelivered
-                    keys = self._slot_keys(log.slot_path(slot))
-                    target = self._p("dedup", f"{name}-{int(part):05d}-{slot:06d}")
-                    self.store.create_exclusive(target, dedup_entry(keys), self.fsync)
+            if int(name) > previous:
+                self._keep_unconfirmed(int(name))
         if seq > previous:
             raise_fence(self.store, self._p("committed"), seq)
+        for done_seq in [n for n in self._ended if n <= seq]:
+            del self._ended[done_seq]
         for name in done:
             # Renamed first where possible: a late attempt's link into the old path then
             # fails (ENOENT). Without rename, the fence does that job (see the docstring).
@@ -355,7 +407,63 @@ class Journal:
             for name in self.store.listdir(self._p("batches")):
                 if name.startswith(".gc-"):
                     self.store.remove_tree(self._p("batches", name))
-        self.prune_dedup(start_offsets, dedup_retention_ms)
+        self._clean_index(max(seq, previous), start_offsets, dedup_retention_ms)
+
+    def _batch_listing(self, seq: int) -> dict[int, list[str]]:
+        """The file names of each part log of batch ``seq``, from one recursive listing."""
+        logs: dict[int, list[str]] = {}
+        for rel in self.store.files_under(self.batch_dir(seq)):
+            part, _, name = rel.partition("/")
+            if part.isdigit() and name and "/" not in name:
+                logs.setdefault(int(part), []).append(name)
+        return logs
+
+    def _keep_unconfirmed(self, seq: int) -> None:
+        """Write a dedup entry per topic-partition for every slot of batch ``seq`` whose
+        acknowledgement its END does not record as confirmed (with the scans of ended logs
+        that :meth:`batch_ends` made, if it did)."""
+        ended = self._ended.get(seq, {})
+        for part, names in self._batch_listing(seq).items():
+            log = self.part_log(seq, part)
+            scan = ended.get(part) or log.scan(names)
+            acked = set(scan.end.acked_slots) if scan.end else set()
+            for slot in scan.data_slots:
+                if slot in acked:
+                    continue  # acknowledged and confirmed: never redelivered
+                self.add_dedup(seq, part, slot, self._slot_keys(log.slot_path(slot)))
+
+    def add_dedup(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
+        """Keep ``keys`` (of slot ``slot`` of log ``(seq, part)``) as dedup entries, one per
+        topic-partition, under that topic-partition's prefix of the index."""
+        for tp, offsets in keys.by_partition.items():
+            if not len(offsets):
+                continue
+            entry = IndexEntry.covering(offsets, "d", seq, part, slot)
+            self.store.makedirs(self._p(tp_dir(tp)))
+            self.store.create_exclusive(self._p(tp_dir(tp), entry.name),
+                                        dedup_entry(SlotKeys({tp: offsets})), self.fsync)
+
+    def dedup_entries(self) -> list[IndexEntry]:
+        """The dedup entries (one per slot and topic-partition)."""
+        return [entry for _, entry in self._index_entries() if entry.kind == "d"]
+
+    def _index_entries(self) -> list[tuple[str, IndexEntry]]:
+        """Every entry of the index, with its path relative to ``index/`` (one listing)."""
+        found: list[tuple[str, IndexEntry]] = []
+        for rel in self.store.files_under(self._p(INDEX_DIR)):
+            entry = IndexEntry.parse(rel.rsplit("/", 1)[-1])
+            if entry is not None and rel.count("/") == 2:
+                found.append((rel, entry))
+        return found
+
+    def _clean_index(self, fence: int, start_offsets: Mapping[TopicPartition, int] | None,
+                     retention_ms: int) -> None:
+        """Delete the slot entries of batches at or below ``fence`` and the dedup entries
+        that can no longer match a redelivery (:meth:`prune_dedup`)."""
+        self.store.remove_all([
+            self._p(INDEX_DIR, rel) for rel, entry in self._index_entries()
+            if (entry.kind == "s" and entry.seq <= fence) or
+            (entry.kind == "d" and self._expired(rel, entry, start_offsets, retention_ms))])
 
     def prune_dedup(self, start_offsets: Mapping[TopicPartition, int] | None,
                     retention_ms: int) -> None:
@@ -366,20 +474,20 @@ class Journal:
         archived for good and are never delivered again. That bound is exact, so the time
         limit ``retention_ms`` applies only when the start offsets could not be read.
         """
-        for name in self.store.listdir(self._p("dedup")):
-            if name.startswith("."):
-                continue
-            path = self._p("dedup", name)
-            try:
-                if start_offsets is not None:
-                    keys = self._slot_keys(path)
-                    done = all(keys.highest(tp) < start_offsets.get(tp, -1)
-                               for tp in keys.by_partition)
-                else:
-                    done = retention_ms > 0 and \
-                        self.store.mtime(path) < time.time() - retention_ms / 1000
-            except FileNotFoundError:
-                continue
-            if done:
-                self.store.remove(path)
+        self.store.remove_all([self._p(INDEX_DIR, rel) for rel, entry in self._index_entries()
+                               if entry.kind == "d"
+                               and self._expired(rel, entry, start_offsets, retention_ms)])
 
+    def _expired(self, rel: str, entry: IndexEntry,
+                 start_offsets: Mapping[TopicPartition, int] | None, retention_ms: int) -> bool:
+        """Whether dedup entry ``entry`` (at ``index/<rel>``) can go: its highest offset (in
+        its name) is below its topic-partition's start offset, or, without start offsets,
+        it is older than ``retention_ms``."""
+        if start_offsets is not None:
+            topic, partition, _ = rel.split("/")
+            return entry.hi < start_offsets.get(TopicPartition(topic, int(partition)), -1)
+        try:
+            return retention_ms > 0 and \
+                self.store.mtime(self._p(INDEX_DIR, rel)) < time.time() - retention_ms / 1000
+        except FileNotFoundError:
+            return False

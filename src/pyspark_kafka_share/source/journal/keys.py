@@ -1,13 +1,10 @@
-"""Record identities in the journal, for the per-poll duplicate lookup.
+"""Record identities in the journal: sorted offset arrays per topic-partition.
 
-Every polled record is looked up among the keys of every open slot and dedup entry (a broker
-restart hands out journaled records again as first deliveries). Each worker process used to
-build Python sets of every slot's keys and test each poll against each slot (a range check,
-then a set intersection where ranges overlapped). :class:`SlotKeys` now holds sorted offset
-arrays built from the Arrow columns, and :class:`KeyIndex` the union of the open slots' keys in
-a few sorted runs per topic-partition, so a poll costs one binary search per record and run.
-Measured on the throughput benchmark's setup (2 M records, 4 tasks, two rounds each, one
-session): the first 10 s batch read 1.36-1.45 M records before, 1.85 M after.
+Every polled record is looked up in the journal (a broker restart hands out journaled records
+again as first deliveries). :class:`SlotKeys` holds a slot's (or dedup entry's) keys as sorted
+offset arrays built from the Arrow columns, without a per-row loop; the lookup (``Journal.
+find_journaled``) lists the index entries whose offset range can hold a poll's records
+(:mod:`.index`) and compares offsets only against those, with numpy.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import pyarrow.compute as pc
 from pyspark_kafka_share._kafka.arrow import partitions_of, single_topic
 from pyspark_kafka_share._kafka.partition import TopicPartition
 
-__all__ = ["EMPTY_INDEX", "Key", "KeyIndex", "SlotKeys", "unique_offsets"]
+__all__ = ["Key", "Offsets", "SlotKeys", "unique_offsets"]
 
 Key = tuple[str, int, int]  # (topic, partition, offset)
 Offsets = npt.NDArray[np.int64]  # sorted, unique
@@ -84,43 +81,3 @@ class SlotKeys:
     def lowest(self) -> dict[TopicPartition, int]:
         """The lowest offset per topic-partition."""
         return {tp: int(o[0]) for tp, o in self.by_partition.items() if len(o)}
-
-
-@dataclass(frozen=True, eq=False)
-class KeyIndex:
-    """The union of the keys of the slots at ``paths``.
-
-    Per topic-partition a few sorted runs; a new run is merged into the previous one while that
-    one is at most twice as long, so there are O(log n) runs and each key is merged O(log n)
-    times (a timsort of two sorted runs: linear). A key two slots hold appears twice, which
-    membership does not mind. Immutable: :meth:`plus` returns a new index.
-    """
-
-    paths: frozenset[str]
-    runs: dict[TopicPartition, tuple[Offsets, ...]]
-
-    def plus(self, path: str, keys: SlotKeys) -> KeyIndex:
-        runs = dict(self.runs)
-        for tp, offsets in keys.by_partition.items():
-            if not len(offsets):
-                continue
-            stack = [*runs.get(tp, ()), offsets]
-            while len(stack) > 1 and len(stack[-2]) <= 2 * len(stack[-1]):
-                last = stack.pop()
-                stack[-1] = np.sort(np.concatenate((stack[-1], last)), kind="stable")
-            runs[tp] = tuple(stack)
-        return KeyIndex(self.paths | {path}, runs)
-
-    def find(self, wanted: SlotKeys) -> set[Key]:
-        """Those of ``wanted`` that some slot of the index holds."""
-        found: set[Key] = set()
-        for tp, offsets in wanted.by_partition.items():
-            hit = np.zeros(len(offsets), dtype=bool)
-            for run in self.runs.get(tp, ()):
-                at = np.minimum(np.searchsorted(run, offsets), len(run) - 1)
-                hit |= run[at] == offsets
-            found.update((tp.topic, tp.partition, o) for o in offsets[hit].tolist())
-        return found
-
-
-EMPTY_INDEX = KeyIndex(frozenset(), {})

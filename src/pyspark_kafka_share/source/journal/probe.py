@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark_kafka_share.errors import JournalError, OptionError
+from pyspark_kafka_share.source.journal.index import LAYOUT, LAYOUT_FILE
 from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.stores import ObjectStore, Store, store_for
 from pyspark_kafka_share.source.journal.stores.base import first_line
@@ -69,12 +71,47 @@ def check_journal(location: JournalLocation,
     _PROBED.add(cache_key)
 
 
+_SLOT_FILE = re.compile(r"[0-9]+/[0-9]+/[0-9]+")  # a slot under batches/
+
+
+def _check_layout(uri: str, store: Store, root: str, names: frozenset[str]) -> None:
+    """Refuse a journal written in another layout, from the names the probe listed at its top
+    level (and a read of ``layout``, or a listing of ``batches/``, where needed).
+
+    A journal of the layout before the index (``dedup/`` entries, slots without index
+    entries) cannot be searched by this version's lookup, which would miss its records:
+    ``OptionError`` naming the fix. The driver writes ``layout``; a journal without it but
+    with ``index/`` was written by tasks of this version without a driver (tests), and one
+    without slots or dedup entries holds nothing to miss."""
+    top = root.rstrip("/")
+    if LAYOUT_FILE in names:
+        try:
+            found = store.read(f"{top}/{LAYOUT_FILE}" if top else LAYOUT_FILE).strip()
+        except FileNotFoundError:
+            return
+        if found == LAYOUT:
+            return
+        why = f"it was written in journal layout {found.decode(errors='replace')!r}"
+    elif "dedup" in names or ("index" not in names and "batches" in names and any(
+            _SLOT_FILE.fullmatch(rel)
+            for rel in store.files_under(f"{top}/batches" if top else "batches"))):
+        why = "it was written by an earlier development version (no index/, a dedup/ directory)"
+    else:
+        return
+    raise OptionError("journalPath", uri,
+                      f"{why}, which this version cannot search for duplicates (it expects "
+                      f"layout {LAYOUT.decode()!r}). Start the query with a new checkpoint "
+                      "and a new journalPath (an empty directory or prefix); the old batches "
+                      "of that checkpoint cannot be replayed by this version")
+
+
 @dataclass(frozen=True)
 class _ProbeResult:
     first: bool     # the first exclusive create created the probe
     second: bool    # the second one did too (it must have been refused)
     listed: bool    # the probe was in a listing of its directory
     content: bytes  # what reading the probe returned
+    names: frozenset[str]  # what the listing showed (the journal's top level)
 
 
 def _run_probe(store: Store, directory: str) -> _ProbeResult:
@@ -84,12 +121,12 @@ def _run_probe(store: Store, directory: str) -> _ProbeResult:
     try:
         first = store.create_exclusive(probe, b"probe 1", True)
         second = store.create_exclusive(probe, b"probe 2", True)
-        listed = name in store.listdir(directory)
+        names = frozenset(store.listdir(directory))
         content = store.read(probe)
     finally:
         with contextlib.suppress(Exception):
             store.remove(probe)
-    return _ProbeResult(first, second, listed, content)
+    return _ProbeResult(first, second, name in names, content, names)
 
 
 def _judge_probe(uri: str, why: str, result: _ProbeResult, kind: str, fix: str) -> None:
@@ -118,6 +155,7 @@ def _probe_object_store(loc: JournalLocation, opts: Mapping[str, str]) -> None:
                           "the store's standard environment variables)") from None
     _judge_probe(loc.uri, why, result, "store", "Use a store that honours conditional writes "
                  "(If-None-Match) and lists what it just stored")
+    _check_layout(loc.uri, store, loc.path, result.names)
 
 
 # -- the probe on filesystems -----------------------------------------------------------------
@@ -220,3 +258,4 @@ def _probe_filesystem(location: JournalLocation) -> None:
             for directory in created:
                 store.rmdir(directory)
     _judge_probe(uri, why, result, "filesystem", _USE_INSTEAD)
+    _check_layout(uri, store, root, result.names)

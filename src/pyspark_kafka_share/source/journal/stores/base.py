@@ -37,6 +37,17 @@ class Store:
         none. One listing request on object stores (the journal calls it on every poll)."""
         raise NotImplementedError
 
+    def list_after(self, path: str, start_after: str) -> list[str]:
+        """Names of the files directly under ``path`` that sort after ``start_after``, in
+        order; [] if there is none. One listing request (a page per 1,000 names) on object
+        stores, which start it there (S3's ``start-after``)."""
+        return sorted(n for n in self.listdir(path) if n > start_after)
+
+    def remove_all(self, paths: list[str]) -> None:
+        """Remove the files at ``paths`` (those already gone are skipped)."""
+        for path in paths:
+            self.remove(path)
+
     def makedirs(self, path: str) -> None:
         raise NotImplementedError
 

@@ -234,6 +234,29 @@ class ObjectStore(Store):
         cut = len(prefix) + 1 if prefix else 0
         return [k[cut:] for k in keys]
 
+    def list_after(self, path: str, start_after: str) -> list[str]:
+        prefix = f"{self._key(path)}/"
+        try:
+            keys: list[str] = []
+            for chunk in self._ob.list(self.store, prefix,
+                                       offset=f"{prefix}{start_after}" if start_after else None):
+                keys.extend(o["path"] for o in chunk)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:  # noqa: BLE001
+            raise self._error("list", path, exc) from None
+        return sorted(k[len(prefix):] for k in keys if "/" not in k[len(prefix):])
+
+    def remove_all(self, paths: list[str]) -> None:
+        keys = [self._key(p) for p in paths]
+        try:
+            for i in range(0, len(keys), 1000):
+                self._ob.delete(self.store, keys[i:i + 1000])
+        except FileNotFoundError:
+            return
+        except Exception as exc:  # noqa: BLE001
+            raise self._error("delete", paths[0], exc) from None
+
     def makedirs(self, path: str) -> None:
         """Object stores have no directories."""
 
