@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -101,6 +102,8 @@ class NativeShareConsumer:
         self._results: dict[tuple[str, int], int] = {}
         self._woken = False
         self._closed = False
+        self.batch_codecs: Counter[str] = Counter()
+        """Record batches decoded, per codec (``"none"``, ``"gzip"``, ...)."""
         self._membership = Membership(config.group_id, tuple(topics), self._connect,
                                       self._bootstrap, config.timeout_s)
         self._membership.start()
@@ -281,10 +284,9 @@ class NativeShareConsumer:
             return []
         tp = (part.topic_id, part.partition)
         topic = self._names[part.topic_id]
-        by_offset = {rec.offset: rec
-                     for batch in decode_batches(part.records or b"",
-                                                 check_crc=self.config.check_crcs)
-                     if not batch.control for rec in batch.records}
+        batches = decode_batches(part.records or b"", check_crc=self.config.check_crcs)
+        self.batch_codecs.update(b.codec for b in batches)
+        by_offset = {rec.offset: rec for b in batches if not b.control for rec in b.records}
         out = []
         for acquired in part.acquired:
             for offset in range(acquired.first_offset, acquired.last_offset + 1):
