@@ -17,8 +17,7 @@ from pyspark_kafka_share._kafka.native import (
     NativeShareConsumer,
     ShareRecord,
 )
-from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
-from pyspark_kafka_share.errors import OptionError, WakeupError
+from pyspark_kafka_share.errors import WakeupError
 from pyspark_kafka_share.harness import LocalKafka
 from tests.fixtures.kafka import TopicFactory
 
@@ -210,17 +209,6 @@ def test_wakeup_interrupts_poll_from_another_thread(topic: str, group: str,
         consumer.poll(30.0)
     assert time.monotonic() - start < 5.0
     assert consumer.poll(0.5) == []  # still usable
-
-
-def test_settings_derive_the_config_and_refuse_what_it_cannot_honour(kafka: LocalKafka) -> None:
-    settings = ClientSettings(kafka.bootstrap_servers, "g", extra=(("max.poll.records", "9"),),
-                              names=WORKER_NAMES)
-    config = settings.native_consumer(client_id="w", max_poll_records=5, record_limit=True)
-    assert (config.max_poll_records, config.record_limit, config.client_id) == (5, True, "w")
-    bad = ClientSettings(kafka.bootstrap_servers, "g", extra=(("queued.min.messages", "9"),),
-                         names=WORKER_NAMES)
-    with pytest.raises(OptionError, match=r"consumer_config\['queued.min.messages'\]"):
-        bad.native_consumer(client_id="w")
 
 
 # -- security ------------------------------------------------------------------------------

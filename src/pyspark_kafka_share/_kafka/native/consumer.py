@@ -130,12 +130,20 @@ class NativeShareConsumer:
             return []
         while True:
             self._raise_pending()
-            if any(AckType.RENEW in acks.values() for acks in self._held.pending.values()):
+            if self._acknowledge_first():
                 self._acknowledge_all(final=False)
             left_ms = int((deadline - time.monotonic()) * 1000)
             records = self._fetch_once(max(0, min(left_ms, self.config.fetch_max_wait_ms)))
             if records or time.monotonic() >= deadline:
                 return records
+
+    def _acknowledge_first(self) -> bool:
+        """Whether pending acknowledgements need a ShareAcknowledge before the fetch: RENEWs
+        (sent alone, so that the renewed deadline is known before the next fetch) and those
+        of partitions no longer assigned (no fetch carries them)."""
+        assigned = {(t, p) for t, parts in self._membership.assignment().items() for p in parts}
+        return any(acks and (tp not in assigned or AckType.RENEW in acks.values())
+                   for tp, acks in self._held.pending.items())
 
     def acknowledge(self, record: ShareRecord, kind: str | AckType = AckType.ACCEPT) -> None:
         """Settle ``record`` as ACCEPT, RELEASE or REJECT, or RENEW its lock (it stays held);
@@ -250,7 +258,9 @@ class NativeShareConsumer:
             self._drop(session)
             self._fail(req, ErrorCode.NETWORK_EXCEPTION)
             return None
-        if answer.error_code in _SESSION_LOST:
+        lost = _SESSION_LOST | ({ErrorCode.SHARE_SESSION_LIMIT_REACHED}
+                                if api == ApiKey.SHARE_FETCH else set())
+        if answer.error_code in lost:  # the broker dropped the session: open a new one
             session.reset()
             self._fail(req, answer.error_code)
             return None
@@ -259,7 +269,7 @@ class NativeShareConsumer:
                             answer.error_message)
             if not err.retriable:
                 raise err
-            session.reset()
+            session.advanced(req, fetch=api == ApiKey.SHARE_FETCH)  # the session goes on
             self._stale = True
             self._fail(req, answer.error_code)
             return None
