@@ -78,10 +78,10 @@ class NativeConsumerConfig:
     timeout_s: float = 30.0
     check_crcs: bool = True
 
-    def fetch_params(self, max_wait_ms: int) -> FetchParams:
+    def fetch_params(self, max_wait_ms: int, max_records: int) -> FetchParams:
         mode = AcquireMode.RECORD_LIMIT if self.record_limit else AcquireMode.BATCH_OPTIMIZED
         return FetchParams(max_wait_ms, self.fetch_min_bytes, self.fetch_max_bytes,
-                           self.max_poll_records, self.max_poll_records, mode)
+                           max_records, max_records, mode)
 
 
 class NativeShareConsumer:
@@ -101,6 +101,7 @@ class NativeShareConsumer:
         self._held = Held()
         self._results: dict[tuple[str, int], int] = {}
         self._woken = False
+        self._error: KafkaShareError | None = None  # a partition's, raised by the next poll
         self._closed = False
         self.batch_codecs: Counter[str] = Counter()
         """Record batches decoded, per codec (``"none"``, ``"gzip"``, ...)."""
@@ -206,8 +207,13 @@ class NativeShareConsumer:
             time.sleep(min(max_wait_ms, 100) / 1000.0)
             return out
         wait = max_wait_ms // len(nodes)
+        limit = self.config.max_poll_records
         for node in nodes:
-            out.extend(self._fetch_from(node, by_node[node], wait))
+            # record_limit is strict per poll: each leader is asked for what is left of it
+            budget = limit - len(out) if self.config.record_limit else limit
+            if budget <= 0:
+                break  # the other leaders' turn comes with the next poll
+            out.extend(self._fetch_from(node, by_node[node], wait, budget))
         return out
 
     def _assigned(self) -> list[TopicPartitionId]:
@@ -217,8 +223,8 @@ class NativeShareConsumer:
             self._refresh_metadata(list(assignment))
         return tps
 
-    def _fetch_from(self, node: int, tps: list[TopicPartitionId],
-                    wait_ms: int) -> list[ShareRecord]:
+    def _fetch_from(self, node: int, tps: list[TopicPartitionId], wait_ms: int,
+                    max_records: int) -> list[ShareRecord]:
         try:
             session = self._session(node)
         except KafkaConnectionError as exc:
@@ -229,7 +235,7 @@ class NativeShareConsumer:
         req = session.request(self.config.group_id, self.member_id, tps, acks)
         version = session.conn.version_for(ApiKey.SHARE_FETCH)
         body = consume.encode_share_fetch_request(version, req,
-                                                  self.config.fetch_params(wait_ms))
+                                                  self.config.fetch_params(wait_ms, max_records))
         answer = self._exchange(session, req, ApiKey.SHARE_FETCH, version, body)
         if answer is None:
             return []
@@ -238,8 +244,11 @@ class NativeShareConsumer:
         out: list[ShareRecord] = []
         for part in answer.partitions:
             self._settled(part, req, answer.lock_timeout_ms)
-            if self._partition_ok(part, answer):
-                out.extend(self._acquired(part, received + answer.lock_timeout_ms / 1000.0))
+            try:
+                if self._partition_ok(part):
+                    out.extend(self._acquired(part, received + answer.lock_timeout_ms / 1e3))
+            except KafkaShareError as exc:  # the others' records are delivered first
+                self._error = self._error or exc
         return out
 
     def _exchange(self, session: LeaderSession, req: ShareSessionRequest, api: ApiKey,
@@ -277,7 +286,7 @@ class NativeShareConsumer:
             self._nodes[node_id] = (endpoint.host, endpoint.port)
         return answer
 
-    def _partition_ok(self, part: SharePartitionAnswer, answer: ShareAnswer) -> bool:
+    def _partition_ok(self, part: SharePartitionAnswer) -> bool:
         tp = (part.topic_id, part.partition)
         if not part.error_code:
             return True
@@ -435,3 +444,6 @@ class NativeShareConsumer:
             raise WakeupError("poll() was woken up")
         if self._membership.fatal is not None:
             raise self._membership.fatal
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
