@@ -1,7 +1,7 @@
 """The native share consumer (``_kafka/native/``) against a real broker: record batches of
 every codec from librdkafka and from the Java producer, ACCEPT/RELEASE/REJECT by redelivery,
 RENEW past the lock, ``record_limit`` strictness, two consumers on one partition, close()
-releasing, wakeup, an idle consumer acquiring nothing, and SASL_SSL."""
+releasing, wakeup, an idle consumer acquiring nothing, SASL_SSL and mutual TLS."""
 
 from __future__ import annotations
 
@@ -214,19 +214,21 @@ def test_wakeup_interrupts_poll_from_another_thread(topic: str, group: str,
 # -- security ------------------------------------------------------------------------------
 
 
-def test_sasl_ssl() -> None:
+def test_sasl_ssl_and_mutual_tls() -> None:
     user, password = "carol", "carol-pw-Qr4"
-    with LocalKafka(security="sasl_ssl", users={user: password}, heap="512m") as secured:
-        name = secured.create_topic("native-sasl", 1)
-        group = "native-sasl-group"
+    with LocalKafka(security="sasl_ssl,ssl", users={user: password}, heap="512m") as secured:
+        name = secured.create_topic("native-secured", 1)
+        group = "native-secured-group"
         secured.set_group_config(group, "share.auto.offset.reset", "earliest")
-        for resource, rname, op in (("TOPIC", name, "READ"), ("GROUP", group, "READ")):
-            secured.grant(user, resource, rname, op)
-        secured.produce(name, _values(50))
-        config = NativeConsumerConfig(
-            secured.secured.bootstrap("sasl_ssl"), group,
-            connection=secured.connection_config(user, mechanism="SCRAM-SHA-512"))
-        with NativeShareConsumer(config, [name]) as consumer:
-            got = _drain(consumer, 50)
-            assert sorted(r.offset for r in got) == list(range(50))
-            assert consumer.commit_sync() == {(name, 0): 0}
+        for resource, rname in (("TOPIC", name), ("GROUP", group)):
+            secured.grant(user, resource, rname, "READ")  # the user: SCRAM name and cert CN
+        for listener, mechanism in (("sasl_ssl", "SCRAM-SHA-512"), ("ssl", None)):
+            secured.produce(name, _values(50, listener))
+            config = NativeConsumerConfig(
+                secured.secured.bootstrap(listener), group,
+                connection=secured.connection_config(user, mechanism=mechanism,
+                                                     listener=listener))
+            with NativeShareConsumer(config, [name]) as consumer:
+                got = _drain(consumer, 50)
+                assert {r.value for r in got} == set(_values(50, listener)), listener
+                assert consumer.commit_sync() == {(name, 0): 0}
