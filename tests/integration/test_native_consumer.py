@@ -1,7 +1,8 @@
 """The native share consumer (``_kafka/native/``) against a real broker: record batches of
 every codec from librdkafka and from the Java producer, ACCEPT/RELEASE/REJECT by redelivery,
 RENEW past the lock, ``record_limit`` strictness, two consumers on one partition, close()
-releasing, wakeup, an idle consumer acquiring nothing, SASL_SSL and mutual TLS."""
+releasing, wakeup, an idle consumer acquiring nothing, a broker restart mid-run, SASL_SSL
+and mutual TLS."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pyspark_kafka_share._kafka.native import (
     NativeShareConsumer,
     ShareRecord,
 )
+from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient
 from pyspark_kafka_share.errors import WakeupError
 from pyspark_kafka_share.harness import LocalKafka
 from tests.fixtures.kafka import TopicFactory
@@ -180,6 +182,9 @@ def test_close_releases_what_it_holds(kafka: LocalKafka, topic: str, group: str,
     held = _drain(first, 20, ack=None)
     assert len(held) == 20
     first.close()
+    with KafkaProtocolClient(kafka.bootstrap_servers) as admin:  # it left the group
+        members = admin.describe_share_group(group).members
+    assert first.member_id not in {m.member_id for m in members}
     second = native(group, topic)
     start = time.monotonic()
     again = _drain(second, 20)
@@ -209,6 +214,23 @@ def test_wakeup_interrupts_poll_from_another_thread(topic: str, group: str,
         consumer.poll(30.0)
     assert time.monotonic() - start < 5.0
     assert consumer.poll(0.5) == []  # still usable
+
+
+def test_a_broker_restart_mid_run_loses_nothing() -> None:
+    with LocalKafka(heap="512m") as broker:
+        name, group = broker.create_topic("native-restart", 1), "native-restart-group"
+        broker.set_group_config(group, "share.auto.offset.reset", "earliest")
+        broker.produce(name, _values(200))
+        config = NativeConsumerConfig(broker.bootstrap_servers, group, max_poll_records=50,
+                                      record_limit=True)
+        with NativeShareConsumer(config, [name]) as consumer:
+            before = _drain(consumer, 100)
+            assert consumer.commit_sync() == {(name, 0): 0}  # settled before the restart
+            broker.restart()
+            after = _drain(consumer, 200 - len(before), within_s=120)
+        accepted = {r.offset for r in before}
+        assert accepted.isdisjoint(r.offset for r in after)  # accepted: never again
+        assert accepted | {r.offset for r in after} == set(range(200))
 
 
 # -- security ------------------------------------------------------------------------------

@@ -220,7 +220,11 @@ class NativeShareConsumer:
         assignment = self._membership.assignment()
         tps = [(t, p) for t, parts in assignment.items() for p in parts]
         if self._stale or any(tp not in self._leaders for tp in tps):
-            self._refresh_metadata(list(assignment))
+            try:
+                self._refresh_metadata(list(assignment))
+            except KafkaConnectionError as exc:  # brokers down: retried by the next fetch
+                _log.info("native share consumer of %r: metadata: %s", self.config.group_id,
+                          exc)
         return tps
 
     def _fetch_from(self, node: int, tps: list[TopicPartitionId], wait_ms: int,
@@ -230,6 +234,7 @@ class NativeShareConsumer:
         except KafkaConnectionError as exc:
             _log.debug("leader %d unreachable: %s", node, exc)
             self._stale = True
+            time.sleep(min(wait_ms, 200) / 1000.0)  # no busy loop while it is down
             return []
         acks = self._held.take(tps)
         req = session.request(self.config.group_id, self.member_id, tps, acks)
@@ -391,26 +396,40 @@ class NativeShareConsumer:
         self._stale = True
 
     def _refresh_metadata(self, topic_ids: Iterable[str]) -> None:
+        """Metadata for ``topic_ids``: on a leader's connection when there is one (no new
+        handshake), else on a new connection to a known broker or a bootstrap server."""
         ids = list(topic_ids)
         deadline = time.monotonic() + self.config.timeout_s
+        for session in list(self._conns.values()):
+            try:
+                self._apply_metadata(*self._metadata(session.conn, ids, deadline))
+                return
+            except KafkaConnectionError:
+                self._drop(session)
         for host, port in [*self._nodes.values(), *self._bootstrap]:
             try:
                 conn = self._connect(host, port, deadline)
             except KafkaConnectionError:
                 continue
             try:
-                version = conn.version_for(ApiKey.METADATA)
-                r = conn.send(ApiKey.METADATA, version,
-                              consume.encode_metadata_topics_request(version, topic_ids=ids),
-                              deadline)
-                brokers, topics = consume.decode_metadata_topics_response(version, r)
+                answer = self._metadata(conn, ids, deadline)
             except KafkaConnectionError:
                 continue
             finally:
                 conn.close()
-            self._apply_metadata(brokers, topics)
+            self._apply_metadata(*answer)
             return
         raise KafkaConnectionError("Metadata: no broker answered")
+
+    @staticmethod
+    def _metadata(conn: BrokerConnection, ids: list[str], deadline: float
+                  ) -> tuple[tuple[msg.BrokerNode, ...], tuple[consume.TopicMetadata, ...]]:
+        version = conn.version_for(ApiKey.METADATA)
+        r = conn.send(ApiKey.METADATA, version,
+                      consume.encode_metadata_topics_request(version, topic_ids=ids), deadline)
+        answer = consume.decode_metadata_topics_response(version, r)
+        r.expect_end("Metadata response")
+        return answer
 
     def _apply_metadata(self, brokers: Iterable[msg.BrokerNode],
                         topics: Iterable[consume.TopicMetadata]) -> None:
