@@ -1,6 +1,7 @@
 """The native consumer's pure parts: share-session bookkeeping (``_kafka/native/session.py``),
 the consumer APIs' bodies (``_kafka/protocol/consume.py``, against bytes built here from the
-message schemas) and its configuration (``ClientSettings.native_consumer``)."""
+message schemas), its membership against a scripted coordinator, and its configuration
+(``ClientSettings.native_consumer``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pyspark_kafka_share._kafka.native.membership import Membership
 from pyspark_kafka_share._kafka.native.session import (
     INT32_MAX,
     Held,
@@ -16,10 +18,10 @@ from pyspark_kafka_share._kafka.native.session import (
     ranges,
 )
 from pyspark_kafka_share._kafka.protocol import consume
-from pyspark_kafka_share._kafka.protocol.codec import Reader, Writer
+from pyspark_kafka_share._kafka.protocol.codec import ApiKey, Reader, Writer
 from pyspark_kafka_share._kafka.protocol.consume import AckType, AcquireMode, FetchParams
 from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
-from pyspark_kafka_share.errors import OptionError
+from pyspark_kafka_share.errors import AuthorizationError, BrokerError, ErrorCode, OptionError
 
 TOPIC = "AAAAAAAAAAAAAAAAAAAAAQ"  # a topic id as Kafka prints it
 A, B, C = (TOPIC, 0), (TOPIC, 1), (TOPIC, 2)
@@ -170,3 +172,73 @@ def test_settings_derive_the_config_and_refuse_what_it_cannot_honour() -> None:
                          names=WORKER_NAMES)
     with pytest.raises(OptionError, match=r"consumer_config\['queued.min.messages'\]"):
         bad.native_consumer(client_id="w")
+
+
+# -- membership (a scripted coordinator: no sockets) ------------------------------------------
+
+
+class _Coordinator:
+    """Answers FindCoordinator with itself and ShareGroupHeartbeat from a script; records
+    each heartbeat's (member epoch, subscribed topics)."""
+
+    def __init__(self, script: list[tuple[int, int, dict[str, list[int]] | None]]) -> None:
+        self.script = script
+        self.sent: list[tuple[int, tuple[str, ...] | None]] = []
+
+    def version_for(self, api_key: ApiKey) -> int:
+        return {ApiKey.FIND_COORDINATOR: 6, ApiKey.SHARE_GROUP_HEARTBEAT: 1}[api_key]
+
+    def send(self, api_key: ApiKey, version: int, body: bytes, deadline: float) -> Reader:
+        if api_key == ApiKey.FIND_COORDINATOR:
+            w = Writer(flexible=True).int32(0).array_header(1)
+            w.string("g").int32(1).string("h").int32(9092).int16(0).string(None).tags()
+            return Reader(w.tags().getvalue(), flexible=True)
+        r = Reader(body, flexible=True)
+        r.string(), r.string()
+        epoch = r.int32()
+        r.nullable_string()
+        n = r.uvarint() - 1
+        self.sent.append((epoch, None if n < 0 else tuple(r.string() for _ in range(n))))
+        code, new_epoch, assignment = self.script.pop(0)
+        w = Writer(flexible=True).int32(0).int16(code).string(None).string(None)
+        w.int32(new_epoch).int32(1_000)
+        if assignment is None:
+            w.int8(-1)
+        else:
+            w.int8(1).array_header(len(assignment))
+            for topic_id, parts in assignment.items():
+                w.uuid(topic_id).int32_array(parts).tags()
+            w.tags()
+        return Reader(w.tags().getvalue(), flexible=True)
+
+    def close(self) -> None:
+        pass
+
+
+def _membership(coordinator: _Coordinator) -> Membership:
+    return Membership("g", ("t",), lambda host, port, deadline: coordinator,  # type: ignore[arg-type,return-value]
+                      [("h", 9092)], 5.0)
+
+
+def test_a_member_joins_then_is_fenced_and_rejoins_with_its_id() -> None:
+    fenced = int(ErrorCode.FENCED_MEMBER_EPOCH)
+    coordinator = _Coordinator([(0, 3, {TOPIC: [0, 1]}), (0, 3, None), (fenced, 0, None),
+                                (0, 5, {TOPIC: [1]})])
+    m = _membership(coordinator)
+    member = m.member_id
+    m._beat()
+    assert (m.epoch, m.assignment()) == (3, {TOPIC: (0, 1)})
+    m._beat()  # no assignment sent: unchanged
+    assert m.assignment() == {TOPIC: (0, 1)}
+    with pytest.raises(BrokerError):  # retried by the heartbeat loop
+        m._beat()
+    assert (m.epoch, m.assignment()) == (0, {})
+    m._beat()
+    assert (m.epoch, m.assignment(), m.member_id) == (5, {TOPIC: (1,)}, member)
+    assert coordinator.sent == [(0, ("t",)), (3, None), (3, None), (0, ("t",))]
+
+
+def test_an_authorization_error_is_fatal_not_retried() -> None:
+    m = _membership(_Coordinator([(int(ErrorCode.GROUP_AUTHORIZATION_FAILED), 0, None)]))
+    with pytest.raises(AuthorizationError):
+        m._beat()

@@ -127,8 +127,10 @@ class NativeShareConsumer:
         made since. Raises :class:`WakeupError` after :meth:`wakeup`."""
         self._check_open()
         deadline = time.monotonic() + timeout_s
-        if not self._membership.wait_joined(max(0.0, timeout_s)):
-            return []
+        while not self._membership.wait_joined(min(0.1, max(0.0, timeout_s))):
+            self._raise_pending()  # a wakeup ends the wait for an assignment too
+            if time.monotonic() >= deadline:
+                return []
         while True:
             self._raise_pending()
             if self._acknowledge_first():

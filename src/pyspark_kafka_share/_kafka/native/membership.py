@@ -86,9 +86,16 @@ class Membership:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 1.0)
             except KafkaShareError as exc:
-                self.fatal = exc
-                self._joined.set()  # wake a waiting consumer: it raises the error
+                self._fail(exc)
                 return
+            except Exception as exc:  # noqa: BLE001 - a dead heartbeat thread must be seen
+                self._fail(BrokerError(f"share group {self.group!r}: the heartbeat thread "
+                                       f"failed: {exc!r}"))
+                return
+
+    def _fail(self, exc: KafkaShareError) -> None:
+        self.fatal = exc
+        self._joined.set()  # wake a waiting consumer: its poll() raises the error
 
     def _beat(self) -> None:
         deadline = time.monotonic() + self._timeout_s
