@@ -41,6 +41,8 @@
     │   │                               the counts); the workers RELEASEd what they held
     │   └── SparkGaveUpError            Spark failed a worker task for good (names the fix:
     │                                   ``local[N, F]``, ``spark.task.maxFailures``)
+    ├── WakeupError                     a native share consumer's poll() was woken from
+    │                                   another thread
     ├── JournalError                    the acknowledgement journal could not be read/written
     │   ├── DataLossError               a replay found journaled offsets gone from Kafka
     │   │                               (retention, compaction) or changed (a re-created
@@ -95,6 +97,7 @@ __all__ = [
     "UnknownTopicError",
     "UnsupportedSecurityProtocolError",
     "UnsupportedVersionError",
+    "WakeupError",
     "WorkerJobError",
     "error_for",
     "error_name",
@@ -191,13 +194,20 @@ class ErrorCode(IntEnum):
     INVALID_REQUEST = 42
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
     SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     OFFSET_NOT_AVAILABLE = 78
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     UNKNOWN_TOPIC_ID = 100
+    FENCED_MEMBER_EPOCH = 110
+    INVALID_RECORD_STATE = 121
+    SHARE_SESSION_NOT_FOUND = 122
+    INVALID_SHARE_SESSION_EPOCH = 123
     FENCED_STATE_EPOCH = 124
+    SHARE_SESSION_LIMIT_REACHED = 133
 
 
 def error_name(code: int) -> str:
@@ -315,6 +325,8 @@ _FACTS: dict[ErrorCode, _Facts] = {
     ErrorCode.INVALID_CONFIG: _Facts(),
     ErrorCode.INVALID_REQUEST: _Facts(),
     ErrorCode.KAFKA_STORAGE_ERROR: _Facts(True),
+    ErrorCode.FENCED_LEADER_EPOCH: _Facts(True),
+    ErrorCode.UNKNOWN_LEADER_EPOCH: _Facts(True),
     ErrorCode.SASL_AUTHENTICATION_FAILED: _Facts(),
     ErrorCode.NON_EMPTY_GROUP: _Facts(
         False, GroupNotEmptyError,
@@ -327,7 +339,12 @@ _FACTS: dict[ErrorCode, _Facts] = {
     ErrorCode.OFFSET_NOT_AVAILABLE: _Facts(True),
     ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: _Facts(),
     ErrorCode.UNKNOWN_TOPIC_ID: _Facts(True, UnknownTopicError),
+    ErrorCode.FENCED_MEMBER_EPOCH: _Facts(),
+    ErrorCode.INVALID_RECORD_STATE: _Facts(),
+    ErrorCode.SHARE_SESSION_NOT_FOUND: _Facts(True),
+    ErrorCode.INVALID_SHARE_SESSION_EPOCH: _Facts(True),
     ErrorCode.FENCED_STATE_EPOCH: _Facts(),
+    ErrorCode.SHARE_SESSION_LIMIT_REACHED: _Facts(True),
 }
 """Each Kafka error code's facts, the one place: retriable (as Kafka's ``Errors`` enum says),
 the exception :func:`error_for` raises, the hint its message ends with. Kafka's name for the
@@ -451,6 +468,11 @@ def is_retriable(error: object) -> bool:
         return bool(retriable())
     code = error_code(error)
     return code is not None and _facts(code).retriable
+
+
+class WakeupError(KafkaShareError):
+    """A native share consumer's ``poll()`` was interrupted by ``wakeup()`` from another
+    thread (the consumer stays usable)."""
 
 
 class ForgedControlMessage(KafkaShareError):

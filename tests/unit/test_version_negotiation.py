@@ -44,7 +44,8 @@ OFFERED = {
               ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
               ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
               ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SASL_HANDSHAKE: (0, 1),
-              ApiKey.SASL_AUTHENTICATE: (0, 2)},
+              ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.SHARE_FETCH: (1, 2),
+              ApiKey.SHARE_ACKNOWLEDGE: (1, 2)},
 }
 OFFERED["4.3.1"] = OFFERED["4.2.2"]
 OFFERED["4.4.0"] = {**OFFERED["4.2.2"], ApiKey.API_VERSIONS: (0, 5),
@@ -55,7 +56,8 @@ CHOSEN = {ApiKey.API_VERSIONS: 4, ApiKey.METADATA: 13, ApiKey.FIND_COORDINATOR: 
           ApiKey.LIST_GROUPS: 5, ApiKey.DELETE_GROUPS: 2, ApiKey.SHARE_GROUP_DESCRIBE: 1,
           ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 1, ApiKey.ALTER_SHARE_GROUP_OFFSETS: 0,
           ApiKey.DELETE_SHARE_GROUP_OFFSETS: 0, ApiKey.SHARE_GROUP_HEARTBEAT: 1,
-          ApiKey.SASL_HANDSHAKE: 1, ApiKey.SASL_AUTHENTICATE: 2}
+          ApiKey.SASL_HANDSHAKE: 1, ApiKey.SASL_AUTHENTICATE: 2,
+          ApiKey.SHARE_FETCH: 2, ApiKey.SHARE_ACKNOWLEDGE: 2}  # v2: RENEW and record_limit
 
 # The share-group APIs the source and the workers (confluent-kafka / librdkafka) need.
 SHARE_CONSUMER = {76: (1, 1), 78: (1, 2), 79: (1, 2)}  # heartbeat, fetch, acknowledge

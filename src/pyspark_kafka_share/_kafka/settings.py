@@ -21,6 +21,7 @@ from typing import Any
 from pyspark_kafka_share._kafka.clientconf import client_config_error
 from pyspark_kafka_share._kafka.connection import ConnectionConfig, TokenProvider
 from pyspark_kafka_share._kafka.logs import client_config
+from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig
 from pyspark_kafka_share.errors import OptionError
 
 _log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ _log = logging.getLogger(__name__)
 __all__ = [
     "CLIENT_OPTIONS_REJECTED",
     "DEFAULT_MAX_POLL_RECORDS",
+    "NATIVE_CONSUMER_KEYS",
     "SOURCE_NAMES",
     "WORKER_NAMES",
     "ClientSettings",
@@ -53,6 +55,9 @@ _CONSUMER_ONLY = frozenset({
     "queued.max.messages.kbytes", "fetch.message.max.bytes", "fetch.error.backoff.ms",
     "check.crcs",
 })
+NATIVE_CONSUMER_KEYS = frozenset({"client.id", "max.poll.records", "fetch.wait.max.ms",
+                                  "fetch.min.bytes", "fetch.max.bytes", "check.crcs"})
+"""The consumer settings the native share client honours (besides security, connection)."""
 # Fetch sizes a plain consumer shares with the share consumer (oversized record batches).
 _FETCH_SIZES = frozenset({"receive.message.max.bytes", "fetch.max.bytes",
                           "fetch.message.max.bytes", "max.partition.fetch.bytes"})
@@ -131,6 +136,40 @@ class ClientSettings:
         if max_poll_records is not None:
             conf["max.poll.records"] = str(min(max_poll_records, int(conf["max.poll.records"])))
         return conf
+
+    def native_consumer(self, *, client_id: str, max_poll_records: int | None = None,
+                        record_limit: bool = False) -> NativeConsumerConfig:
+        """The native share consumer's configuration (``_kafka/native/``).
+
+        Forced: ``group.id`` and ``bootstrap.servers`` (this group, this cluster);
+        acknowledgement is always explicit (the native consumer has no implicit mode);
+        security comes from :attr:`connection` (the protocol client's, so a setting it cannot
+        honour is an :class:`OptionError` here, not a silently plaintext connection). Read
+        from the pass-through settings: ``client.id``, ``max.poll.records`` (capped by
+        ``max_poll_records``, as for :meth:`consumer`), ``fetch.wait.max.ms``,
+        ``fetch.min.bytes``, ``fetch.max.bytes``, ``check.crcs``; any other consumer setting
+        is refused by name (:data:`NATIVE_CONSUMER_KEYS`), never ignored.
+        """
+        extra = dict(self.extra)
+        for key, value in extra.items():
+            if key not in NATIVE_CONSUMER_KEYS and not key.startswith(_CONNECTION_PREFIXES):
+                raise OptionError(self.names.of(key), value,
+                                  "the native share client does not honour it; remove it, or "
+                                  "use the librdkafka client")
+        connection = self.connection
+        if connection is None:
+            raise OptionError(self.names.settings, "(security settings)",
+                              "the native share client connects through the protocol client, "
+                              "which cannot use them (see the warning above)")
+        limit = int(extra.get("max.poll.records", DEFAULT_MAX_POLL_RECORDS))
+        if max_poll_records is not None:
+            limit = min(limit, max_poll_records)
+        return NativeConsumerConfig(
+            self.bootstrap_servers, self.group_id, extra.get("client.id", client_id),
+            connection, limit, record_limit,
+            int(extra.get("fetch.wait.max.ms", 500)), int(extra.get("fetch.min.bytes", 1)),
+            int(extra.get("fetch.max.bytes", 52_428_800)), self.timeout_s,
+            str(extra.get("check.crcs", "true")).lower() != "false")
 
     def _assigned(self, client_id: str, group_id: str) -> dict[str, Any]:
         """What every plain ``Consumer`` of ``assign()``-ed partitions shares: this cluster's

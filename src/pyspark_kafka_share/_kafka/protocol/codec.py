@@ -35,6 +35,7 @@ class ApiKey(IntEnum):
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
@@ -61,6 +62,8 @@ API_SPECS: dict[ApiKey, _ApiSpec] = {
     ApiKey.SASL_AUTHENTICATE: _ApiSpec("SaslAuthenticate", 0, 2, 2),
     ApiKey.DELETE_GROUPS: _ApiSpec("DeleteGroups", 0, 2, 2),
     ApiKey.SHARE_GROUP_HEARTBEAT: _ApiSpec("ShareGroupHeartbeat", 1, 1, 0),
+    ApiKey.SHARE_FETCH: _ApiSpec("ShareFetch", 1, 2, 0),
+    ApiKey.SHARE_ACKNOWLEDGE: _ApiSpec("ShareAcknowledge", 1, 2, 0),
     ApiKey.SHARE_GROUP_DESCRIBE: _ApiSpec("ShareGroupDescribe", 1, 1, 0),
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: _ApiSpec("DescribeShareGroupOffsets", 0, 1, 0),
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: _ApiSpec("AlterShareGroupOffsets", 0, 0, 0),
@@ -151,6 +154,14 @@ class Writer:
             self.int32(v)
         return self
 
+    def uuid(self, v: str) -> Writer:
+        """A UUID given as Kafka prints it (URL-safe base64 without padding)."""
+        raw = base64.urlsafe_b64decode(v + "=" * (-len(v) % 4))
+        if len(raw) != 16:
+            raise ValueError(f"not a Kafka UUID: {v!r}")
+        self._buf += raw
+        return self
+
     def tags(self) -> Writer:
         """An empty tagged-field section (flexible versions only; a no-op otherwise)."""
         if self.flexible:
@@ -217,6 +228,12 @@ class Reader:
         except UnicodeDecodeError as exc:
             raise ProtocolDecodeError(f"string is not UTF-8 at offset {self.pos}") from exc
 
+    def nullable_bytes(self) -> bytes | None:
+        """Compact (nullable) bytes or records: uvarint length + 1, 0 for null (flexible
+        versions only; the fetch APIs that carry records are all flexible)."""
+        n = self.uvarint() - 1
+        return None if n < 0 else self._take(n)
+
     def string(self) -> str:
         v = self.nullable_string()
         if v is None:
@@ -255,6 +272,16 @@ class Reader:
 
 def is_flexible(api_key: ApiKey, version: int) -> bool:
     return version >= API_SPECS[api_key].flexible_from
+
+
+def request_writer(api_key: ApiKey, version: int) -> Writer:
+    """A :class:`Writer` for a v``version`` request body of ``api_key`` (flexible as that
+    version is); ``ValueError`` for a version this module does not implement."""
+    spec = API_SPECS[api_key]
+    if not spec.min_version <= version <= spec.max_version:
+        raise ValueError(f"{spec.name} v{version} is not implemented "
+                         f"(v{spec.min_version}-{spec.max_version} are)")
+    return Writer(flexible=is_flexible(api_key, version))
 
 
 def common_version(api_key: ApiKey, theirs: tuple[int, int] | None) -> int | None:

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 from pyspark_kafka_share import __version__
 from pyspark_kafka_share._kafka.protocol.codec import (
-    API_SPECS,
     GROUP_KEY_TYPE,
     ApiKey,
     Reader,
-    Writer,
     is_flexible,
+    request_writer,
 )
 from pyspark_kafka_share.errors import ProtocolDecodeError
 
@@ -135,14 +134,6 @@ class DeleteOffsetsResult:
 # -- request and response bodies ---------------------------------------------------------------
 
 
-def _writer(api_key: ApiKey, version: int) -> Writer:
-    spec = API_SPECS[api_key]
-    if not spec.min_version <= version <= spec.max_version:
-        raise ValueError(f"{spec.name} v{version} is not implemented "
-                         f"(v{spec.min_version}-{spec.max_version} are)")
-    return Writer(flexible=is_flexible(api_key, version))
-
-
 CLIENT_SOFTWARE = ("pyspark-kafka-share", __version__)
 """ApiVersions v3+ ``ClientSoftwareName`` and ``ClientSoftwareVersion`` (KIP-511)."""
 
@@ -165,7 +156,7 @@ class ApiVersionsAnswer:
 
 
 def encode_api_versions_request(version: int = 0) -> bytes:
-    w = _writer(ApiKey.API_VERSIONS, version)  # v0-v2 have no fields
+    w = request_writer(ApiKey.API_VERSIONS, version)  # v0-v2 have no fields
     if version >= 3:
         w.string(CLIENT_SOFTWARE[0]).string(CLIENT_SOFTWARE[1]).tags()
     return w.getvalue()
@@ -224,7 +215,7 @@ def _feature_tags(r: Reader, finalized: dict[str, int],
 
 def encode_metadata_request(version: int) -> bytes:
     """Metadata for no topics at all: just the brokers."""
-    w = _writer(ApiKey.METADATA, version)
+    w = request_writer(ApiKey.METADATA, version)
     w.array_header(0)  # Topics: empty (null would mean every topic)
     w.boolean(False)  # AllowAutoTopicCreation
     w.boolean(False)  # IncludeTopicAuthorizedOperations
@@ -251,7 +242,7 @@ def decode_metadata_response(version: int, r: Reader) -> tuple[int, tuple[Broker
 
 def encode_find_coordinator_request(version: int, keys: Sequence[str],
                                     key_type: int = GROUP_KEY_TYPE) -> bytes:
-    w = _writer(ApiKey.FIND_COORDINATOR, version)
+    w = request_writer(ApiKey.FIND_COORDINATOR, version)
     if version < 4:
         if len(keys) != 1:
             raise ValueError(f"FindCoordinator v{version} takes exactly one key")
@@ -280,7 +271,7 @@ def decode_find_coordinator_response(version: int, r: Reader) -> tuple[Coordinat
 
 def encode_list_groups_request(version: int, *, states: Sequence[str] = (),
                                types: Sequence[str] = ("share",)) -> bytes:
-    w = _writer(ApiKey.LIST_GROUPS, version)
+    w = request_writer(ApiKey.LIST_GROUPS, version)
     w.string_array(states).string_array(types)
     return w.tags().getvalue()
 
@@ -298,7 +289,7 @@ def decode_list_groups_response(version: int, r: Reader) -> tuple[int, tuple[Lis
 
 
 def encode_delete_groups_request(version: int, groups: Sequence[str]) -> bytes:
-    return _writer(ApiKey.DELETE_GROUPS, version).string_array(groups).tags().getvalue()
+    return request_writer(ApiKey.DELETE_GROUPS, version).string_array(groups).tags().getvalue()
 
 
 def decode_delete_groups_response(version: int, r: Reader) -> dict[str, int]:
@@ -316,7 +307,7 @@ def decode_delete_groups_response(version: int, r: Reader) -> dict[str, int]:
 def encode_share_group_heartbeat_request(version: int, group_id: str, member_id: str,
                                          member_epoch: int,
                                          topics: Sequence[str] | None = None) -> bytes:
-    w = _writer(ApiKey.SHARE_GROUP_HEARTBEAT, version)
+    w = request_writer(ApiKey.SHARE_GROUP_HEARTBEAT, version)
     w.string(group_id).string(member_id).int32(member_epoch)
     w.string(None).string_array(topics)  # RackId, SubscribedTopicNames
     return w.tags().getvalue()
@@ -333,7 +324,7 @@ def decode_share_group_heartbeat_response(version: int, r: Reader) -> tuple[int,
 
 def encode_share_group_describe_request(version: int, groups: Sequence[str],
                                         include_authorized_operations: bool = False) -> bytes:
-    w = _writer(ApiKey.SHARE_GROUP_DESCRIBE, version)
+    w = request_writer(ApiKey.SHARE_GROUP_DESCRIBE, version)
     w.string_array(groups).boolean(include_authorized_operations)
     return w.tags().getvalue()
 
@@ -373,7 +364,7 @@ def encode_describe_share_group_offsets_request(
     version: int, groups: Mapping[str, Mapping[str, Sequence[int]] | None]
 ) -> bytes:
     """``groups``: ``{group_id: {topic: [partitions]}}``, or ``{group_id: None}`` for all."""
-    w = _writer(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, version)
+    w = request_writer(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, version)
     w.array_header(len(groups))
     for group_id, topics in groups.items():
         w.string(group_id)
@@ -419,7 +410,7 @@ def encode_alter_share_group_offsets_request(
     version: int, group_id: str, offsets: Mapping[str, Mapping[int, int]]
 ) -> bytes:
     """``offsets``: ``{topic: {partition: new start offset}}``."""
-    w = _writer(ApiKey.ALTER_SHARE_GROUP_OFFSETS, version)
+    w = request_writer(ApiKey.ALTER_SHARE_GROUP_OFFSETS, version)
     w.string(group_id).array_header(len(offsets))
     for topic, partitions in offsets.items():
         w.string(topic).array_header(len(partitions))
@@ -448,7 +439,7 @@ def decode_alter_share_group_offsets_response(version: int, r: Reader) -> AlterO
 
 def encode_delete_share_group_offsets_request(version: int, group_id: str,
                                               topics: Sequence[str]) -> bytes:
-    w = _writer(ApiKey.DELETE_SHARE_GROUP_OFFSETS, version)
+    w = request_writer(ApiKey.DELETE_SHARE_GROUP_OFFSETS, version)
     w.string(group_id).array_header(len(topics))
     for topic in topics:
         w.string(topic).tags()

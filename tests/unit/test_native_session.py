@@ -1,0 +1,244 @@
+"""The native consumer's pure parts: share-session bookkeeping (``_kafka/native/session.py``),
+the consumer APIs' bodies (``_kafka/protocol/consume.py``, against bytes built here from the
+message schemas), its membership against a scripted coordinator, and its configuration
+(``ClientSettings.native_consumer``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pyspark_kafka_share._kafka.native.membership import Membership
+from pyspark_kafka_share._kafka.native.session import (
+    INT32_MAX,
+    Held,
+    LeaderSession,
+    ShareRecord,
+    ranges,
+)
+from pyspark_kafka_share._kafka.protocol import consume
+from pyspark_kafka_share._kafka.protocol.codec import ApiKey, Reader, Writer
+from pyspark_kafka_share._kafka.protocol.consume import AckType, AcquireMode, FetchParams
+from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
+from pyspark_kafka_share.errors import AuthorizationError, BrokerError, ErrorCode, OptionError
+
+TOPIC = "AAAAAAAAAAAAAAAAAAAAAQ"  # a topic id as Kafka prints it
+A, B, C = (TOPIC, 0), (TOPIC, 1), (TOPIC, 2)
+
+
+def _session() -> LeaderSession:
+    return LeaderSession(1, conn=None)  # type: ignore[arg-type]  # no I/O here
+
+
+def test_a_new_session_names_every_partition_then_only_changes() -> None:
+    s = _session()
+    req = s.request("g", "m", [A, B], {})
+    assert (req.epoch, set(req.partitions), list(req.forgotten)) == (0, {A, B}, [])
+    s.advanced(req, fetch=True)
+    req = s.request("g", "m", [A, B], {A: [(5, 6, [1])]})
+    assert (req.epoch, dict(req.partitions), list(req.forgotten)) == (1, {A: [(5, 6, [1])]}, [])
+    s.advanced(req, fetch=True)
+    req = s.request("g", "m", [B, C], {})
+    assert (req.epoch, set(req.partitions), list(req.forgotten)) == (2, {C}, [A])
+    s.advanced(req, fetch=True)
+    assert s.members == {B, C}
+
+
+def test_the_epoch_wraps_to_1_and_a_reset_reopens() -> None:
+    s = _session()
+    s.epoch = INT32_MAX
+    s.advanced(s.request("g", "m", [A], {}), fetch=True)
+    assert s.epoch == 1
+    s.reset()
+    assert (s.epoch, s.members) == (0, set())
+    assert set(s.request("g", "m", [A], {}).partitions) == {A}
+
+
+def test_an_acknowledgement_does_not_add_a_partition_to_the_session() -> None:
+    s = _session()
+    s.advanced(s.request("g", "m", [A], {}), fetch=True)
+    s.advanced(s.request("g", "m", [A], {B: [(1, 1, [1])]}), fetch=False)
+    assert s.members == {A}
+
+
+def _rec(offset: int) -> ShareRecord:
+    return ShareRecord("t", 0, offset, 0, None, b"v", (), 1, 100.0)
+
+
+def test_held_records_settle_once_and_renew_keeps_them() -> None:
+    held = Held()
+    for offset in (3, 4, 5, 7):
+        held.hold(A, _rec(offset))
+    held.gap(A, 6)
+    assert held.acknowledge(A, 3, AckType.ACCEPT)
+    assert not held.acknowledge(A, 3, AckType.ACCEPT)  # settled already
+    assert held.acknowledge(A, 4, AckType.RENEW)
+    held.renewed(A, [4], lock_ms=60_000)
+    assert held.records[A][4].deadline > 100.0  # on the monotonic clock, now + 60 s
+    assert held.take([A]) == {A: [(3, 3, [1]), (4, 4, [4]), (6, 6, [0])]}
+    held.release_all()
+    assert held.take([A]) == {A: [(4, 5, [2]), (7, 7, [2])]}
+    assert held.records == {}
+
+
+def test_ranges_merge_consecutive_offsets_of_one_type() -> None:
+    acks = {1: AckType.ACCEPT, 2: AckType.ACCEPT, 3: AckType.REJECT, 5: AckType.REJECT}
+    assert ranges(acks) == [(1, 2, [1]), (3, 3, [3]), (5, 5, [3])]
+
+
+# -- bodies ----------------------------------------------------------------------------------
+
+
+def _heartbeat_response(assignment: dict[str, list[int]] | None) -> bytes:
+    w = Writer(flexible=True).int32(0).int16(0).string(None).string("member").int32(3)
+    w.int32(1_000)
+    if assignment is None:
+        w.int8(-1)
+    else:
+        w.int8(1).array_header(len(assignment))
+        for topic_id, parts in assignment.items():
+            w.uuid(topic_id).int32_array(parts).tags()
+        w.tags()
+    return w.tags().getvalue()
+
+
+@pytest.mark.parametrize("assignment", [None, {}, {TOPIC: [0, 2]}])
+def test_heartbeat_response_with_and_without_an_assignment(
+        assignment: dict[str, list[int]] | None) -> None:
+    r = Reader(_heartbeat_response(assignment), flexible=True)
+    answer = consume.decode_heartbeat_response(1, r)
+    r.expect_end("heartbeat")
+    want = None if assignment is None else {k: tuple(v) for k, v in assignment.items()}
+    assert (answer.member_id, answer.member_epoch, answer.assignment) == ("member", 3, want)
+
+
+def _session_request(acks: dict[Any, Any]) -> consume.ShareSessionRequest:
+    return consume.ShareSessionRequest("g", "m", 1, acks)
+
+
+def test_record_limit_and_renew_need_version_2() -> None:
+    strict = FetchParams(acquire_mode=AcquireMode.RECORD_LIMIT)
+    with pytest.raises(ValueError, match="v2"):
+        consume.encode_share_fetch_request(1, _session_request({}), strict)
+    with pytest.raises(ValueError, match="v2"):
+        consume.encode_share_acknowledge_request(1, _session_request({A: [(1, 1, [4])]}))
+
+
+def test_share_fetch_v2_carries_the_acquire_mode_and_the_renew_flag() -> None:
+    body = consume.encode_share_fetch_request(
+        2, _session_request({A: [(1, 1, [4])]}),
+        FetchParams(max_records=7, batch_size=5, acquire_mode=AcquireMode.RECORD_LIMIT))
+    r = Reader(body, flexible=True)
+    assert (r.string(), r.string(), r.int32()) == ("g", "m", 1)
+    r.int32(), r.int32(), r.int32()  # MaxWaitMs, MinBytes, MaxBytes
+    assert (r.int32(), r.int32(), r.int8(), r.boolean()) == (7, 5, 1, True)
+
+
+def _fetch_response() -> bytes:
+    w = Writer(flexible=True).int32(0).int16(0).string(None).int32(15_000)
+    w.array_header(1).uuid(TOPIC).array_header(1)
+    w.int32(0).int16(0).string(None).int16(0).string(None)
+    w.int32(1).int32(5).tags()  # CurrentLeader
+    w.uvarint(4).int8(1).int8(2).int8(3)  # Records: 3 bytes
+    w.array_header(1).int64(10).int64(12).int16(2).tags()
+    w.tags().tags()
+    w.array_header(1).int32(1).string("h").int32(9092).string(None).tags()
+    return w.tags().getvalue()
+
+
+def test_share_fetch_response_is_read_to_its_end() -> None:
+    r = Reader(_fetch_response(), flexible=True)
+    answer = consume.decode_share_fetch_response(2, r)
+    r.expect_end("ShareFetch")
+    (part,) = answer.partitions
+    assert answer.lock_timeout_ms == 15_000
+    assert (part.topic_id, part.partition, part.leader_id, part.leader_epoch) == (TOPIC, 0, 1, 5)
+    assert part.records == b"\x01\x02\x03"
+    assert part.acquired == (consume.AcquiredRange(10, 12, 2),)
+    assert answer.nodes[1].port == 9092
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+def test_settings_derive_the_config_and_refuse_what_it_cannot_honour() -> None:
+    settings = ClientSettings("h:9092", "g", extra=(("max.poll.records", "9"),),
+                              names=WORKER_NAMES)
+    config = settings.native_consumer(client_id="w", max_poll_records=5, record_limit=True)
+    assert (config.max_poll_records, config.record_limit, config.client_id) == (5, True, "w")
+    assert (config.bootstrap_servers, config.group_id) == ("h:9092", "g")
+    bad = ClientSettings("h:9092", "g", extra=(("queued.min.messages", "9"),),
+                         names=WORKER_NAMES)
+    with pytest.raises(OptionError, match=r"consumer_config\['queued.min.messages'\]"):
+        bad.native_consumer(client_id="w")
+
+
+# -- membership (a scripted coordinator: no sockets) ------------------------------------------
+
+
+class _Coordinator:
+    """Answers FindCoordinator with itself and ShareGroupHeartbeat from a script; records
+    each heartbeat's (member epoch, subscribed topics)."""
+
+    def __init__(self, script: list[tuple[int, int, dict[str, list[int]] | None]]) -> None:
+        self.script = script
+        self.sent: list[tuple[int, tuple[str, ...] | None]] = []
+
+    def version_for(self, api_key: ApiKey) -> int:
+        return {ApiKey.FIND_COORDINATOR: 6, ApiKey.SHARE_GROUP_HEARTBEAT: 1}[api_key]
+
+    def send(self, api_key: ApiKey, version: int, body: bytes, deadline: float) -> Reader:
+        if api_key == ApiKey.FIND_COORDINATOR:
+            w = Writer(flexible=True).int32(0).array_header(1)
+            w.string("g").int32(1).string("h").int32(9092).int16(0).string(None).tags()
+            return Reader(w.tags().getvalue(), flexible=True)
+        r = Reader(body, flexible=True)
+        r.string(), r.string()
+        epoch = r.int32()
+        r.nullable_string()
+        n = r.uvarint() - 1
+        self.sent.append((epoch, None if n < 0 else tuple(r.string() for _ in range(n))))
+        code, new_epoch, assignment = self.script.pop(0)
+        w = Writer(flexible=True).int32(0).int16(code).string(None).string(None)
+        w.int32(new_epoch).int32(1_000)
+        if assignment is None:
+            w.int8(-1)
+        else:
+            w.int8(1).array_header(len(assignment))
+            for topic_id, parts in assignment.items():
+                w.uuid(topic_id).int32_array(parts).tags()
+            w.tags()
+        return Reader(w.tags().getvalue(), flexible=True)
+
+    def close(self) -> None:
+        pass
+
+
+def _membership(coordinator: _Coordinator) -> Membership:
+    return Membership("g", ("t",), lambda host, port, deadline: coordinator,  # type: ignore[arg-type,return-value]
+                      [("h", 9092)], 5.0)
+
+
+def test_a_member_joins_then_is_fenced_and_rejoins_with_its_id() -> None:
+    fenced = int(ErrorCode.FENCED_MEMBER_EPOCH)
+    coordinator = _Coordinator([(0, 3, {TOPIC: [0, 1]}), (0, 3, None), (fenced, 0, None),
+                                (0, 5, {TOPIC: [1]})])
+    m = _membership(coordinator)
+    member = m.member_id
+    m._beat()
+    assert (m.epoch, m.assignment()) == (3, {TOPIC: (0, 1)})
+    m._beat()  # no assignment sent: unchanged
+    assert m.assignment() == {TOPIC: (0, 1)}
+    with pytest.raises(BrokerError):  # retried by the heartbeat loop
+        m._beat()
+    assert (m.epoch, m.assignment()) == (0, {})
+    m._beat()
+    assert (m.epoch, m.assignment(), m.member_id) == (5, {TOPIC: (1,)}, member)
+    assert coordinator.sent == [(0, ("t",)), (3, None), (3, None), (0, ("t",))]
+
+
+def test_an_authorization_error_is_fatal_not_retried() -> None:
+    m = _membership(_Coordinator([(int(ErrorCode.GROUP_AUTHORIZATION_FAILED), 0, None)]))
+    with pytest.raises(AuthorizationError):
+        m._beat()
