@@ -330,3 +330,56 @@ def test_exit_codes_are_distinct_and_in_the_help(capsys: pytest.CaptureFixture[s
               if line.strip()[:1].isdigit() and line.startswith("  ") and
               not line.startswith("     ")]
     assert listed == codes
+
+
+# -- config: show, --set with --execute / --dry-run, the broker's line -------------------------
+
+
+def test_config_set_needs_execute_or_dry_run_and_only_execute_changes_it(
+    admin: ShareGroupAdmin, group: str, run: Run,
+) -> None:
+    lock = "share.record.lock.duration.ms"
+    code, out, err = run("groups", "config", group, "--json")
+    assert code == cli.EXIT_OK, err
+    shown = json.loads(out)["configs"]
+    assert shown == admin.get_config(group) and lock in shown
+    before = shown[lock]
+    assert before != "45000"
+
+    code, out, err = run("groups", "config", group, "--set", f"{lock}=45000")
+    assert code == cli.EXIT_USAGE and "--execute" in err and "nothing was changed" in err
+    assert out.split()[3:6] == [lock, before, "45000"]
+    code, out, err = run("groups", "config", group, "--set", f"{lock}=45000", "--dry-run")
+    assert code == cli.EXIT_OK, err
+    assert admin.get_config(group)[lock] == before, "config without --execute changed it"
+    code, _, err = run("groups", "config", group, "--set", f"{lock}=-1", "--dry-run")
+    assert code == cli.EXIT_ERROR and lock in err, "--dry-run did not ask the broker"
+
+    code, out, err = run("groups", "config", group, "--set", f"{lock}=45000", "--execute",
+                         "--json")
+    assert code == cli.EXIT_OK, err
+    assert json.loads(out)["changes"] == [{"name": lock, "current": before, "new": "45000"}]
+    assert admin.get_config(group)[lock] == "45000"
+
+
+def test_config_refuses_a_setting_of_a_later_kafka_line(
+    kafka: LocalKafka, admin: ShareGroupAdmin, group: str, run: Run,
+) -> None:
+    """On 4.2 (the version tiers) a 4.3 group config is refused before the broker is asked,
+    naming the line that added it; from 4.3 on it is set."""
+    key = "share.delivery.count.limit"
+    major, minor = (int(v) for v in kafka.version.split(".")[:2])
+    code, out, err = run("groups", "config", group, "--set", f"{key}=4", "--execute")
+    if (major, minor) >= (4, 3):
+        assert code == cli.EXIT_OK, err
+        assert admin.get_config(group)[key] == "4"
+    else:
+        assert code == cli.EXIT_USAGE and out == ""
+        assert f"'--set' = {key!r}" in err and "Apache Kafka 4.3 on (KIP-1240)" in err
+        assert key not in admin.get_config(group)
+    code, _, err = run("groups", "config", group, "--set", "share.no.such.config=1",
+                       "--dry-run")
+    assert code == cli.EXIT_USAGE and "not a share-group config of any" in err
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        run("groups", "config", group, "--set", "nokey")
+    assert exited.value.code == cli.EXIT_USAGE

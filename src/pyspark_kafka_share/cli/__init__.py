@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Where the library's names for a value differ from the command line's flags.
 _CLI_NAMES = {"topics": "--topic", "to": "--to", "bootstrap_servers": "--bootstrap-server",
-              "timeout_s": "--timeout", "group": "group", "data_dir": "--data-dir"}
+              "timeout_s": "--timeout", "group": "group", "data_dir": "--data-dir",
+              "key": "--set"}
 
 
 def _cli_message(exc: KafkaShareError) -> str:

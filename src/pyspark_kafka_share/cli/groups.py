@@ -1,5 +1,5 @@
-"""``kafka-share groups ...``: list, describe, lag, reset, delete and the broker's
-dead-letter queue of share groups, each a command on
+"""``kafka-share groups ...``: list, describe, lag, reset, delete, the configs and the
+broker's dead-letter queue of share groups, each a command on
 :class:`~pyspark_kafka_share.admin.ShareGroupAdmin`, and their parser (options, the broker's
 address from the environment)."""
 
@@ -323,6 +323,45 @@ def _cmd_groups_dlq(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _config_assignment(text: str) -> tuple[str, str]:
+    """``KEY=VALUE``, as ``kafka-configs.sh --add-config`` takes one setting."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give KEY=VALUE, e.g. share.record.lock.duration.ms=60000")
+    return key.strip(), value.strip()
+
+
+def _cmd_groups_config(args: argparse.Namespace) -> int:
+    """Show a group's share.* configs, or (with --set) plan, check or apply changes."""
+    changes = dict(args.set or ())
+    with _group_admin(args) as admin:
+        if not changes:
+            configs = admin.get_config(args.group)
+        else:
+            plan = admin.plan_config(args.group, changes)  # keys this broker knows
+            if args.execute or args.dry_run:  # --dry-run: the broker validates, no change
+                admin.set_configs(args.group, changes, validate_only=args.dry_run)
+    if not changes:
+        if args.json:
+            _print_json({"group": args.group, "configs": configs})
+        else:
+            _print_table(["NAME", "VALUE"], sorted(configs.items()))
+        return EXIT_OK
+    if args.json:
+        _print_json({"group": args.group, "dry_run": args.dry_run, "executed": args.execute,
+                     "changes": [{"name": k, "current": old, "new": new}
+                                 for k, (old, new) in plan.items()]})
+    else:
+        _print_table(["NAME", "CURRENT", "NEW"], [[k, old, new] for k, (old, new) in
+                                                  plan.items()])
+        print(f"# share group {args.group!r} configs set" if args.execute else
+              "# plan only (the broker accepted it)" if args.dry_run else
+              f"# plan only: share group {args.group!r} was not changed")
+    _not_executed(args, f"set the configs of share group {args.group!r}")
+    return EXIT_OK
+
+
 def _delete_topics(args: argparse.Namespace) -> list[str] | None:
     topics = _topic_selection(args.topic)
     if topics is None:
@@ -471,6 +510,16 @@ def add_parser(sub: Any) -> None:
                      help="delete only the group's offsets for this topic, on all of its "
                           "partitions (repeatable)")
     _add_execute_or_dry_run(cmd, "delete")
+    cmd = _add_command(gsub, "config", common, "show or set a share group's configs "
+                       "(share.*: lock duration, delivery limit, ...); the broker's version "
+                       "decides which exist", _cmd_groups_config)
+    cmd.add_argument("group")
+    cmd.add_argument("--set", action="append", type=_config_assignment, metavar="KEY=VALUE",
+                     help="change this config (repeatable), e.g. "
+                          "share.record.lock.duration.ms=60000; without --set the configs "
+                          "are shown")
+    _add_execute_or_dry_run(cmd, "apply --set (--dry-run: the broker checks it, nothing is "
+                            "changed)")
     cmd = _add_command(gsub, "dlq", common, "show or set the broker's dead-letter queue of a "
                        "share group (Apache Kafka 4.4+, share.version 2)", _cmd_groups_dlq)
     cmd.add_argument("group")
