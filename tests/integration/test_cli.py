@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -383,3 +387,45 @@ def test_config_refuses_a_setting_of_a_later_kafka_line(
     with pytest.raises(SystemExit) as exited:  # argparse's usage error
         run("groups", "config", group, "--set", "nokey")
     assert exited.value.code == cli.EXIT_USAGE
+
+
+# -- the first hour: a starting group, a closed pipe ---------------------------------------------
+
+
+def test_lag_wait_answers_once_a_starting_group_has_fetched(
+    kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
+    share_consumer: ShareConsumerFactory, run: Run,
+) -> None:
+    """Without --wait a group that is not there yet is exit code 3; with it, the command asks
+    again until the group exists and every lag is known."""
+    assert run("groups", "lag", group)[0] == cli.EXIT_GROUP_NOT_FOUND
+    started = time.monotonic()
+    assert run("groups", "lag", group, "--wait", "2")[0] == cli.EXIT_GROUP_NOT_FOUND
+    assert time.monotonic() - started >= 2, "--wait gave up early"
+    _produce(kafka, topic, {0: 6})
+    answer: list[tuple[int, str, str]] = []
+    waiter = threading.Thread(target=lambda: answer.append(
+        run("groups", "lag", group, "--wait", "60", "--json")))
+    waiter.start()
+    consumer = share_consumer(group, [topic])
+    while waiter.is_alive():  # the group starts while the command waits
+        for msg in consumer.poll(0.3):
+            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+        consumer.commit_sync()
+        waiter.join(0.2)
+    code, out, err = answer[0]
+    assert code == cli.EXIT_OK, (out, err)
+    assert json.loads(out)["partitions"][0]["lag"] is not None
+
+
+def test_a_closed_pipe_exits_without_a_traceback(kafka: LocalKafka, group: str) -> None:
+    """``kafka-share groups ... --json | head``: the reader is gone before the first line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyspark_kafka_share.cli", "groups", "config", group, "--json",
+         "--bootstrap-server", kafka.bootstrap_servers], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the command prints anything: its first write fails
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err.decode()) == (cli.EXIT_ERROR, "")

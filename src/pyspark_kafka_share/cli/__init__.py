@@ -9,6 +9,7 @@ administration), :mod:`~pyspark_kafka_share.cli.broker` (a local broker for deve
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -72,7 +73,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``kafka-share``; the exit code (``EXIT_*``; argparse exits with 2 on bad usage)."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
     except KafkaShareError as exc:
         print(f"kafka-share: error: {_cli_message(exc)}", file=sys.stderr)
         return exit_code(exc)
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``--json | head``): no traceback, exit code 1; stdout
+    is pointed at /dev/null so the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # not a real file (captured): nothing left to flush
+        pass
+    return EXIT_ERROR

@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,11 +19,14 @@ from pyspark_kafka_share.cli.codes import (
     ENV_BOOTSTRAP_FALLBACK,
     ENV_BOOTSTRAP_SERVERS,
     EXIT_CODES_HELP,
+    EXIT_GROUP_NOT_FOUND,
+    EXIT_LAG_UNKNOWN,
     EXIT_OK,
     EXIT_USAGE,
 )
 from pyspark_kafka_share.errors import (
     GroupNotFoundError,
+    KafkaApiError,
     LagUnavailableError,
     NotAShareGroupError,
     OptionError,
@@ -219,15 +223,41 @@ def _print_lags(lags: Sequence[_Lag], all_groups: bool) -> None:
     _print_table(["GROUP", "TOTAL-LAG"], [[lag.group, lag.total] for lag in lags])
 
 
-def _cmd_groups_lag(args: argparse.Namespace) -> int:
+def _collect_lags(args: argparse.Namespace, admin: ShareGroupAdmin) -> list[_Lag]:
     lags: list[_Lag] = []
+    for group in _group_names(args, admin):
+        try:
+            lags.append(_group_lag(admin, group))
+        except GroupNotFoundError:
+            if not args.all_groups:
+                raise  # with --all-groups: deleted since it was listed
+    return lags
+
+
+def _lags_once_known(args: argparse.Namespace, admin: ShareGroupAdmin) -> list[_Lag]:
+    """The lags; with ``--wait S``, asked again each second for up to S seconds while the
+    group does not exist yet, some lag is unknown or the broker answers a retriable error
+    (a group that is starting)."""
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            lags = _collect_lags(args, admin)
+            if not any(lag.unknown for lag in lags) or time.monotonic() >= deadline:
+                return lags
+        except NotAShareGroupError:
+            raise  # broken, not starting
+        except GroupNotFoundError:
+            if time.monotonic() >= deadline:
+                raise
+        except KafkaApiError as exc:  # e.g. LEADER_NOT_AVAILABLE while share state starts
+            if not exc.retriable or time.monotonic() >= deadline:
+                raise
+        time.sleep(max(0.0, min(1.0, deadline - time.monotonic())))
+
+
+def _cmd_groups_lag(args: argparse.Namespace) -> int:
     with _group_admin(args) as admin:
-        for group in _group_names(args, admin):
-            try:
-                lags.append(_group_lag(admin, group))
-            except GroupNotFoundError:
-                if not args.all_groups:
-                    raise  # with --all-groups: deleted since it was listed
+        lags = _lags_once_known(args, admin)
     if args.json:
         _print_json([lag.as_json() for lag in lags] if args.all_groups else lags[0].as_json())
     else:
@@ -493,6 +523,11 @@ def add_parser(sub: Any) -> None:
     cmd = _add_command(gsub, "lag", common, "per-partition and total lag of a share group",
                        _cmd_groups_lag)
     _add_group_or_all(cmd)
+    cmd.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                     help="a group that is starting: ask again each second, for up to SECONDS, "
+                          f"while the group does not exist yet (exit code {EXIT_GROUP_NOT_FOUND}) "
+                          f"or some lag is unknown ({EXIT_LAG_UNKNOWN}); then answer as without "
+                          "it (default: 0, answer at once)")
     cmd = _add_command(gsub, "reset", common, "move a share group's start offsets (the group "
                        "must have no members)", _cmd_groups_reset)
     cmd.add_argument("group")
