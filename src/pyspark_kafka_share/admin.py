@@ -244,6 +244,11 @@ class ShareGroupAdmin:
         """
         return total_lag(self._client, self.offsets(group) if offsets is None else offsets)
 
+    def end_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        """The end offset of every partition of ``topics``, ``{topic: {partition: offset}}``
+        (ListOffsets latest); an unknown topic raises :class:`UnknownTopicError`."""
+        return self._resolve(self._topic_partitions(_topic_selection(topics)), "latest")
+
     # -- changing ----------------------------------------------------------------------------
 
     def plan_reset(self, group: str, to: ResetTarget,

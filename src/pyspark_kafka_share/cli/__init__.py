@@ -1,7 +1,8 @@
 """The ``kafka-share`` command line: its parser and :func:`main`.
 
 The commands live by responsibility: :mod:`~pyspark_kafka_share.cli.groups` (share-group
-administration), :mod:`~pyspark_kafka_share.cli.broker` (a local broker for development);
+administration), :mod:`~pyspark_kafka_share.cli.exporter` (Prometheus metrics of share
+groups), :mod:`~pyspark_kafka_share.cli.broker` (a local broker for development);
 :mod:`~pyspark_kafka_share.cli.codes` holds the exit codes and environment variables.
 ``python -m pyspark_kafka_share.cli`` runs :func:`main` too.
 """
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from pyspark_kafka_share import __version__
-from pyspark_kafka_share.cli import broker, groups
+from pyspark_kafka_share.cli import broker, exporter, groups
 from pyspark_kafka_share.cli.codes import (
     ENV_BOOTSTRAP_SERVERS,
     EXIT_CODES_HELP,
@@ -43,8 +44,8 @@ __all__ = [
 ]
 
 DESCRIPTION = """\
-kafka-share: watch and manage Kafka share groups (queues), and run a local Kafka broker
-for development. Each command has its own --help."""
+kafka-share: watch and manage Kafka share groups (queues), serve their metrics to
+Prometheus, and run a local Kafka broker for development. Each command has its own --help."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     broker.add_parsers(sub)
     groups.add_parser(sub)
+    exporter.add_parser(sub)
     return parser
 
 

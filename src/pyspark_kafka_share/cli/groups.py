@@ -35,7 +35,7 @@ from pyspark_kafka_share.errors import (
 if TYPE_CHECKING:
     from pyspark_kafka_share.admin import GroupDescription, PartitionOffset, ShareGroupAdmin
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "admin_from_args", "connection_options", "default_bootstrap"]
 
 
 def _group_admin(args: argparse.Namespace) -> ShareGroupAdmin:
@@ -52,6 +52,12 @@ def _group_admin(args: argparse.Namespace) -> ShareGroupAdmin:
         return CliAdmin.from_properties_file(args.bootstrap_server, args.command_config,
                                              timeout_s=args.timeout)
     return CliAdmin(args.bootstrap_server, timeout_s=args.timeout)
+
+
+def admin_from_args(args: argparse.Namespace) -> ShareGroupAdmin:
+    """The admin of ``--bootstrap-server``, ``--command-config`` and ``--timeout``, its errors
+    naming those flags (the ``groups`` commands' and the exporter's)."""
+    return _group_admin(args)
 
 
 def _print_json(value: object) -> None:
@@ -443,18 +449,20 @@ def _cmd_groups_list(args: argparse.Namespace) -> int:
 # -- the parser --------------------------------------------------------------------------------
 
 
-def _default_bootstrap() -> str | None:
+def default_bootstrap() -> str | None:
     """The first of the environment variables :data:`ENV_BOOTSTRAP_SERVERS` and
     ``PYSPARK_KAFKA_SHARE_BOOTSTRAP`` that is set and not empty."""
     return os.environ.get(ENV_BOOTSTRAP_SERVERS) or os.environ.get(ENV_BOOTSTRAP_FALLBACK) \
         or None
 
 
-def _common_options() -> argparse.ArgumentParser:
+def connection_options() -> argparse.ArgumentParser:
+    """``--bootstrap-server`` (default from the environment), ``--command-config`` and
+    ``--timeout``: the options :func:`admin_from_args` reads."""
     common = argparse.ArgumentParser(add_help=False)
-    default_bootstrap = _default_bootstrap()
-    now = f"; now: {default_bootstrap}" if default_bootstrap else "; neither is set now"
-    common.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
+    bootstrap = default_bootstrap()
+    now = f"; now: {bootstrap}" if bootstrap else "; neither is set now"
+    common.add_argument("--bootstrap-server", default=bootstrap, metavar="HOST:PORT",
                         help=f"the broker(s) to connect to; optional when the environment "
                         f"variable {ENV_BOOTSTRAP_SERVERS} (or {ENV_BOOTSTRAP_FALLBACK}) is "
                         f"set{now}")
@@ -462,9 +470,14 @@ def _common_options() -> argparse.ArgumentParser:
                         help="client security settings in Kafka's properties format, as "
                         "kafka-share-groups.sh takes them (security.protocol, sasl.*, ssl.* "
                         "with PEM files)")
-    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="how long to wait for the broker on each step (default: 30)")
+    return common
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False, parents=[connection_options()])
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     return common
 
 
