@@ -4,8 +4,9 @@
   while a share consumer holds records and while a ``kafka-share`` query runs;
 - a broker killed between scrapes: every scrape still answers within 1 s, ``kafka_share_up``
   drops to 0 with the last values kept, and comes back after the restart (a broker of its own);
-- the command itself on a SASL_SSL listener with ``--command-config`` (a broker of its own),
-  stopped by SIGTERM with exit code 0.
+- the command itself on a SASL_SSL listener with ``--command-config`` (a broker of the
+  module's own), stopped by SIGTERM with exit code 0; on the same listener, the CLI's errors
+  naming the Java properties of ``--command-config`` (issue 41's first-hour nits).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -195,37 +197,67 @@ def test_a_broker_killed_between_scrapes(topic_factory: TopicFactory) -> None:
                      timeout_s=60, what="up 1 after the restart")
 
 
-def test_the_command_on_a_sasl_ssl_listener(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def secured() -> Iterator[LocalKafka]:
+    """A broker of the module's own with a SASL_SSL listener (and ACLs; the super user)."""
+    with LocalKafka(security="sasl_ssl", heap="512m") as broker:
+        yield broker
+
+
+def test_the_command_on_a_sasl_ssl_listener(secured: LocalKafka) -> None:
     """``kafka-share exporter GROUP --command-config FILE --port 0``: the URL on stdout,
     the group's numbers over SASL_SSL, SIGTERM ends it with exit code 0."""
-    with LocalKafka(security="sasl_ssl", heap="512m") as own:
-        topic, group = "t-secured", "g-secured"
-        own.create_topic(topic, 1)
-        own.set_group_config(group, "share.auto.offset.reset", "earliest")
-        own.produce(topic, [b"a", b"b"])
-        config = own.command_config_file()
-        with ShareGroupAdmin.from_properties_file(own.bootstrap_servers, config) as admin:
-            admin.reset(group, "earliest", topics=[topic])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pyspark_kafka_share.cli", "exporter", group,
-             "--bootstrap-server", own.bootstrap_servers, "--command-config", str(config),
-             "--port", "0", "--address", "127.0.0.1", "--interval", "0.5"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            assert proc.stdout is not None
-            url = proc.stdout.readline().strip()
-            assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), url
-            samples = wait_for(lambda: scrape(url), lambda s: s[("kafka_share_up", ())] == 1,
-                               what="up 1 over SASL_SSL")
-            assert partitions(samples, "kafka_share_partition_lag", group) == {(topic, 0): 2}
-            with urllib.request.urlopen(url.replace("/metrics", "/healthz"), timeout=5) as h:
-                assert h.status == 200
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
-        assert proc.returncode == cli.EXIT_OK, err
-        assert "Traceback" not in err
+    topic, group = "t-secured", "g-secured"
+    secured.create_topic(topic, 1)
+    secured.set_group_config(group, "share.auto.offset.reset", "earliest")
+    secured.produce(topic, [b"a", b"b"])
+    config = secured.command_config_file()
+    with ShareGroupAdmin.from_properties_file(secured.bootstrap_servers, config) as admin:
+        admin.reset(group, "earliest", topics=[topic])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyspark_kafka_share.cli", "exporter", group,
+         "--bootstrap-server", secured.bootstrap_servers, "--command-config", str(config),
+         "--port", "0", "--address", "127.0.0.1", "--interval", "0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), url
+        samples = wait_for(lambda: scrape(url), lambda s: s[("kafka_share_up", ())] == 1,
+                           what="up 1 over SASL_SSL")
+        assert partitions(samples, "kafka_share_partition_lag", group) == {(topic, 0): 2}
+        with urllib.request.urlopen(url.replace("/metrics", "/healthz"), timeout=5) as h:
+            assert h.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == cli.EXIT_OK, err
+    assert "Traceback" not in err
+
+
+def test_cli_errors_name_the_java_properties_of_command_config(
+    secured: LocalKafka, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With --command-config the errors name what the file says (ssl.truststore.location,
+    sasl.jaas.config), not the librdkafka keys it was translated to."""
+    good = secured.command_config_file().read_text()
+    wrong_ca = tmp_path / "wrong-ca.properties"
+    wrong_ca.write_text("".join(
+        "ssl.truststore.location=/etc/ssl/certs/ca-certificates.crt\n"
+        if line.startswith("ssl.truststore.location=") else line + "\n"
+        for line in good.splitlines()))
+    wrong_pw = tmp_path / "wrong-password.properties"
+    wrong_pw.write_text(re.sub(r'password="[^"]*"', 'password="not-it"', good))
+    for path, named in ((wrong_ca, "ssl.truststore.location"),
+                        (wrong_pw, "sasl.jaas.config's password")):
+        capsys.readouterr()
+        code = cli.main(["groups", "list", "--bootstrap-server", secured.bootstrap_servers,
+                         "--command-config", str(path), "--timeout", "10"])
+        err = capsys.readouterr().err
+        assert code == cli.EXIT_ERROR, err
+        assert f"{named} (in {path})" in err, err
+        assert not re.search(r"ssl\.ca\.location|sasl\.username|sasl\.password", err), err
 
 
 def test_the_command_refuses_bad_usage_with_exit_code_2(tmp_path: Path) -> None:

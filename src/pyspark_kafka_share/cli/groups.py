@@ -39,14 +39,21 @@ __all__ = ["add_parser", "admin_from_args", "connection_options", "default_boots
 
 
 def _group_admin(args: argparse.Namespace) -> ShareGroupAdmin:
+    from pyspark_kafka_share._kafka.connection_parse import JAVA_PROPERTY_OF
     from pyspark_kafka_share._kafka.settings import OptionNames
     from pyspark_kafka_share.admin import ShareGroupAdmin
 
-    class CliAdmin(ShareGroupAdmin):
-        """The admin, its errors naming the command line's flags."""
+    flags = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic", "--command-config")
+    if args.command_config:  # errors name the Java properties the user wrote, in that file
+        where = f" (in {args.command_config})".replace("{", "{{").replace("}", "}}")
+        flags = OptionNames("{}" + where, "{}" + where, flags.bootstrap, flags.group,
+                            flags.topics, flags.settings, tuple(JAVA_PROPERTY_OF.items()))
 
-        option_names = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic",
-                                   "--command-config")
+    class CliAdmin(ShareGroupAdmin):
+        """The admin, its errors naming the command line's flags (and with --command-config
+        the file's Java properties, not the librdkafka keys they became)."""
+
+        option_names = flags
 
     if args.command_config:
         return CliAdmin.from_properties_file(args.bootstrap_server, args.command_config,
