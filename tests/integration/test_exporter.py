@@ -32,6 +32,7 @@ import pyspark_kafka_share as ks
 from pyspark_kafka_share import cli
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.exporter.collect import GroupReader
+from pyspark_kafka_share.exporter.query import serve_query_metrics
 from pyspark_kafka_share.exporter.serve import Exporter
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
@@ -145,9 +146,11 @@ def test_numbers_match_the_cli_and_the_progress_while_a_source_job_runs(
           .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", 100)
           .option("journalPath", str(tmp_path / "journal")).option("numPartitions", 2).load())
     out = tmp_path / "out"
+    driver, listener = serve_query_metrics(spark, 0, "127.0.0.1")  # the driver's own /metrics
+    driver_url = f"http://127.0.0.1:{driver.server_address[1]}/metrics"
     with exporting(kafka.bootstrap_servers, [group]) as url:
         query = (df.writeStream.format("parquet").option("path", str(out))
-                 .option("checkpointLocation", str(tmp_path / "chk"))
+                 .option("checkpointLocation", str(tmp_path / "chk")).queryName("exported")
                  .trigger(processingTime="500 milliseconds").start())
         try:
             # The job drains the backlog; the exporter follows it while the query runs.
@@ -165,8 +168,26 @@ def test_numbers_match_the_cli_and_the_progress_while_a_source_job_runs(
             assert progress is not None and progress.lag_by_partition == {
                 f"{topic}:0": 0, f"{topic}:1": 0}
             assert query.isActive and query.exception() is None
+            # The driver's listener: the query's progress, and each batch counted once.
+            q = (("query", "exported"),)
+            mine = wait_for(lambda: scrape(driver_url), lambda s: s.get(
+                ("kafka_share_query_batch_records_total", q)) == 300, timeout_s=60,
+                what="300 records counted from the query's batches")
+            assert mine[("kafka_share_query_lag", q)] == progress.lag == 0
+            assert mine[("kafka_share_query_input_rows_total", q)] == 300
+            assert mine[("kafka_share_query_batch_accepted_total", q)] >= 300
+            assert mine[("kafka_share_query_active", q)] == 1
+            assert {labels: v for (name, labels), v in mine.items()
+                    if name == "kafka_share_query_partition_lag"} == {
+                (("partition", "0"), ("query", "exported"), ("topic", topic)): 0,
+                (("partition", "1"), ("query", "exported"), ("topic", topic)): 0}
         finally:
             query.stop()
+    wait_for(lambda: scrape(driver_url), lambda s: s[("kafka_share_query_active", q)] == 0,
+             what="the query reported terminated")
+    driver.shutdown()
+    driver.server_close()
+    spark.streams.removeListener(listener)
     assert _rows(spark, out) == 300
 
 

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from pyspark_kafka_share.exporter.collect import Snapshot
 
-__all__ = ["METRICS", "METRIC_NAMES", "Exporter"]
+__all__ = ["METRICS", "METRIC_NAMES", "Exporter", "serve_registry"]
 
 _LOG = logging.getLogger("pyspark_kafka_share.exporter")
 
@@ -176,28 +176,42 @@ class Exporter(Collector):
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """The metrics page for a scraper's ``Accept`` header and its content type."""
-        encoder, content_type = choose_encoder(accept)
-        return encoder(self.registry), content_type
+        return _render(self.registry, accept)
 
     def serve(self, address: str, port: int) -> ThreadingHTTPServer:
-        """Answer ``/metrics`` and ``/healthz`` on ``address:port`` (0: a free port) from a
-        daemon thread; ``server.server_address`` is where, ``server.shutdown()`` stops it."""
-        server = ThreadingHTTPServer((address, port), _handler(self))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="kafka-share-exporter-http",
-                         daemon=True).start()
-        return server
+        """Answer ``/metrics`` and ``/healthz`` (200 while the collector runs) on
+        ``address:port`` (0: a free port) from a daemon thread."""
+        return serve_registry(self.registry, address, port, lambda: self.alive)
 
 
-def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
+def _render(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type
+
+
+def serve_registry(registry: CollectorRegistry, address: str, port: int,
+                   alive: Callable[[], bool] = lambda: True) -> ThreadingHTTPServer:
+    """Serve ``registry`` on ``/metrics`` (Prometheus or OpenMetrics text, as the scraper
+    asks) and ``/healthz`` (200 while ``alive()``, else 503) on ``address:port`` (0: a free
+    port) from a daemon thread; ``server.server_address`` is where, ``server.shutdown()``
+    stops it."""
+    server = ThreadingHTTPServer((address, port), _handler(registry, alive))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="kafka-share-metrics-http",
+                     daemon=True).start()
+    return server
+
+
+def _handler(registry: CollectorRegistry,
+             alive: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                body, content_type = exporter.render(self.headers.get("Accept", ""))
+                body, content_type = _render(registry, self.headers.get("Accept", ""))
                 self._answer(200, body, content_type)
             elif path == "/healthz":
-                ok = exporter.alive
+                ok = alive()
                 self._answer(200 if ok else 503, b"ok\n" if ok else b"collector stopped\n",
                              "text/plain; charset=utf-8")
             else:
