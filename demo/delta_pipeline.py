@@ -28,9 +28,12 @@ SCHEMA = "id LONG, customer STRING, amount DOUBLE"
 
 
 def delta_session(app: str) -> Any:
-    """A local SparkSession with Delta Lake (its jars fetched by Ivy on first use)."""
+    """A local SparkSession with Delta Lake (its jars fetched by Ivy on first use, from Maven
+    Central into the package's cache: :func:`~pyspark_kafka_share.harness.jars.ivy_settings`)."""
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
+
+    from pyspark_kafka_share.harness.jars import ivy_settings
 
     builder = (SparkSession.builder.master("local[2]").appName(app)
                .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
@@ -41,6 +44,8 @@ def delta_session(app: str) -> Any:
                .config("spark.databricks.delta.snapshotPartitions", "2")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.ui.enabled", "false"))
+    for key, value in ivy_settings().items():  # Maven Central only: no ~/.m2 entry breaks it
+        builder = builder.config(key, value)
     return configure_spark_with_delta_pip(builder).getOrCreate()
 
 

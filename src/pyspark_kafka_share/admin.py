@@ -55,6 +55,7 @@ from pyspark_kafka_share._kafka.group import (
     read_group_configs,
     write_group_configs,
 )
+from pyspark_kafka_share._kafka.lines import group_config_since
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.progress import PartitionOffset, group_offsets, total_lag
 from pyspark_kafka_share._kafka.protocol import KafkaProtocolClient
@@ -243,6 +244,11 @@ class ShareGroupAdmin:
         """
         return total_lag(self._client, self.offsets(group) if offsets is None else offsets)
 
+    def end_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        """The end offset of every partition of ``topics``, ``{topic: {partition: offset}}``
+        (ListOffsets latest); an unknown topic raises :class:`UnknownTopicError`."""
+        return self._resolve(self._topic_partitions(_topic_selection(topics)), "latest")
+
     # -- changing ----------------------------------------------------------------------------
 
     def plan_reset(self, group: str, to: ResetTarget,
@@ -353,12 +359,33 @@ class ShareGroupAdmin:
 
     def get_config(self, group: str) -> dict[str, str]:
         """The group's ``share.*`` configs (defaults included), ``{name: value}``."""
-        try:
-            entries = read_group_configs(self._admin_client(), group, self.timeout_s)
-        except Exception as exc:
-            raise from_client_error(exc, f"cannot read the configs of group {group!r}") from exc
-        return {name: str(entry.value) for name, entry in sorted(entries.items())
+        return {name: str(entry.value) for name, entry in sorted(self._configs(group).items())
                 if name.startswith("share.") and entry.value is not None}
+
+    def plan_config(self, group: str,
+                    changes: Mapping[str, str | int]) -> dict[str, tuple[str | None, str]]:
+        """``{key: (current value, new value)}`` for :meth:`set_configs`; nothing is changed.
+
+        Each key must be a ``share.*`` group config this broker knows (it describes every
+        one, defaults included): a key of a later Apache Kafka line (e.g.
+        ``share.delivery.count.limit`` on 4.2) raises an :class:`OptionError` saying which
+        line added it (:mod:`pyspark_kafka_share._kafka.lines`).
+        """
+        known = self._configs(group)
+        plan: dict[str, tuple[str | None, str]] = {}
+        for key, value in changes.items():
+            if not key.startswith("share."):
+                raise OptionError("key", key, "give a share-group config (share.*); the "
+                                  "dead-letter queue's have their own command (groups dlq, "
+                                  "set_dead_letter_queue)")
+            if key not in known:
+                shown = ", ".join(k for k in sorted(known) if k.startswith("share."))
+                raise OptionError("key", key, f"the broker at {self.bootstrap_servers} does "
+                                  f"not know this group config: {group_config_since(key)}; "
+                                  f"it knows {shown}")
+            current = known[key].value
+            plan[key] = (None if current is None else str(current), str(value))
+        return plan
 
     def set_config(self, group: str, key: str, value: str | int) -> None:
         """Set one group config, e.g. ``share.record.lock.duration.ms`` (used for later deliveries).
@@ -367,20 +394,31 @@ class ShareGroupAdmin:
         """
         if not key:
             raise OptionError("key", key, "give a config name such as share.auto.offset.reset")
+        self.set_configs(group, {key: value})
+
+    def set_configs(self, group: str, changes: Mapping[str, str | int], *,
+                    validate_only: bool = False) -> None:
+        """Set group configs in one request; ``validate_only``: the broker checks the keys,
+        the values and the permission (ALTER_CONFIGS on the group) and changes nothing."""
+        what = ", ".join(f"{k}={v}" for k, v in changes.items())
         try:
-            write_group_configs(self._admin_client(), group, {key: value}, self.timeout_s)
+            write_group_configs(self._admin_client(), group, changes, self.timeout_s,
+                                validate_only=validate_only)
         except Exception as exc:
-            raise from_client_error(exc, f"cannot set {key}={value} on group {group!r}") from exc
+            raise from_client_error(exc, f"cannot set {what} on group {group!r}") from exc
+
+    def _configs(self, group: str) -> dict[str, Any]:
+        """The group's configs as the broker describes them, ``{name: ConfigEntry}``."""
+        try:
+            return read_group_configs(self._admin_client(), group, self.timeout_s)
+        except Exception as exc:
+            raise from_client_error(exc, f"cannot read the configs of group {group!r}") from exc
 
     # -- the broker's dead-letter queue (KIP-1191, Kafka 4.4+; docs/compatibility.md) ------
 
     def dead_letter_queue(self, group: str) -> BrokerDeadLetterQueue:
         """Whether and where the broker dead-letters ``group``'s REJECTed records."""
-        try:
-            entries = read_group_configs(self._admin_client(), group, self.timeout_s)
-        except Exception as exc:
-            raise from_client_error(exc, f"cannot read the configs of group {group!r}") from exc
-        return broker_dead_letter_queue(entries, self._client.finalized_features())
+        return broker_dead_letter_queue(self._configs(group), self._client.finalized_features())
 
     def set_dead_letter_queue(self, group: str, topic: str | None, *,
                               copy_record: bool | None = None) -> BrokerDeadLetterQueue:

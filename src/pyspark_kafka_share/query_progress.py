@@ -35,6 +35,11 @@ class SourceProgress:
     batch, summed over its tasks (``records``, ``accepted``, ``released``,
     ``duplicates_dropped``, ...; empty before the first one, or without ``journalPath``);
     ``timestamp``: the progress's time (ISO 8601, as Spark gives it).
+
+    A report is made when a trigger starts: once a query has stopped, its last report holds
+    the lag from before its last batch (after an AvailableNow run on Spark 4.0/4.1, the lag
+    the run started with). Read the group's lag then with
+    :meth:`~pyspark_kafka_share.admin.ShareGroupAdmin.total_lag` (docs/operations.md).
     """
 
     batch_id: int

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -333,3 +337,98 @@ def test_exit_codes_are_distinct_and_in_the_help(capsys: pytest.CaptureFixture[s
               if line.strip()[:1].isdigit() and line.startswith("  ") and
               not line.startswith("     ")]
     assert listed == codes
+
+
+# -- config: show, --set with --execute / --dry-run, the broker's line -------------------------
+
+
+def test_config_set_needs_execute_or_dry_run_and_only_execute_changes_it(
+    admin: ShareGroupAdmin, group: str, run: Run,
+) -> None:
+    lock = "share.record.lock.duration.ms"
+    code, out, err = run("groups", "config", group, "--json")
+    assert code == cli.EXIT_OK, err
+    shown = json.loads(out)["configs"]
+    assert shown == admin.get_config(group) and lock in shown
+    before = shown[lock]
+    assert before != "45000"
+
+    code, out, err = run("groups", "config", group, "--set", f"{lock}=45000")
+    assert code == cli.EXIT_USAGE and "--execute" in err and "nothing was changed" in err
+    assert out.split()[3:6] == [lock, before, "45000"]
+    code, out, err = run("groups", "config", group, "--set", f"{lock}=45000", "--dry-run")
+    assert code == cli.EXIT_OK, err
+    assert admin.get_config(group)[lock] == before, "config without --execute changed it"
+    code, _, err = run("groups", "config", group, "--set", f"{lock}=-1", "--dry-run")
+    assert code == cli.EXIT_ERROR and lock in err, "--dry-run did not ask the broker"
+
+    code, out, err = run("groups", "config", group, "--set", f"{lock}=45000", "--execute",
+                         "--json")
+    assert code == cli.EXIT_OK, err
+    assert json.loads(out)["changes"] == [{"name": lock, "current": before, "new": "45000"}]
+    assert admin.get_config(group)[lock] == "45000"
+
+
+def test_config_refuses_a_setting_of_a_later_kafka_line(
+    kafka: LocalKafka, admin: ShareGroupAdmin, group: str, run: Run,
+) -> None:
+    """On 4.2 (the version tiers) a 4.3 group config is refused before the broker is asked,
+    naming the line that added it; from 4.3 on it is set."""
+    key = "share.delivery.count.limit"
+    major, minor = (int(v) for v in kafka.version.split(".")[:2])
+    code, out, err = run("groups", "config", group, "--set", f"{key}=4", "--execute")
+    if (major, minor) >= (4, 3):
+        assert code == cli.EXIT_OK, err
+        assert admin.get_config(group)[key] == "4"
+    else:
+        assert code == cli.EXIT_USAGE and out == ""
+        assert f"'--set' = {key!r}" in err and "Apache Kafka 4.3 on (KIP-1240)" in err
+        assert key not in admin.get_config(group)
+    code, _, err = run("groups", "config", group, "--set", "share.no.such.config=1",
+                       "--dry-run")
+    assert code == cli.EXIT_USAGE and "not a share-group config of any" in err
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        run("groups", "config", group, "--set", "nokey")
+    assert exited.value.code == cli.EXIT_USAGE
+
+
+# -- the first hour: a starting group, a closed pipe ---------------------------------------------
+
+
+def test_lag_wait_answers_once_a_starting_group_has_fetched(
+    kafka: LocalKafka, admin: ShareGroupAdmin, topic: str, group: str,
+    share_consumer: ShareConsumerFactory, run: Run,
+) -> None:
+    """Without --wait a group that is not there yet is exit code 3; with it, the command asks
+    again until the group exists and every lag is known."""
+    assert run("groups", "lag", group)[0] == cli.EXIT_GROUP_NOT_FOUND
+    started = time.monotonic()
+    assert run("groups", "lag", group, "--wait", "2")[0] == cli.EXIT_GROUP_NOT_FOUND
+    assert time.monotonic() - started >= 2, "--wait gave up early"
+    _produce(kafka, topic, {0: 6})
+    answer: list[tuple[int, str, str]] = []
+    waiter = threading.Thread(target=lambda: answer.append(
+        run("groups", "lag", group, "--wait", "60", "--json")))
+    waiter.start()
+    consumer = share_consumer(group, [topic])
+    while waiter.is_alive():  # the group starts while the command waits
+        for msg in consumer.poll(0.3):
+            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+        consumer.commit_sync()
+        waiter.join(0.2)
+    code, out, err = answer[0]
+    assert code == cli.EXIT_OK, (out, err)
+    assert json.loads(out)["partitions"][0]["lag"] is not None
+
+
+def test_a_closed_pipe_exits_without_a_traceback(kafka: LocalKafka, group: str) -> None:
+    """``kafka-share groups ... --json | head``: the reader is gone before the first line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyspark_kafka_share.cli", "groups", "config", group, "--json",
+         "--bootstrap-server", kafka.bootstrap_servers], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the command prints anything: its first write fails
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err.decode()) == (cli.EXIT_ERROR, "")

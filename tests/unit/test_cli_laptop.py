@@ -90,3 +90,18 @@ def test_a_missing_broker_is_a_usage_error_naming_the_flag_and_variable(
     err = capsys.readouterr().err
     assert exit_.value.code == cli.EXIT_USAGE
     assert "--bootstrap-server HOST:PORT" in err and cli.ENV_BOOTSTRAP_SERVERS in err
+
+
+def test_one_install_line_covers_the_laptop_quick_start() -> None:
+    """README's laptop line, ``[laptop]``: PySpark, the secured local broker (``[local]``,
+    ``kafka-share broker --security``) and the exporter; dev installs the exporter too."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    project = (root / "pyproject.toml").read_text()  # (no tomllib on Python 3.10)
+    assert 'laptop = ["pyspark-kafka-share[spark,local,exporter]"]' in project
+    assert re.search(r'^exporter = \["prometheus-client', project, re.M)
+    assert '"pyspark-kafka-share[exporter]",' in project
+    readme = (root / "README.md").read_text()
+    assert re.search(r"pip install 'pyspark-kafka-share\[laptop\]' +# on a laptop", readme)

@@ -16,7 +16,7 @@ from typing import Any
 from pyspark_kafka_share._kafka.connection_parts import MASK, OidcSettings, unsecured_jwt
 from pyspark_kafka_share.errors import OptionError
 
-__all__ = ["connection_fields", "parse_flag", "translate_java_properties"]
+__all__ = ["JAVA_PROPERTY_OF", "connection_fields", "parse_flag", "translate_java_properties"]
 
 _SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "sasl.oauthbearer.client.secret",
                           "sasl.jaas.config", "ssl.keystore.password", "ssl.truststore.password",
@@ -160,6 +160,21 @@ def connection_fields(settings: Mapping[str, Any]) -> dict[str, Any]:
 # -- Java properties -> librdkafka --------------------------------------------------------------
 
 # Java keys with the same name and meaning in librdkafka.
+JAVA_PROPERTY_OF = {
+    "ssl.ca.location": "ssl.truststore.location",
+    "ssl.certificate.location": "ssl.keystore.location",
+    "ssl.key.location": "ssl.keystore.location",
+    "sasl.username": "sasl.jaas.config's username",
+    "sasl.password": "sasl.jaas.config's password",
+    "sasl.oauthbearer.client.id": "sasl.jaas.config's clientId",
+    "sasl.oauthbearer.client.secret": "sasl.jaas.config's clientSecret",
+    "sasl.oauthbearer.method": "sasl.jaas.config",
+    "sasl.oauthbearer.config": "sasl.jaas.config",
+    "enable.sasl.oauthbearer.unsecure.jwt": "sasl.jaas.config",
+}
+"""The Java client property that :func:`translate_java_properties` made each librdkafka
+setting from (where the names differ), for errors that name what the user wrote."""
+
 _SAME = ("security.protocol", "sasl.mechanism", "ssl.key.password", "client.id",
          "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.scope",
          "ssl.cipher.suites", "request.timeout.ms", "sasl.kerberos.service.name",

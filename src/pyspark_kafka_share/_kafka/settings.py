@@ -77,6 +77,9 @@ class OptionNames:
     group: str = "kafka.group.id"
     topics: str = "subscribe"
     settings: str = "kafka.*"
+    renamed: tuple[tuple[str, str], ...] = ()
+    """``(librdkafka key, the user's key)`` where the user gave the setting in another dialect
+    (a Java properties file: ``ssl.ca.location`` came from ``ssl.truststore.location``)."""
 
     def of(self, key: str, *, producer: bool = False) -> str:
         """The user's name of client setting ``key``."""
@@ -84,6 +87,7 @@ class OptionNames:
             return self.group
         if key in ("bootstrap.servers", "metadata.broker.list"):
             return self.bootstrap
+        key = dict(self.renamed).get(key, key)
         return (self.producer_setting if producer else self.setting).format(key)
 
 

@@ -35,7 +35,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 """Any other error: broker unreachable, group not empty, unknown topic, ..."""
 EXIT_USAGE = 2
-"""Bad arguments (argparse's code), or ``reset``/``delete`` without ``--execute`` or
+"""Bad arguments (argparse's code), or a change (``reset``, ``delete``, ``config --set``,
+``dlq --topic``) without ``--execute`` or
 ``--dry-run``: the plan was printed and nothing was changed."""
 EXIT_GROUP_NOT_FOUND = 3
 """No group of that name exists."""
@@ -58,8 +59,9 @@ EXIT_CODES_HELP = f"""\
 exit codes:
   {EXIT_OK}  success: the output is the whole answer
   {EXIT_ERROR}  any other error (broker unreachable, group not empty, unknown topic, ...)
-  {EXIT_USAGE}  bad arguments, or reset/delete without --execute or --dry-run (the plan
-     is printed, nothing is changed)
+  {EXIT_USAGE}  bad arguments, or a change (reset, delete, config --set, dlq --topic)
+     without --execute or --dry-run (the plan is printed, nothing is changed); config
+     --set of a group config this broker's Kafka line does not have
   {EXIT_GROUP_NOT_FOUND}  no group of that name
   {EXIT_NOT_A_SHARE_GROUP}  the group is not a share group (e.g. a classic consumer group)
   {EXIT_LAG_UNKNOWN}  lag: some partition's lag is unknown (no member has fetched from it yet,

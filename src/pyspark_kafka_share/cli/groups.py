@@ -1,5 +1,5 @@
-"""``kafka-share groups ...``: list, describe, lag, reset, delete and the broker's
-dead-letter queue of share groups, each a command on
+"""``kafka-share groups ...``: list, describe, lag, reset, delete, the configs and the
+broker's dead-letter queue of share groups, each a command on
 :class:`~pyspark_kafka_share.admin.ShareGroupAdmin`, and their parser (options, the broker's
 address from the environment)."""
 
@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,11 +19,14 @@ from pyspark_kafka_share.cli.codes import (
     ENV_BOOTSTRAP_FALLBACK,
     ENV_BOOTSTRAP_SERVERS,
     EXIT_CODES_HELP,
+    EXIT_GROUP_NOT_FOUND,
+    EXIT_LAG_UNKNOWN,
     EXIT_OK,
     EXIT_USAGE,
 )
 from pyspark_kafka_share.errors import (
     GroupNotFoundError,
+    KafkaApiError,
     LagUnavailableError,
     NotAShareGroupError,
     OptionError,
@@ -31,23 +35,36 @@ from pyspark_kafka_share.errors import (
 if TYPE_CHECKING:
     from pyspark_kafka_share.admin import GroupDescription, PartitionOffset, ShareGroupAdmin
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "admin_from_args", "connection_options", "default_bootstrap"]
 
 
 def _group_admin(args: argparse.Namespace) -> ShareGroupAdmin:
+    from pyspark_kafka_share._kafka.connection_parse import JAVA_PROPERTY_OF
     from pyspark_kafka_share._kafka.settings import OptionNames
     from pyspark_kafka_share.admin import ShareGroupAdmin
 
-    class CliAdmin(ShareGroupAdmin):
-        """The admin, its errors naming the command line's flags."""
+    flags = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic", "--command-config")
+    if args.command_config:  # errors name the Java properties the user wrote, in that file
+        where = f" (in {args.command_config})".replace("{", "{{").replace("}", "}}")
+        flags = OptionNames("{}" + where, "{}" + where, flags.bootstrap, flags.group,
+                            flags.topics, flags.settings, tuple(JAVA_PROPERTY_OF.items()))
 
-        option_names = OptionNames("{}", "{}", "--bootstrap-server", "group", "--topic",
-                                   "--command-config")
+    class CliAdmin(ShareGroupAdmin):
+        """The admin, its errors naming the command line's flags (and with --command-config
+        the file's Java properties, not the librdkafka keys they became)."""
+
+        option_names = flags
 
     if args.command_config:
         return CliAdmin.from_properties_file(args.bootstrap_server, args.command_config,
                                              timeout_s=args.timeout)
     return CliAdmin(args.bootstrap_server, timeout_s=args.timeout)
+
+
+def admin_from_args(args: argparse.Namespace) -> ShareGroupAdmin:
+    """The admin of ``--bootstrap-server``, ``--command-config`` and ``--timeout``, its errors
+    naming those flags (the ``groups`` commands' and the exporter's)."""
+    return _group_admin(args)
 
 
 def _print_json(value: object) -> None:
@@ -219,15 +236,41 @@ def _print_lags(lags: Sequence[_Lag], all_groups: bool) -> None:
     _print_table(["GROUP", "TOTAL-LAG"], [[lag.group, lag.total] for lag in lags])
 
 
-def _cmd_groups_lag(args: argparse.Namespace) -> int:
+def _collect_lags(args: argparse.Namespace, admin: ShareGroupAdmin) -> list[_Lag]:
     lags: list[_Lag] = []
+    for group in _group_names(args, admin):
+        try:
+            lags.append(_group_lag(admin, group))
+        except GroupNotFoundError:
+            if not args.all_groups:
+                raise  # with --all-groups: deleted since it was listed
+    return lags
+
+
+def _lags_once_known(args: argparse.Namespace, admin: ShareGroupAdmin) -> list[_Lag]:
+    """The lags; with ``--wait S``, asked again each second for up to S seconds while the
+    group does not exist yet, some lag is unknown or the broker answers a retriable error
+    (a group that is starting)."""
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            lags = _collect_lags(args, admin)
+            if not any(lag.unknown for lag in lags) or time.monotonic() >= deadline:
+                return lags
+        except NotAShareGroupError:
+            raise  # broken, not starting
+        except GroupNotFoundError:
+            if time.monotonic() >= deadline:
+                raise
+        except KafkaApiError as exc:  # e.g. LEADER_NOT_AVAILABLE while share state starts
+            if not exc.retriable or time.monotonic() >= deadline:
+                raise
+        time.sleep(max(0.0, min(1.0, deadline - time.monotonic())))
+
+
+def _cmd_groups_lag(args: argparse.Namespace) -> int:
     with _group_admin(args) as admin:
-        for group in _group_names(args, admin):
-            try:
-                lags.append(_group_lag(admin, group))
-            except GroupNotFoundError:
-                if not args.all_groups:
-                    raise  # with --all-groups: deleted since it was listed
+        lags = _lags_once_known(args, admin)
     if args.json:
         _print_json([lag.as_json() for lag in lags] if args.all_groups else lags[0].as_json())
     else:
@@ -323,6 +366,45 @@ def _cmd_groups_dlq(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _config_assignment(text: str) -> tuple[str, str]:
+    """``KEY=VALUE``, as ``kafka-configs.sh --add-config`` takes one setting."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give KEY=VALUE, e.g. share.record.lock.duration.ms=60000")
+    return key.strip(), value.strip()
+
+
+def _cmd_groups_config(args: argparse.Namespace) -> int:
+    """Show a group's share.* configs, or (with --set) plan, check or apply changes."""
+    changes = dict(args.set or ())
+    with _group_admin(args) as admin:
+        if not changes:
+            configs = admin.get_config(args.group)
+        else:
+            plan = admin.plan_config(args.group, changes)  # keys this broker knows
+            if args.execute or args.dry_run:  # --dry-run: the broker validates, no change
+                admin.set_configs(args.group, changes, validate_only=args.dry_run)
+    if not changes:
+        if args.json:
+            _print_json({"group": args.group, "configs": configs})
+        else:
+            _print_table(["NAME", "VALUE"], sorted(configs.items()))
+        return EXIT_OK
+    if args.json:
+        _print_json({"group": args.group, "dry_run": args.dry_run, "executed": args.execute,
+                     "changes": [{"name": k, "current": old, "new": new}
+                                 for k, (old, new) in plan.items()]})
+    else:
+        _print_table(["NAME", "CURRENT", "NEW"], [[k, old, new] for k, (old, new) in
+                                                  plan.items()])
+        print(f"# share group {args.group!r} configs set" if args.execute else
+              "# plan only (the broker accepted it)" if args.dry_run else
+              f"# plan only: share group {args.group!r} was not changed")
+    _not_executed(args, f"set the configs of share group {args.group!r}")
+    return EXIT_OK
+
+
 def _delete_topics(args: argparse.Namespace) -> list[str] | None:
     topics = _topic_selection(args.topic)
     if topics is None:
@@ -374,18 +456,20 @@ def _cmd_groups_list(args: argparse.Namespace) -> int:
 # -- the parser --------------------------------------------------------------------------------
 
 
-def _default_bootstrap() -> str | None:
+def default_bootstrap() -> str | None:
     """The first of the environment variables :data:`ENV_BOOTSTRAP_SERVERS` and
     ``PYSPARK_KAFKA_SHARE_BOOTSTRAP`` that is set and not empty."""
     return os.environ.get(ENV_BOOTSTRAP_SERVERS) or os.environ.get(ENV_BOOTSTRAP_FALLBACK) \
         or None
 
 
-def _common_options() -> argparse.ArgumentParser:
+def connection_options() -> argparse.ArgumentParser:
+    """``--bootstrap-server`` (default from the environment), ``--command-config`` and
+    ``--timeout``: the options :func:`admin_from_args` reads."""
     common = argparse.ArgumentParser(add_help=False)
-    default_bootstrap = _default_bootstrap()
-    now = f"; now: {default_bootstrap}" if default_bootstrap else "; neither is set now"
-    common.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
+    bootstrap = default_bootstrap()
+    now = f"; now: {bootstrap}" if bootstrap else "; neither is set now"
+    common.add_argument("--bootstrap-server", default=bootstrap, metavar="HOST:PORT",
                         help=f"the broker(s) to connect to; optional when the environment "
                         f"variable {ENV_BOOTSTRAP_SERVERS} (or {ENV_BOOTSTRAP_FALLBACK}) is "
                         f"set{now}")
@@ -393,9 +477,14 @@ def _common_options() -> argparse.ArgumentParser:
                         help="client security settings in Kafka's properties format, as "
                         "kafka-share-groups.sh takes them (security.protocol, sasl.*, ssl.* "
                         "with PEM files)")
-    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="how long to wait for the broker on each step (default: 30)")
+    return common
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False, parents=[connection_options()])
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     return common
 
 
@@ -454,6 +543,11 @@ def add_parser(sub: Any) -> None:
     cmd = _add_command(gsub, "lag", common, "per-partition and total lag of a share group",
                        _cmd_groups_lag)
     _add_group_or_all(cmd)
+    cmd.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                     help="a group that is starting: ask again each second, for up to SECONDS, "
+                          f"while the group does not exist yet (exit code {EXIT_GROUP_NOT_FOUND}) "
+                          f"or some lag is unknown ({EXIT_LAG_UNKNOWN}); then answer as without "
+                          "it (default: 0, answer at once)")
     cmd = _add_command(gsub, "reset", common, "move a share group's start offsets (the group "
                        "must have no members)", _cmd_groups_reset)
     cmd.add_argument("group")
@@ -471,6 +565,16 @@ def add_parser(sub: Any) -> None:
                      help="delete only the group's offsets for this topic, on all of its "
                           "partitions (repeatable)")
     _add_execute_or_dry_run(cmd, "delete")
+    cmd = _add_command(gsub, "config", common, "show or set a share group's configs "
+                       "(share.*: lock duration, delivery limit, ...); the broker's version "
+                       "decides which exist", _cmd_groups_config)
+    cmd.add_argument("group")
+    cmd.add_argument("--set", action="append", type=_config_assignment, metavar="KEY=VALUE",
+                     help="change this config (repeatable), e.g. "
+                          "share.record.lock.duration.ms=60000; without --set the configs "
+                          "are shown")
+    _add_execute_or_dry_run(cmd, "apply --set (--dry-run: the broker checks it, nothing is "
+                            "changed)")
     cmd = _add_command(gsub, "dlq", common, "show or set the broker's dead-letter queue of a "
                        "share group (Apache Kafka 4.4+, share.version 2)", _cmd_groups_dlq)
     cmd.add_argument("group")

@@ -7,8 +7,13 @@ writes a pom naming the artifacts and runs ``mvn dependency:copy-dependencies``.
 ``.complete`` marker makes every later call use the entry without calling Maven.
 
 With ``quiet=False``, :func:`fetch` prints a line on stderr per jar Maven downloads (a first
-run of :func:`ensure_jars` downloads about 70 MB, Maven's own plugins included; jars already in
-Maven's ``~/.m2`` are copied without a line).
+run of :func:`ensure_jars` downloads about 70 MB, Maven's own plugins included).
+
+Maven keeps what it downloads in a repository of the cache's own (:func:`maven_repository`),
+never in the user's ``~/.m2``, where a POM left without its jar breaks Spark's ``--packages``
+resolution (Ivy reads ``~/.m2`` as ``local-m2-cache``). And the Spark sessions this project
+starts with ``spark.jars.packages`` (the Delta Lake example) take :func:`ivy_settings`: Maven
+Central only, with an Ivy cache under the package's cache, so no ``~/.m2`` entry can break them.
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ __all__ = [
     "cached",
     "ensure_jars",
     "fetch",
+    "ivy_settings",
     "kafka_artifacts",
     "kafka_version",
+    "maven_repository",
 ]
 
 KAFKA_VERSION = "4.4.0"
@@ -71,6 +78,38 @@ def cache_dir() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pyspark-kafka-share"
+
+
+def maven_repository() -> Path:
+    """Maven's local repository for :func:`fetch`: ``cache_dir()/maven-repository``."""
+    return cache_dir() / "maven-repository"
+
+
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+
+_IVY_SETTINGS = f"""<ivysettings>
+  <!-- pyspark-kafka-share: Maven Central only; never ~/.m2 (local-m2-cache), where a POM
+       without its jar makes Spark's resolution fail. -->
+  <settings defaultResolver="central"/>
+  <resolvers>
+    <ibiblio name="central" m2compatible="true" root="{MAVEN_CENTRAL}"/>
+  </resolvers>
+</ivysettings>
+"""
+
+
+def ivy_settings() -> dict[str, str]:
+    """Spark configs for a session that resolves ``spark.jars.packages``: Ivy settings with
+    Maven Central as the only resolver (no ``~/.m2``, no ``~/.ivy2`` local repository) and
+    Ivy's home under :func:`cache_dir` (``ivy/``). Written once; safe to call again."""
+    home = cache_dir() / "ivy"
+    home.mkdir(parents=True, exist_ok=True)
+    settings = home / "ivysettings.xml"
+    if not settings.is_file() or settings.read_text() != _IVY_SETTINGS:
+        tmp = home / f".ivysettings.{os.getpid()}"
+        tmp.write_text(_IVY_SETTINGS)
+        tmp.replace(settings)
+    return {"spark.jars.ivySettings": str(settings), "spark.jars.ivy": str(home)}
 
 
 def require_tool(name: str, why: str) -> str:
@@ -236,7 +275,8 @@ class _Progress:
 
     def finish(self, jars: int, dest: Path) -> None:
         took = time.monotonic() - self.started
-        how = f"{self.jars} jars downloaded" if self.jars else "all were in ~/.m2"
+        how = f"{self.jars} jars downloaded" if self.jars else \
+            f"all were in {maven_repository()}"
         self._say(f"done: {jars} jars in {dest} ({how}; {took:.0f} s)")
 
 
@@ -283,6 +323,7 @@ def fetch(artifacts: Sequence[Artifact], dest: Path, *, work: Path, quiet: bool 
               f"cache) ...", file=sys.stderr, flush=True)
     code, output = _run_maven(
         [mvn, "-B", "-f", str(pom), "dependency:copy-dependencies",
+         f"-Dmaven.repo.local={maven_repository()}",  # never the user's ~/.m2
          f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
          "-Dmdep.useRepositoryLayout=true", "-Dstyle.color=never"],
         progress,
