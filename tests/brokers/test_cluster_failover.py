@@ -72,6 +72,7 @@ def test_leader_killed_moves_to_a_follower_which_serves_through_its_proxy(
     wait_for(isr, lambda nodes: leader in nodes, 60, f"node {leader} back in {topic}-0's ISR")
 
 
+@pytest.mark.broker
 @pytest.mark.brokers
 def test_the_cli_runs_a_three_broker_cluster() -> None:
     """``kafka-share broker --brokers 3 --topic orders:3`` prints every node's address, and
