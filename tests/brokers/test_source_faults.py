@@ -89,7 +89,7 @@ def test_source_exactly_once_when_a_busy_partitions_leader_is_killed(
         q.stop()
     fault_report(f"node {leader} (leader of {topic}-0; group coordinator: node {coordinator}) "
                  f"killed after {read_at_kill} of {N} rows; {topic}-0's leader moved to node "
-                 f"{moved}, the coordinator to node {coordinator_after}; {through} bytes "
+                 f"{moved}, the group coordinator is node {coordinator_after}; {through} bytes "
                  f"through {proxy} since")
     assert coordinator_after != leader, "the group is still coordinated by the killed node"
     assert read_at_kill < N, "the query read everything before the kill: nothing was proven"
