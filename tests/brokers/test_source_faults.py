@@ -6,7 +6,9 @@ record exactly once and the share group holding nothing more."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from confluent_kafka import AcknowledgeType, ShareConsumer
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster, Toxiproxy
+from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster, ProducerRecord, Toxiproxy
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.helpers import (
     assert_exactly_once,
@@ -131,5 +133,64 @@ def test_source_exactly_once_when_the_coordinator_is_blackholed_past_the_session
     assert swallowed > 0, "no client sent a byte to the blackholed broker: the toxic was not hit"
     assert kafka_cluster.group_coordinator(cluster_group) == node, \
         "a client-side blackhole moved the coordinator: the brokers saw it too"
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
+    _nothing_left(kafka_cluster, cluster_group, topic)
+
+
+def _feed(kafka: LocalKafka, topic: str, stop: threading.Event,
+          produced: Counter[int], errors: list[BaseException]) -> None:
+    """Produce 90 records a second over 3 partitions until ``stop`` (counting them per
+    partition: the idempotent producer writes each once, so partition p holds offsets
+    0..produced[p]-1)."""
+    i = 0
+    try:
+        while not stop.is_set():
+            kafka.produce(topic, [ProducerRecord(value=b"w%d" % (i + j), partition=(i + j) % 3)
+                                  for j in range(90)])
+            produced.update((i + j) % 3 for j in range(90))
+            i += 90
+            stop.wait(1.0)
+    except BaseException as exc:  # noqa: BLE001 - handed to the test
+        errors.append(exc)
+
+
+def test_source_exactly_once_through_a_rolling_restart_of_all_three_brokers(
+    spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
+    cluster_topic_factory: ClusterTopicFactory, cluster_group: str, tmp_path: Path,
+    fault_report: Callable[[str], None],
+) -> None:
+    """Each node in turn stopped cleanly (SIGTERM) and started on its data, as an operator
+    rolls a cluster, while a producer writes and the query reads: each restart waits until the
+    node is back in the cluster's metadata before the next one goes."""
+    topic = cluster_topic_factory(3)
+    kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", LOCK_MS)
+    produced: Counter[int] = Counter()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(cluster_broker, topic, stop, produced, errors))
+    feeder.start()
+    q = _stream(spark, cluster_broker, topic, cluster_group, tmp_path)
+    rolled: list[str] = []
+    try:
+        _until_read(q, 2 * PER_TRIGGER, 180, "before the rolling restart")
+        for node in kafka_cluster.node_ids:
+            led = [p for p in range(3) if kafka_cluster.leader(topic, p) == node]
+            rolled.append(f"node {node} (led {led}) at {_rows_read(q)} rows read of "
+                          f"{sum(produced.values())} produced")
+            kafka_cluster.restart(node)
+    finally:
+        stop.set()
+        feeder.join(120)
+    try:
+        assert not errors, f"the producer failed during the roll: {errors[0]!r}"
+        total = sum(produced.values())
+        read_at_end = _rows_read(q)
+        _until_read(q, total, 300, "after the rolling restart")
+    finally:
+        q.stop()
+    fault_report(f"rolled {'; '.join(rolled)}; {read_at_end} of {total} rows read when the "
+                 "last node was back")
+    assert read_at_end < total, "the query had read everything before the roll ended"
+    expected = {(topic, p, o) for p, n in produced.items() for o in range(n)}
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     _nothing_left(kafka_cluster, cluster_group, topic)
