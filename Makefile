@@ -87,7 +87,7 @@ endef
 venvs_of = $(foreach s,$(filter-out main,$(foreach p,$(1),$(firstword $(subst :, ,$(p))))),\
 	.venv-spark-$(s)/.installed)
 
-.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench clean help
+.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers toxiproxy test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
@@ -99,6 +99,7 @@ help:
 	@echo "make test-spark-lines - the Spark subset on PySpark $(SPARK_LINES) (a venv each)"
 	@echo "make test-kafka-versions - the Kafka subset on Kafka $(KAFKA_TIER_LINES), an upgrade to $(KAFKA_NEWEST)"
 	@echo "make test-connect - the Connect tier: the source and the workers from a Spark Connect client"
+	@echo "make test-brokers - a three-broker cluster under broker kills and network faults"
 	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5.5 min; CHAOS_SEED=)"
 	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~11 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
@@ -146,6 +147,25 @@ test: $(STAMP) lint typecheck docs jars
 # "cluster"), in a pytest process of its own; its summary shows what Spark really did.
 test-cluster: $(STAMP) jars
 	$(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS)
+
+# Toxiproxy (Shopify's TCP fault proxy) for the brokers tier: one Go binary, built once from
+# the Go module proxy into the harness's cache (harness/toxiproxy.py finds it there). v2.5.0 is
+# the newest v2 the proxy serves for this module path.
+TOXIPROXY_VERSION ?= v2.5.0
+CACHE_DIR := $(or $(PYSPARK_KAFKA_SHARE_CACHE),$(XDG_CACHE_HOME:%=%/pyspark-kafka-share),$(HOME)/.cache/pyspark-kafka-share)
+TOXIPROXY := $(CACHE_DIR)/toxiproxy-$(TOXIPROXY_VERSION)/server
+$(TOXIPROXY):
+	mkdir -p $(dir $@)
+	GOBIN=$(abspath $(dir $@)) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+toxiproxy: $(TOXIPROXY)
+
+# The brokers tier (tests/brokers, marker "brokers", a pytest process of its own): a
+# three-broker KRaft cluster, a Toxiproxy proxy in front of each node's client listener, and
+# the source and the workers through broker kills and network faults; time-boxed (seconds):
+# SIGINT (pytest tears the cluster down), then KILL.
+BROKERS_TIMEOUT ?= 900
+test-brokers: $(STAMP) jars $(TOXIPROXY)
+	timeout -s INT -k 60 $(BROKERS_TIMEOUT) $(PY) -m pytest -m brokers tests/brokers $(PYTEST_ARGS)
 
 # The Connect tier (tests/connect, marker "connect", a pytest process of its own): a local
 # Spark Connect server (a JVM of its own, from pyspark's jars) and a Connect client session;

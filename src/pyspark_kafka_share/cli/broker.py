@@ -17,18 +17,17 @@ from pyspark_kafka_share.cli.codes import EXIT_OK
 from pyspark_kafka_share.errors import OptionError
 
 if TYPE_CHECKING:
-    from pyspark_kafka_share.harness import LocalKafka
+    from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster
 
 __all__ = ["add_parsers"]
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from pyspark_kafka_share.harness import ENV_BOOTSTRAP, LocalKafka, ensure_jars
+    from pyspark_kafka_share.harness import ENV_BOOTSTRAP, ensure_jars
 
-    if not os.environ.get(ENV_BOOTSTRAP):
+    if not os.environ.get(ENV_BOOTSTRAP) or args.brokers > 1:
         ensure_jars(quiet=False)  # a first run downloads for a minute or two: show progress
-    kafka = LocalKafka(lock_duration_ms=args.lock_duration_ms, security=args.security,
-                       port=args.port, data_dir=args.data_dir)
+    kafka = _broker_or_cluster(args)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -49,10 +48,41 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             _print_client_files(kafka)
         if args.data_dir is not None:
             print(f"# data: {args.data_dir} (kept when the broker stops)", file=sys.stderr)
-        if kafka.log_path is not None:
-            print(f"# broker log: {kafka.log_path}; Ctrl-C stops the broker", file=sys.stderr)
+        for where in _logs(kafka):
+            print(f"# {where}", file=sys.stderr)
         stop.wait()
     return EXIT_OK
+
+
+def _broker_or_cluster(args: argparse.Namespace) -> LocalKafka | LocalKafkaCluster:
+    """``broker``'s LocalKafka, or with ``--brokers N`` (N > 1) a LocalKafkaCluster."""
+    from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster
+
+    if args.brokers < 1:
+        raise OptionError("--brokers", args.brokers, "give 1 or more")
+    if args.brokers == 1:
+        return LocalKafka(lock_duration_ms=args.lock_duration_ms, security=args.security,
+                          port=args.port, data_dir=args.data_dir)
+    for flag, value in (("--port", args.port), ("--data-dir", args.data_dir)):
+        if value is not None:
+            raise OptionError(flag, value, f"a cluster (--brokers {args.brokers}) picks a free "
+                              "port per node and keeps no data: leave it out, or run one broker")
+    return LocalKafkaCluster(brokers=args.brokers, lock_duration_ms=args.lock_duration_ms,
+                             security=args.security,
+                             min_insync_replicas=min(2, args.brokers))
+
+
+def _logs(kafka: LocalKafka | LocalKafkaCluster) -> list[str]:
+    """Where the broker's log (a cluster: each node's) is, and how to stop."""
+    from pyspark_kafka_share.harness import LocalKafka
+
+    if isinstance(kafka, LocalKafka):
+        return [] if kafka.log_path is None else \
+            [f"broker log: {kafka.log_path}; Ctrl-C stops the broker"]
+    return [*(f"node {i} log: {path}" for i, path in kafka.log_paths().items()),
+            f"{kafka.brokers} nodes (ids {kafka.node_ids}), replication factor "
+            f"{kafka.brokers}, min.insync.replicas {kafka.min_insync_replicas}; "
+            "Ctrl-C stops the cluster"]
 
 
 def _check_kept_topic(name: str, partitions: int, kept: int) -> None:
@@ -63,7 +93,7 @@ def _check_kept_topic(name: str, partitions: int, kept: int) -> None:
                           f"partition(s): give {name}:{kept}, or another name")
 
 
-def _print_client_files(kafka: LocalKafka) -> None:
+def _print_client_files(kafka: LocalKafka | LocalKafkaCluster) -> None:
     """Where a secured local broker's client settings are: a properties file for
     ``--command-config`` and the same as librdkafka keys (for the source and the workers)."""
     path = kafka.command_config_file()
@@ -113,7 +143,8 @@ It prints its address (HOST:PORT) as the first line on stdout: pass it as --boot
 or as the source's kafka.bootstrap.servers. It keeps its data in a temporary directory,
 deleted when it stops, or with --data-dir in a directory that stays: started again on it, the
 broker has the same topics, records and share groups. The broker's log path is printed on
-stderr. Java 17+ is needed; the first run downloads the Kafka jars (see fetch-jars)."""
+stderr. Java 17+ is needed; the first run downloads the Kafka jars (see fetch-jars). With
+--brokers 3 it runs a three-node cluster (about 1 GB of memory per node) instead."""
 
 
 def _add_broker_parser(sub: Any) -> None:
@@ -125,6 +156,10 @@ def _add_broker_parser(sub: Any) -> None:
                         metavar="NAME[:PARTITIONS]",
                         help="create this topic once the broker is up, with PARTITIONS "
                              "partitions (default 1); repeatable")
+    broker.add_argument("--brokers", type=int, default=1, metavar="N",
+                        help="run N brokers (a KRaft cluster of combined controller+broker "
+                             "nodes; replication factor N, min.insync.replicas 2) to try "
+                             "failover; prints every node's address (default: 1)")
     broker.add_argument("--port", type=int, default=None, metavar="PORT",
                         help="the port to listen on, on 127.0.0.1 (default: a free port)")
     broker.add_argument("--data-dir", default=None, metavar="DIR",

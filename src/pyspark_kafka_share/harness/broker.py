@@ -42,8 +42,11 @@ from pyspark_kafka_share.harness import _process
 from pyspark_kafka_share.harness.broker_files import (
     DATA_DIR_MARK,
     TOOL_CLASSES,
+    ClusterNode,
+    advertise_via,
     broker_log4j,
     cluster_id,
+    node_properties,
     take_data_dir,
     tool_log4j,
 )
@@ -142,13 +145,18 @@ class LocalKafka(_process.Harness):
     _workdir: Path | None = field(default=None, init=False, repr=False)
     _external: bool = field(default=False, init=False, repr=False)
     _security: BrokerSecurity | None = field(default=None, init=False, repr=False)
+    # Set by LocalKafkaCluster before start(): this broker is one node of a cluster.
+    _node: ClusterNode | None = field(default=None, init=False, repr=False)
+    _shared_security: BrokerSecurity | None = field(default=None, init=False, repr=False)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` of the broker; the same after :meth:`kill` and :meth:`restart`."""
-        return _process.started(self._bootstrap, "the broker")
+        """``host:port`` of the broker; the same after :meth:`kill` and :meth:`restart`. A
+        cluster node's: every node's (the cluster's)."""
+        bootstrap = _process.started(self._bootstrap, "the broker")
+        return bootstrap if self._node is None else self._node.bootstrap
 
     @property
     def log_path(self) -> Path | None:
@@ -202,6 +210,10 @@ class LocalKafka(_process.Harness):
         }
         if self._security is not None:
             props.update(self._security.server_properties(controller_port))
+        if self._node is not None:
+            props.update(node_properties(self._node, port, self._security is not None))
+            if self._node.advertised_port is not None:
+                advertise_via(props, port, self._node.advertised_port)
         props.update(self.extra_config)
         return props
 
@@ -221,6 +233,17 @@ class LocalKafka(_process.Harness):
             self._bootstrap, self._external = external, True
             self._wait_ready(time.monotonic() + self.start_timeout_s)
             return self
+        try:
+            self._prepare()
+            self._launch()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _prepare(self) -> None:
+        """Make the data directory, the certificates (secured) and ``server.properties``, and
+        format the storage (unless a kept ``data_dir`` is formatted already)."""
         java = require_tool("java", "the broker runs in a Java 17+ JVM")
         libs = ensure_jars(self.version)
         formatted = False
@@ -230,33 +253,36 @@ class LocalKafka(_process.Harness):
             workdir = Path(self.data_dir).absolute()
             formatted = take_data_dir(workdir, self.security)
         self._workdir = workdir
-        try:
-            port, controller_port = self.port or _process.free_port(), _process.free_port()
-            if self.security.lower() != "plaintext":
-                self._security = BrokerSecurity.create(
-                    self.security, workdir / "tls", port, self.users)
-            props = self.server_properties(port, controller_port, workdir / "data")
-            conf = workdir / "server.properties"
-            conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            fmt = None if formatted else subprocess.run(
-                [java, f"-Dlog4j2.configurationFile={broker_log4j(libs)}", "-cp", f"{libs}/*",
-                 "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(conf),
-                 *(self._security.format_args() if self._security else ())],
-                capture_output=True, text=True, check=False,
+        node = self._node
+        port = self.port or _process.free_port()
+        controller_port = _process.free_port() if node is None else node.controller_port
+        if self._shared_security is not None:
+            self._security = self._shared_security.for_port(port)
+        elif self.security.lower() != "plaintext":
+            self._security = BrokerSecurity.create(self.security, workdir / "tls", port, self.users)
+        props = self.server_properties(port, controller_port, workdir / "data")
+        conf = workdir / "server.properties"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        fmt = None if formatted else subprocess.run(
+            [java, f"-Dlog4j2.configurationFile={broker_log4j(libs)}", "-cp", f"{libs}/*",
+             "kafka.tools.StorageTool", "format", "-t",
+             cluster_id() if node is None else node.cluster_id, "-c", str(conf),
+             *(self._security.format_args() if self._security else ())],
+            capture_output=True, text=True, check=False,
+        )
+        if fmt is not None and fmt.returncode != 0:
+            raise LocalKafkaError(
+                f"formatting KRaft storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}"
             )
-            if fmt is not None and fmt.returncode != 0:
-                raise LocalKafkaError(
-                    f"formatting KRaft storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}"
-                )
-            self._bootstrap = f"127.0.0.1:{port}"
-            self._launch()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self._bootstrap = f"127.0.0.1:{port}"
 
     def _launch(self) -> None:
         """Start the JVM on the formatted data dir and wait until it is ready."""
+        self._spawn()
+        self._wait_ready(time.monotonic() + self.start_timeout_s)
+
+    def _spawn(self) -> None:
+        """Start the JVM on the formatted data dir (not waiting)."""
         assert self._workdir is not None
         java = require_tool("java", "the broker runs in a Java 17+ JVM")
         libs = ensure_jars(self.version)
@@ -272,7 +298,6 @@ class LocalKafka(_process.Harness):
                  "-cp", f"{libs}/*", "kafka.Kafka", str(self._workdir / "server.properties")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
-        self._wait_ready(time.monotonic() + self.start_timeout_s)
 
     def kill(self) -> None:
         """SIGKILL the broker JVM, as a crash would: no controlled shutdown; the data is kept.
@@ -336,6 +361,9 @@ class LocalKafka(_process.Harness):
             md = admin.list_topics(timeout=2)
             leaderless = [f"{t}-{p.id}" for t, tm in md.topics.items()
                           for p in tm.partitions.values() if p.leader < 0]
+            if self._node is not None and self._node.node_id not in md.brokers:
+                raise NotReady(f"node {self._node.node_id} is not in the cluster's metadata "
+                               f"(brokers: {sorted(md.brokers)})")
             if md.brokers and not leaderless:
                 return True
             raise NotReady(f"partitions without a leader: {leaderless[:5]}")
@@ -379,8 +407,10 @@ class LocalKafka(_process.Harness):
         from confluent_kafka.admin import NewTopic
 
         admin = self.admin()
+        replicas = 1 if self._node is None else self._node.replicas
         futures = admin.create_topics(
-            [NewTopic(name, partitions, 1, config=dict(config or {}))], request_timeout=timeout_s
+            [NewTopic(name, partitions, replicas, config=dict(config or {}))],
+            request_timeout=timeout_s,
         )
         futures[name].result(timeout=timeout_s)
         deadline = time.monotonic() + timeout_s

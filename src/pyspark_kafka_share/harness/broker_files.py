@@ -1,5 +1,7 @@
 """The local broker's files and names: its log4j configurations (the broker's, the tools'),
-a new KRaft cluster id, the mark of a kept data directory, and Kafka's tool classes.
+a new KRaft cluster id, the mark of a kept data directory, Kafka's tool classes, and what a
+node of a :class:`~pyspark_kafka_share.harness.cluster.LocalKafkaCluster` changes in its
+``server.properties`` (:class:`ClusterNode`).
 
 What :class:`~pyspark_kafka_share.harness.broker.LocalKafka` writes before its JVM starts;
 the process's life cycle and the client helpers stay in :mod:`.broker`.
@@ -12,6 +14,7 @@ import contextlib
 import os
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark_kafka_share.errors import LocalKafkaError, OptionError
@@ -19,8 +22,11 @@ from pyspark_kafka_share.errors import LocalKafkaError, OptionError
 __all__ = [
     "DATA_DIR_MARK",
     "TOOL_CLASSES",
+    "ClusterNode",
+    "advertise_via",
     "broker_log4j",
     "cluster_id",
+    "node_properties",
     "take_data_dir",
     "tool_log4j",
 ]
@@ -139,3 +145,63 @@ def take_data_dir(path: Path, security: str) -> bool:
         "The data of a local Kafka broker (pyspark-kafka-share's LocalKafka, `kafka-share "
         "broker --data-dir`): a broker started on this directory again finds it.\n")
     return (path / "data" / "meta.properties").is_file()
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One node of a multi-broker KRaft cluster: what it shares with the others (the cluster
+    id, the controller quorum, the replication) and its own ports.
+
+    ``port``: its client listener's. ``advertised_port``: the port clients are told to use
+    for it (a fault proxy in front of ``port``), or ``None`` for ``port`` itself.
+    ``bootstrap``: every node's client address, comma-separated (the cluster's
+    ``bootstrap.servers``).
+    """
+
+    node_id: int
+    voters: str  # controller.quorum.voters: "1@127.0.0.1:p1,2@127.0.0.1:p2,..."
+    controller_port: int
+    internal_port: int  # the plaintext inter-broker listener (a secured node has its own)
+    cluster_id: str
+    bootstrap: str
+    replicas: int
+    min_insync: int
+    advertised_port: int | None
+    port: int
+
+
+def node_properties(node: ClusterNode, port: int, secured: bool) -> dict[str, str]:
+    """The ``server.properties`` entries by which a cluster node differs from a single
+    broker: its id and quorum, replicated internal topics, and (plaintext) an ``INTERNAL``
+    listener for the inter-broker traffic, which therefore never passes a client-side proxy.
+    A secured node's listeners come from its :class:`BrokerSecurity` (with ``INTERNAL``)."""
+    rf, isr = str(node.replicas), str(node.min_insync)
+    props = {
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": node.voters,
+        "default.replication.factor": rf,
+        "min.insync.replicas": isr,
+        "offsets.topic.replication.factor": rf,
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": isr,
+    }
+    if not secured:
+        listeners = f"PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:{node.internal_port}"
+        props.update({
+            "listeners": f"{listeners},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": listeners,
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.security.protocol.map":
+                "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        })
+    return props
+
+
+def advertise_via(props: dict[str, str], port: int, advertised_port: int) -> None:
+    """Advertise the client listener on ``port`` as ``advertised_port`` (a proxy's)."""
+    props["advertised.listeners"] = ",".join(
+        item.replace(f"//127.0.0.1:{port}", f"//127.0.0.1:{advertised_port}")
+        if item.endswith(f"//127.0.0.1:{port}") else item
+        for item in props["advertised.listeners"].split(","))

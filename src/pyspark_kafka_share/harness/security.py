@@ -30,7 +30,7 @@ import datetime
 import ipaddress
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,6 +180,13 @@ class BrokerSecurity:
             sec._keystore = directory / "broker-keystore.pem"
             sec._keystore.write_bytes(key.read_bytes() + cert.read_bytes())
         return sec
+
+    def for_port(self, port: int) -> BrokerSecurity:
+        """The same CA, broker certificate and users (shared, not copied) on another broker's
+        ports: the first mode on ``port``, the other modes and ``INTERNAL`` on free ones (the
+        nodes of a :class:`~pyspark_kafka_share.harness.cluster.LocalKafkaCluster`)."""
+        ports = {m: port if i == 0 else _process.free_port() for i, m in enumerate(self.modes)}
+        return replace(self, ports=ports, internal_port=_process.free_port())
 
     @property
     def mode(self) -> str:

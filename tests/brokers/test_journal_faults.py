@@ -1,0 +1,90 @@
+"""The object-store fault proxy (harness/s3_faults.py) in front of LocalS3, and the source's
+journal on S3 through it on the three-broker cluster: 503 SlowDown, 500, a conditional PUT
+applied and answered 500, and stalls. The stream ends with every record once in the sink."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster, LocalS3
+from pyspark_kafka_share.harness.s3_faults import S3FaultProxy, S3Faults
+from tests.fixtures.brokers import ClusterTopicFactory
+from tests.fixtures.journal import BUCKET
+from tests.helpers import (
+    assert_exactly_once,
+    produce_spread,
+    run_available_now,
+    share_stream,
+    sink_keys,
+)
+
+
+@pytest.fixture
+def s3_proxy(s3: LocalS3) -> Iterator[S3FaultProxy]:
+    with S3FaultProxy(s3.endpoint_url, seed=37) as proxy:
+        yield proxy
+
+
+def _client(proxy: S3FaultProxy, s3: LocalS3) -> Any:
+    import boto3  # type: ignore[import-untyped]  # installed with moto
+    from botocore.config import Config  # type: ignore[import-untyped]
+
+    return boto3.client("s3", endpoint_url=proxy.endpoint_url, region_name=s3.region,
+                        aws_access_key_id="testing", aws_secret_access_key="testing",
+                        config=Config(retries={"total_max_attempts": 1}))  # no retry
+
+
+@pytest.mark.brokers
+def test_the_fault_proxy_answers_as_a_failing_s3(s3: LocalS3, s3_proxy: S3FaultProxy) -> None:
+    from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+    client = _client(s3_proxy, s3)
+    key = f"faults/{uuid.uuid4().hex}"
+    client.put_object(Bucket=BUCKET, Key=key + "/plain", Body=b"x")  # no fault: forwarded
+    s3_proxy.faults = S3Faults(slow_down=1.0)
+    with pytest.raises(ClientError, match="SlowDown"):
+        client.get_object(Bucket=BUCKET, Key=key + "/plain")
+    s3_proxy.faults = S3Faults(applied_then_500=1.0)
+    with pytest.raises(ClientError, match="InternalError"):
+        client.put_object(Bucket=BUCKET, Key=key + "/cond", Body=b"y", IfNoneMatch="*")
+    s3_proxy.faults = S3Faults()
+    assert client.get_object(Bucket=BUCKET, Key=key + "/cond")["Body"].read() == b"y", \
+        "the conditional PUT answered 500 was not applied"
+    with pytest.raises(ClientError, match="PreconditionFailed"):  # the retry meets its own
+        client.put_object(Bucket=BUCKET, Key=key + "/cond", Body=b"y", IfNoneMatch="*")
+    s3_proxy.faults = S3Faults(stall=1.0, stall_s=1.5)
+    started = time.monotonic()
+    client.head_object(Bucket=BUCKET, Key=key + "/plain")
+    assert time.monotonic() - started >= 1.5
+    assert s3_proxy.counts["slow_down"] == 1 and s3_proxy.counts["stall"] == 1
+    assert s3_proxy.counts["applied_then_500:200"] == 1
+
+
+def test_the_journal_on_s3_through_503s_500s_and_stalls_is_exactly_once(
+    spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
+    cluster_topic_factory: ClusterTopicFactory, cluster_group: str, s3: LocalS3,
+    s3_proxy: S3FaultProxy, tmp_path: Path, fault_report: Callable[[str], None],
+) -> None:
+    topic = cluster_topic_factory(3)
+    expected = produce_spread(cluster_broker, topic, 3, 3000)
+    s3_proxy.faults = S3Faults(slow_down=0.10, internal_error=0.05, applied_then_500=0.5,
+                               stall=0.05, stall_s=2.0)
+    options = {**s3.journal_options(), "journal.aws_endpoint": s3_proxy.endpoint_url,
+               "journalPath": f"s3://{BUCKET}/faults-{uuid.uuid4().hex}"}
+    df = share_stream(spark, cluster_broker, [topic], cluster_group, None,
+                      numPartitions=3, maxRecordsPerTrigger=1000, **options)
+    run_available_now(df, tmp_path / "out", tmp_path / "chk", timeout_s=600)
+    counts = dict(s3_proxy.counts)
+    fault_report(f"journal requests through the S3 fault proxy: {counts}")
+    for fault in ("slow_down", "internal_error", "stall"):
+        assert counts.get(fault, 0) > 0, f"no request met {fault}: {counts}"
+    assert counts.get("applied_then_500:200", 0) > 0, \
+        f"no conditional PUT was applied and answered 500: {counts}"
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
