@@ -161,7 +161,10 @@ def test_cli_wrong_password_fails_fast(kafka: LocalKafka, tmp_path: Path,
     err = capsys.readouterr().err
     assert time.monotonic() - start < FAIL_WITHIN_S
     assert code != 0
-    assert "authentication" in err and "sasl.password" in err, err
+    # The fix names the key in the dialect the user gave: a Java properties file's
+    # sasl.jaas.config (and the file), not librdkafka's sasl.password.
+    assert "authentication" in err and "sasl.jaas.config's password" in err, err
+    assert str(bad) in err and "sasl.password" not in err, err
     _no_secret(err, password, "wrong-Pw-123")
 
 
