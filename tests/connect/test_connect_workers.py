@@ -39,6 +39,7 @@ from tests.helpers import (
     check_killed_worker,
     poll_share,
     read_topic,
+    stop_when_drained,
     wait_for,
     worker_dies_once,
 )
@@ -135,12 +136,15 @@ def test_killed_worker_loses_and_duplicates_nothing(
     kafka.set_group_config(group, "share.record.lock.duration.ms", 8000)
     log, killed = str(tmp_path / "calls.jsonl"), str(tmp_path / "killed")
 
-    summary = run_workers(connect_spark, worker_dies_once(log, killed), topics=src, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
-                          output_topic=out, idle_timeout_s=15, on_progress=False)
+    job = start_workers(connect_spark, worker_dies_once(log, killed), topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
+                        output_topic=out, on_progress=False)
+    # Done once every record is acknowledged for good (not on an idle timeout: the retried
+    # task's start and the dead attempt's lock expiry can outlast one on a loaded machine).
+    summary = stop_when_drained(job, kafka, group)
     connect_report(str(summary))
     outputs = check_killed_worker(kafka, summary, out, n, log, killed)
-    assert summary.stop_reason == "idle timeout"
+    assert summary.stop_reason == "the test is done"
     assert set(outputs.values()) == {1}, "duplicated outputs"  # the kill came before produce
     # The dead attempt's counts are from its last report (at most a second old): it may miss
     # the up to 29 records the attempt settled before it died on its 30th call.
