@@ -32,13 +32,21 @@ from pyspark_kafka_share.errors import (
     OptionError,
 )
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
-from pyspark_kafka_share.workers import Record, Result, WorkerSummary, run_workers, start_workers
+from pyspark_kafka_share.workers import (
+    Record,
+    Result,
+    WorkerJob,
+    WorkerSummary,
+    run_workers,
+    start_workers,
+)
 from pyspark_kafka_share.workers.control_kafka import control_topic_name
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
     check_killed_worker,
     poll_share,
     read_topic,
+    stop_when_drained,
     wait_for,
     worker_dies_once,
 )
@@ -120,6 +128,14 @@ def test_docs_example_with_a_graceful_stop_and_a_dead_letter_topic(
     assert len(topics.topics[control_topic_name(group)].partitions) == 2
 
 
+def _retried(job: WorkerJob, killed: str) -> bool:
+    """The killed worker (its index in the file ``killed``) has a later attempt reporting."""
+    if not Path(killed).exists():
+        return False
+    victim = int(Path(killed).read_text() or -1)
+    return int(job.progress().workers.get(victim, {}).get("attempt", 0)) >= 1
+
+
 def test_killed_worker_loses_and_duplicates_nothing(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, connect_spark: SparkSession,
     tmp_path: Path, connect_report: Callable[[str], None],
@@ -135,12 +151,16 @@ def test_killed_worker_loses_and_duplicates_nothing(
     kafka.set_group_config(group, "share.record.lock.duration.ms", 8000)
     log, killed = str(tmp_path / "calls.jsonl"), str(tmp_path / "killed")
 
-    summary = run_workers(connect_spark, worker_dies_once(log, killed), topics=src, group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
-                          output_topic=out, idle_timeout_s=15, on_progress=False)
+    job = start_workers(connect_spark, worker_dies_once(log, killed), topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
+                        output_topic=out, on_progress=False)
+    # Done once every record is acknowledged for good and Spark's retry of the killed worker
+    # reported (not on an idle timeout: the retried task's start and the dead attempt's lock
+    # expiry can outlast one on a loaded machine; the survivor may drain the group first).
+    summary = stop_when_drained(job, kafka, group, settled=lambda: _retried(job, killed))
     connect_report(str(summary))
     outputs = check_killed_worker(kafka, summary, out, n, log, killed)
-    assert summary.stop_reason == "idle timeout"
+    assert summary.stop_reason == "the test is done"
     assert set(outputs.values()) == {1}, "duplicated outputs"  # the kill came before produce
     # The dead attempt's counts are from its last report (at most a second old): it may miss
     # the up to 29 records the attempt settled before it died on its 30th call.

@@ -103,7 +103,12 @@ def test_an_idle_consumer_holds_one_fetch_response_and_closing_spends_a_delivery
     assert len(_poll_until(idle, lambda s: len(s) >= 1)) == 1
     assert len(idle.poll(0.5)) == 0  # an empty poll: librdkafka keeps a fetch running
     kafka.produce(topic, [b"first-%d" % i for i in range(50)])
-    time.sleep(3)  # nobody polls `idle`; its fetch acquires the 50 records meanwhile
+    # Nobody polls `idle`; its fetch, parked at the broker since the empty poll, is answered
+    # by the broker when the records arrive: it acquires the 50 meanwhile. Nothing outside the
+    # client shows the acquisition, so this is a pause; a broker slow to answer would let
+    # `other` take records below and fail the check, so it is long against the broker's
+    # answer (milliseconds), and `other` then polls 5 s more for anything left.
+    time.sleep(3)
     held = _poll_until(other, lambda s: False, timeout_s=5)
     assert held == [], "the idle consumer's fetch should have acquired them"
     kafka.produce(topic, [b"second-%d" % i for i in range(50)])
@@ -132,7 +137,10 @@ def test_a_consumer_fetches_nothing_while_the_application_works_on_an_acknowledg
         busy.acknowledge(m, AcknowledgeType.ACCEPT)
     assert all(e is None for e in busy.commit_sync().values())
     kafka.produce(topic, [b"next-%d" % i for i in range(50)])
-    time.sleep(3)  # the application works; `busy` is not polled
+    # The test's point is that time passes: the application works, `busy` is not polled. A
+    # loaded machine only leaves its client less done in the window, which can hide a fetch
+    # but cannot fail a correct client.
+    time.sleep(3)
     seen = _poll_until(other, lambda s: len(s) >= 50, timeout_s=10)
     assert len(seen) == 50, "busy's client acquired records while the application did not poll"
     assert {m.delivery_count() for m in seen} == {1}

@@ -30,7 +30,7 @@ from pyspark_kafka_share.source.options import parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
 from tests.fixtures.journal import JournalAt, assert_content
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
-from tests.helpers import Key, poll_share, record_key
+from tests.helpers import Key, group_lag, poll_share, record_key, wait_for
 
 
 def _keys(batches: list[pa.RecordBatch]) -> list[Key]:
@@ -134,7 +134,10 @@ def test_a_broker_that_dies_mid_task_is_an_error_not_an_empty_batch(tmp_path: Pa
         thread, outcome = _start_task_on_one_record(
             own, "dies", tmp_path / "journal", pollTimeoutMs="60000",
             maxBatchDurationMs="60000", brokerTimeoutMs="5000")
-        time.sleep(1)  # acknowledged; the task is now polling an idle topic
+        # The record acknowledged for good (the group's lag 0): the task is now polling an
+        # idle topic. A condition, not a 1 s pause a loaded machine could outlast.
+        wait_for(lambda: group_lag(own, "dies-g"), lambda lag: lag == 0, 60,
+                 "the first record acknowledged")
         own.stop()
         thread.join(45)
     assert outcome, "the task did not end after its broker died"
@@ -152,7 +155,10 @@ def test_a_task_rides_out_a_broker_restart(tmp_path: Path) -> None:
             own, "bounces", tmp_path / "journal", pollTimeoutMs="4000",
             maxBatchDurationMs="120000", brokerTimeoutMs="120000")
         own.kill()
-        time.sleep(8)  # twice pollTimeoutMs without a record: still polling, not "no data"
+        # The test's point is that time passes: twice pollTimeoutMs without a record, still
+        # polling, not "no data". A loaded machine only makes the task slower to end, which
+        # cannot fail this check.
+        time.sleep(8)
         assert thread.is_alive(), f"the task ended during the outage: {outcome}"
         own.restart()
         thread.join(60)

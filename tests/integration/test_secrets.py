@@ -39,11 +39,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark_kafka_share.harness import LocalKafka, LocalS3
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
-from pyspark_kafka_share.workers import Record, WorkerProgress, run_workers
+from pyspark_kafka_share.workers import Record, WorkerProgress, run_workers, start_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
 from tests.fixtures.journal import JournalAt, journal_at
 from tests.fixtures.kafka import TopicFactory
-from tests.helpers import DRIVER_LOG_SENTINEL, driver_log, share_stream
+from tests.helpers import DRIVER_LOG_SENTINEL, driver_log, share_stream, stop_when_drained
 
 # The worker function runs in Spark's Python workers, which cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
@@ -191,7 +191,9 @@ def test_a_sasl_client_refused_by_the_broker_shows_no_secret_at_load(
     started = time.monotonic()
     with pytest.raises(Exception) as info:  # whatever fails, nothing may leak
         _reader(spark, kafka, topic, group, journalPath=str(tmp_path / "j"), **SASL_CLIENT)
-    assert time.monotonic() - started < 60
+    # Only a guard against a hang (a refused client retried for ever), not a promise of speed:
+    # generous enough for a loaded 2-core machine.
+    assert time.monotonic() - started < 120
     seen.error("load()", info.value)
     assert not spark.streams.active
     seen.check()
@@ -247,8 +249,12 @@ def test_the_workers_show_no_secret_in_progress_summary_or_config(
     seen.add("repr(WorkerConfig)", repr(config))
     seen.add("repr(ClientSettings)", repr(config.client))
     snapshots: list[WorkerProgress] = []
-    summary = run_workers(spark, _echo, **common, workers=1, idle_timeout_s=4,
-                          progress_interval_s=0.5, on_progress=snapshots.append)
+    job = start_workers(spark, _echo, **common, workers=1, progress_interval_s=0.5,
+                        on_progress=snapshots.append)
+    # Done once all 20 are acknowledged and counted, not on a 4 s idle timeout (a slow task
+    # start outlasts it on a loaded machine).
+    summary = stop_when_drained(job, kafka, group,
+                                settled=lambda: job.progress().totals["accepted"] >= 20)
     assert summary.totals["accepted"] == 20, str(summary)
     assert snapshots, "no progress was reported"
     for p in snapshots:
@@ -267,7 +273,9 @@ def test_workers_refused_by_the_broker_show_no_secret(
                     bootstrap_servers=kafka.bootstrap_servers, consumer_config=conf,
                     producer_config={"sasl.password": PRODUCER_PASSWORD},
                     output_topic=topic, broker_timeout_s=5, idle_timeout_s=5)
-    assert time.monotonic() - started < 60
+    # Only a guard against a hang (a refused client retried for ever), not a promise of speed:
+    # generous enough for a loaded 2-core machine (a Spark job's start).
+    assert time.monotonic() - started < 120
     seen.error("run_workers", info.value)
     seen.check()
 

@@ -27,6 +27,7 @@ from pyspark_kafka_share.workers import (
     Outcome,
     Record,
     Result,
+    WorkerJob,
     WorkerProgress,
     run_workers,
     start_workers,
@@ -80,15 +81,17 @@ def test_outcomes_dead_letters_and_outputs_reach_the_broker(
             raise TimeoutError("enrichment service timed out")
         return Result.accept(f"{(rec.value or b'').decode()}:dc={rec.delivery_count}")
 
-    summary = run_workers(spark, handle, topics=[src], group=group,
-                          bootstrap_servers=kafka.bootstrap_servers, workers=2,
-                          output_topic=out, dead_letter_topic=dlq, idle_timeout_s=6,
-                          on_progress=False)
+    job = start_workers(spark, handle, topics=[src], group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                        output_topic=out, dead_letter_topic=dlq, on_progress=False)
+    # Done once every record is settled for good and the counters reached the broker's count
+    # (the last report is at most a report interval behind the lag).
+    summary = stop_when_drained(job, kafka, group, settled=lambda: _settled(job, 30))
 
     t = summary.totals
     assert (t["accepted"], t["released"], t["rejected"], t["dead_lettered"], t["outputs"]) \
         == (20, 10, 10, 10, 20), str(summary)
-    assert summary.stop_reason == "idle timeout"
+    assert summary.stop_reason == "the test is done"
     outputs = Counter((m.value() or b"").decode() for m in read_topic(kafka, out, 20))
     assert outputs == Counter([f"ok-{i}:dc=1" for i in range(10)]
                               + [f"retry-{i}:dc=2" for i in range(10)])
@@ -110,6 +113,29 @@ def test_outcomes_dead_letters_and_outputs_reach_the_broker(
                for i in range(10)), calls
     # ACCEPTed and REJECTed records are never delivered again.
     assert _drain_share(share_consumer, group, src, 4.0) == []
+
+
+def _settled(job: WorkerJob, n: int) -> bool:
+    """The job's counters show all of ``n`` records settled for good (accepted or rejected)."""
+    t = job.progress().totals
+    return t["accepted"] + t["rejected"] >= n
+
+
+def test_an_idle_group_stops_on_the_idle_timeout(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+) -> None:
+    """The idle timeout itself, on a group with nothing to do (no record can come late, so the
+    verdict does not hang on the machine's speed): the job stops with "idle timeout", not
+    before every worker was idle that long. The time budget only ends a job whose idle timeout
+    never fires (the test then fails on its stop reason)."""
+    src = topic_factory(2)
+    started = time.monotonic()
+    summary = run_workers(spark, lambda r: None, topics=src, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                          idle_timeout_s=4, time_budget_s=300, on_progress=False)
+    assert summary.stop_reason == "idle timeout", str(summary)
+    assert time.monotonic() - started >= 4, str(summary)
+    assert summary.totals["processed"] == 0, str(summary)
 
 
 @pytest.mark.kafka_subset

@@ -483,7 +483,9 @@ def test_a_silent_broker_times_out_within_the_bound(
     with pytest.raises(errors.KafkaConnectionError), \
             client.KafkaProtocolClient(f"{host}:{port}", timeout_s=1.0) as kc:
         kc.list_groups()
-    assert time.monotonic() - started < 3.0
+    # The promise is the 1 s timeout_s, not the 30 s default: 10 s (was 3 s) holds on a loaded
+    # 2-core machine and still fails a client that ignores it.
+    assert time.monotonic() - started < 10.0
 
 
 def test_an_unreachable_broker_fails_within_the_bound() -> None:
@@ -493,7 +495,8 @@ def test_an_unreachable_broker_fails_within_the_bound() -> None:
         started = time.monotonic()
         with pytest.raises(errors.KafkaConnectionError, match="gave up"):
             client.KafkaProtocolClient(f"127.0.0.1:{port}", timeout_s=1.0).api_versions()
-        assert time.monotonic() - started < 3.0
+        # As above: 10 s (was 3 s) for a loaded machine, still short of the 30 s default.
+        assert time.monotonic() - started < 10.0
 
 
 def test_api_versions_helper_for_the_broker_probe(
