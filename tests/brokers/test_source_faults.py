@@ -19,6 +19,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster, ProducerRecord, Toxiproxy
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.helpers import (
+    Key,
     assert_exactly_once,
     poll_share,
     produce_spread,
@@ -66,15 +67,23 @@ def _stream(spark: SparkSession, broker: LocalKafka, topic: str, group: str,
     return start_parquet(df, tmp_path / "out", tmp_path / "chk")
 
 
+def _spread_and_stream(spark: SparkSession, kafka: LocalKafkaCluster, broker: LocalKafka,
+                       topic: str, group: str, tmp_path: Path) -> tuple[set[Key], StreamingQuery]:
+    """The group's lock shortened to LOCK_MS, N records spread over the topic's 3 partitions
+    (their keys: what the sink must hold), and the query reading them."""
+    kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
+    expected = produce_spread(broker, topic, 3, N)
+    return expected, _stream(spark, broker, topic, group, tmp_path)
+
+
 def test_source_exactly_once_when_a_busy_partitions_leader_is_killed(
     spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
     toxiproxy: Toxiproxy, cluster_topic_factory: ClusterTopicFactory, cluster_group: str,
     tmp_path: Path, fault_report: Callable[[str], None],
 ) -> None:
     topic = cluster_topic_factory(3)
-    kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", LOCK_MS)
-    expected = produce_spread(cluster_broker, topic, 3, N)
-    q = _stream(spark, cluster_broker, topic, cluster_group, tmp_path)
+    expected, q = _spread_and_stream(spark, kafka_cluster, cluster_broker, topic, cluster_group,
+                                     tmp_path)
     try:
         _until_read(q, 2 * PER_TRIGGER, 180, "before the kill")
         leader = kafka_cluster.leader(topic, 0)
@@ -108,9 +117,8 @@ def test_source_exactly_once_when_the_coordinator_is_blackholed_past_the_session
     """The share group's coordinator (also a leader of some partitions) stays up for the other
     brokers but swallows every client byte, both ways, for twice the session timeout."""
     topic = cluster_topic_factory(3)
-    kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", LOCK_MS)
-    expected = produce_spread(cluster_broker, topic, 3, N)
-    q = _stream(spark, cluster_broker, topic, cluster_group, tmp_path)
+    expected, q = _spread_and_stream(spark, kafka_cluster, cluster_broker, topic, cluster_group,
+                                     tmp_path)
     try:
         _until_read(q, 2 * PER_TRIGGER, 180, "before the blackhole")
         node = kafka_cluster.group_coordinator(cluster_group)

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pyspark_kafka_share.workers.exactly_once import MarkerSet
+
 
 class Msg:
     def __init__(self, offset: int, dc: int = 1, value: bytes = b"v", *, topic: str = "in",
@@ -112,3 +114,16 @@ class FakeProducer:
 
     def poll(self, timeout: float) -> int:
         return 0
+
+
+class FakeMarkerLog:
+    """A marker log with nothing committed by others (the barrier is always done)."""
+
+    def __init__(self) -> None:
+        self.markers, self.errors, self.conflicts = MarkerSet(), list[Any](), 0
+
+    def catch_up(self, until: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass

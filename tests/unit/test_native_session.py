@@ -90,8 +90,10 @@ def test_ranges_merge_consecutive_offsets_of_one_type() -> None:
 # -- bodies ----------------------------------------------------------------------------------
 
 
-def _heartbeat_response(assignment: dict[str, list[int]] | None) -> bytes:
-    w = Writer(flexible=True).int32(0).int16(0).string(None).string("member").int32(3)
+def _heartbeat_response(assignment: dict[str, list[int]] | None, *, code: int = 0,
+                        member_id: str | None = "member", epoch: int = 3) -> bytes:
+    """A ShareGroupHeartbeat v1 response (interval 1 s); ``assignment`` None: none sent."""
+    w = Writer(flexible=True).int32(0).int16(code).string(None).string(member_id).int32(epoch)
     w.int32(1_000)
     if assignment is None:
         w.int8(-1)
@@ -200,16 +202,8 @@ class _Coordinator:
         n = r.uvarint() - 1
         self.sent.append((epoch, None if n < 0 else tuple(r.string() for _ in range(n))))
         code, new_epoch, assignment = self.script.pop(0)
-        w = Writer(flexible=True).int32(0).int16(code).string(None).string(None)
-        w.int32(new_epoch).int32(1_000)
-        if assignment is None:
-            w.int8(-1)
-        else:
-            w.int8(1).array_header(len(assignment))
-            for topic_id, parts in assignment.items():
-                w.uuid(topic_id).int32_array(parts).tags()
-            w.tags()
-        return Reader(w.tags().getvalue(), flexible=True)
+        body = _heartbeat_response(assignment, code=code, member_id=None, epoch=new_epoch)
+        return Reader(body, flexible=True)
 
     def close(self) -> None:
         pass

@@ -24,7 +24,6 @@ from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.exactly_once import (
     ExactlyOnce,
     MarkerLog,
-    MarkerSet,
     Transactions,
     decode_marker,
 )
@@ -33,7 +32,7 @@ from pyspark_kafka_share.workers.outcome import Outcome
 from pyspark_kafka_share.workers.settle import AtLeastOnceSettler, Poll
 from pyspark_kafka_share.workers.verdict import Final, Verdict
 
-from .fakes import FakeConsumer, FakeProducer, Msg
+from .fakes import FakeConsumer, FakeMarkerLog, FakeProducer, Msg
 
 Sent = tuple[str, bytes | None, bytes | None]  # topic, key, value
 Refuse = Callable[[str, bytes | None], bool]
@@ -91,17 +90,6 @@ class _TxnProducer:
         self.events.append("abort")
 
 
-class _Log:
-    def __init__(self) -> None:
-        self.markers, self.errors, self.conflicts = MarkerSet(), list[Any](), 0
-
-    def catch_up(self, until: float) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
-
-
 class _Eos(ExactlyOnce):
     """Replacing the producer keeps the fake (a real one would connect)."""
 
@@ -125,7 +113,7 @@ def _transactional(producer: _TxnProducer, spec: WorkerSpec | None = None) -> tu
         TransactionalSettler, FakeConsumer, _Eos]:
     spec = spec or _spec()
     txn = Transactions(producer, "markers", timeout_s=1.0, txn_timeout_s=15.0)
-    eos = _Eos(cast(MarkerLog, _Log()), txn, spec.config.client, b"w0:0:x:", {},
+    eos = _Eos(cast(MarkerLog, FakeMarkerLog()), txn, spec.config.client, b"w0:0:x:", {},
                lock_budget_s=15.0)
     return TransactionalSettler(spec, Counter(), eos, index=0, attempt=0), \
         FakeConsumer([]), eos

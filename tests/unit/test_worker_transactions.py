@@ -18,14 +18,13 @@ from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.exactly_once import (
     ExactlyOnce,
     MarkerLog,
-    MarkerSet,
     Transactions,
     decode_marker,
 )
 from pyspark_kafka_share.workers.loop import _Worker
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result
 
-from .fakes import FakeConsumer, FakeProducer, Msg
+from .fakes import FakeConsumer, FakeMarkerLog, FakeProducer, Msg
 
 Event = tuple[str, ...]
 
@@ -68,19 +67,6 @@ class _TxnProducer(FakeProducer):
         self.events.append(("abort",))
 
 
-class _Log:
-    """A marker log with nothing committed by others (the barrier is always done)."""
-
-    def __init__(self) -> None:
-        self.markers, self.errors, self.conflicts = MarkerSet(), list[Any](), 0
-
-    def catch_up(self, until: float) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
-
-
 def _spec(**kw: Any) -> WorkerSpec:
     base: dict[str, Any] = {
         "bootstrap_servers": "unused:9092", "group": "g", "topics": ("in",),
@@ -99,7 +85,7 @@ def _worker(spec: WorkerSpec, fn: Callable[[Any], Any], polls: list[list[Msg]],
     consumer = _Consumer(polls, events)
     txn = Transactions(producer or _TxnProducer(events), "markers", timeout_s=1.0,
                        txn_timeout_s=15.0)
-    eos = ExactlyOnce(cast(MarkerLog, _Log()), txn, spec.config.client, b"w0:0:x:",
+    eos = ExactlyOnce(cast(MarkerLog, FakeMarkerLog()), txn, spec.config.client, b"w0:0:x:",
                       {}, lock_budget_s=15.0)
     if producer is not None:
         eos.replace_producer = lambda: producer  # type: ignore[method-assign]

@@ -15,33 +15,13 @@ import sys
 from collections.abc import Sequence
 
 from pyspark_kafka_share import __version__
-from pyspark_kafka_share.cli import broker, exporter, groups
-from pyspark_kafka_share.cli.codes import (
-    ENV_BOOTSTRAP_SERVERS,
-    EXIT_CODES_HELP,
-    EXIT_ERROR,
-    EXIT_GROUP_NOT_FOUND,
-    EXIT_LAG_UNKNOWN,
-    EXIT_NOT_A_SHARE_GROUP,
-    EXIT_OK,
-    EXIT_USAGE,
-    exit_code,
-)
+from pyspark_kafka_share.cli import broker, codes, exporter, groups
+from pyspark_kafka_share.cli.codes import *  # noqa: F403  (re-exported: codes.__all__)
+from pyspark_kafka_share.cli.codes import EXIT_ERROR, exit_code
 from pyspark_kafka_share.errors import KafkaShareError, OptionError
 
-__all__ = [
-    "ENV_BOOTSTRAP_SERVERS",
-    "EXIT_CODES_HELP",
-    "EXIT_ERROR",
-    "EXIT_GROUP_NOT_FOUND",
-    "EXIT_LAG_UNKNOWN",
-    "EXIT_NOT_A_SHARE_GROUP",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "build_parser",
-    "exit_code",
-    "main",
-]
+__all__ = ["build_parser", "main"]
+__all__ += codes.__all__  # the exit codes and environment variables, listed once in codes
 
 DESCRIPTION = """\
 kafka-share: watch and manage Kafka share groups (queues), serve their metrics to

@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +94,29 @@ class ProducerRecord:
 
 
 @dataclass(eq=False)
-class LocalKafka(_process.Harness):
+class BrokerSettings:
+    """The settings every broker JVM is started with: :class:`LocalKafka`'s first arguments
+    (described there), which :class:`~pyspark_kafka_share.harness.LocalKafkaCluster` also
+    takes and gives to each of its nodes (:meth:`broker_settings`)."""
+
+    lock_duration_ms: int = 30_000
+    delivery_count_limit: int = 5
+    heartbeat_interval_ms: int = 1_000
+    session_timeout_ms: int = 10_000
+    extra_config: Mapping[str, str] = field(default_factory=dict)
+    start_timeout_s: float = 90.0
+    heap: str = "1g"
+    version: str = field(default_factory=kafka_version)
+    security: str = "plaintext"
+    users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
+
+    def broker_settings(self) -> dict[str, Any]:
+        """These settings, as keyword arguments of :class:`LocalKafka`."""
+        return {f.name: getattr(self, f.name) for f in fields(BrokerSettings)}
+
+
+@dataclass(eq=False)
+class LocalKafka(BrokerSettings, _process.Harness):
     """One combined broker+controller Kafka JVM on free loopback ports, for tests and development.
 
     Life cycle: :meth:`start` (fresh data, new ports), then any number of :meth:`kill` (a
@@ -127,16 +149,6 @@ class LocalKafka(_process.Harness):
             :data:`DATA_DIR_MARK`); a secured broker cannot use one (:class:`OptionError`).
     """
 
-    lock_duration_ms: int = 30_000
-    delivery_count_limit: int = 5
-    heartbeat_interval_ms: int = 1_000
-    session_timeout_ms: int = 10_000
-    extra_config: Mapping[str, str] = field(default_factory=dict)
-    start_timeout_s: float = 90.0
-    heap: str = "1g"
-    version: str = field(default_factory=kafka_version)
-    security: str = "plaintext"
-    users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
     port: int | None = None
     data_dir: str | Path | None = None
 

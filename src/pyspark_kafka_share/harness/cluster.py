@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark_kafka_share.errors import LocalKafkaError
 from pyspark_kafka_share.harness import _process
-from pyspark_kafka_share.harness.broker import LocalKafka, ProducerRecord
+from pyspark_kafka_share.harness.broker import BrokerSettings, LocalKafka, ProducerRecord
 from pyspark_kafka_share.harness.broker_files import ClusterNode, cluster_id
-from pyspark_kafka_share.harness.jars import ensure_jars, kafka_version
+from pyspark_kafka_share.harness.jars import ensure_jars
 from pyspark_kafka_share.harness.security import ADMIN, BrokerSecurity
 
 if TYPE_CHECKING:
@@ -53,12 +53,13 @@ __all__ = ["ClusterNode", "LocalKafkaCluster"]
 
 
 @dataclass(eq=False)
-class LocalKafkaCluster(_process.Harness):
+class LocalKafkaCluster(BrokerSettings, _process.Harness):
     """``brokers`` combined controller+broker Kafka JVMs on free loopback ports.
 
     Node ids are 1 to ``brokers``. :meth:`kill` and :meth:`restart` act on one node by id;
-    the others keep serving. The arguments not described here are :class:`LocalKafka`'s,
-    given to every node.
+    the others keep serving. The arguments not described here are :class:`LocalKafka`'s
+    (its :class:`BrokerSettings`, which come first: give them all by keyword), given to every
+    node; a cluster's defaults for ``heap`` and ``start_timeout_s`` are 768m and 180 s.
 
     Args:
         brokers: how many nodes (3 or more for a quorum that survives one loss).
@@ -69,18 +70,10 @@ class LocalKafkaCluster(_process.Harness):
             its proxies when it stops (not the Toxiproxy server: its owner stops it).
     """
 
+    start_timeout_s: float = 180.0  # BrokerSettings' field, a cluster's default
+    heap: str = "768m"  # BrokerSettings' field, a cluster's default
     brokers: int = 3
     min_insync_replicas: int = 2
-    security: str = "plaintext"
-    version: str = field(default_factory=kafka_version)
-    heap: str = "768m"
-    lock_duration_ms: int = 30_000
-    delivery_count_limit: int = 5
-    heartbeat_interval_ms: int = 1_000
-    session_timeout_ms: int = 10_000
-    extra_config: Mapping[str, str] = field(default_factory=dict)
-    start_timeout_s: float = 180.0
-    users: Mapping[str, str] = field(default_factory=dict, repr=False)  # passwords
     toxiproxy: Toxiproxy | None = None
 
     _nodes: dict[int, LocalKafka] = field(default_factory=dict, init=False, repr=False)
@@ -114,13 +107,7 @@ class LocalKafkaCluster(_process.Harness):
         try:
             shared: BrokerSecurity | None = None
             for node in self.layout():
-                kafka = LocalKafka(
-                    lock_duration_ms=self.lock_duration_ms,
-                    delivery_count_limit=self.delivery_count_limit,
-                    heartbeat_interval_ms=self.heartbeat_interval_ms,
-                    session_timeout_ms=self.session_timeout_ms, extra_config=self.extra_config,
-                    start_timeout_s=self.start_timeout_s, heap=self.heap, version=self.version,
-                    security=self.security, users=self.users, port=node.port)
+                kafka = LocalKafka(**self.broker_settings(), port=node.port)
                 kafka._node, kafka._shared_security = node, shared
                 self._nodes[node.node_id] = kafka
                 kafka._prepare()

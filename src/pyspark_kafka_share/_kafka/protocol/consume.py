@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from pyspark_kafka_share._kafka.protocol.codec import ApiKey, Reader, Writer, request_writer
-from pyspark_kafka_share._kafka.protocol.messages import BrokerNode
+from pyspark_kafka_share._kafka.protocol.messages import (
+    BrokerNode,
+    decode_metadata_brokers,
+    decode_metadata_error,
+)
 from pyspark_kafka_share.errors import ProtocolDecodeError
 
 
@@ -118,15 +122,7 @@ def encode_metadata_topics_request(version: int, *, names: Sequence[str] = (),
 def decode_metadata_topics_response(
     version: int, r: Reader
 ) -> tuple[tuple[BrokerNode, ...], tuple[TopicMetadata, ...]]:
-    r.int32()  # ThrottleTimeMs
-    brokers = []
-    for _ in range(r.array_length()):
-        node, host, port = r.int32(), r.string(), r.int32()
-        r.nullable_string()  # Rack
-        r.skip_tags()
-        brokers.append(BrokerNode(node, host, port))
-    r.nullable_string()  # ClusterId
-    r.int32()  # ControllerId
+    brokers = decode_metadata_brokers(r)
     topics = []
     for _ in range(r.array_length()):
         code, name, topic_id = r.int16(), r.nullable_string(), r.uuid()
@@ -140,10 +136,8 @@ def decode_metadata_topics_response(
         r.int32()  # TopicAuthorizedOperations
         r.skip_tags()
         topics.append(TopicMetadata(name, topic_id, code, tuple(partitions)))
-    if version >= 13:
-        r.int16()  # ErrorCode: only set for errors this request cannot cause
-    r.skip_tags()
-    return tuple(brokers), tuple(topics)
+    decode_metadata_error(version, r)  # only set for errors this request cannot cause
+    return brokers, tuple(topics)
 
 
 # -- ShareFetch and ShareAcknowledge -----------------------------------------------------------

@@ -222,8 +222,9 @@ def encode_metadata_request(version: int) -> bytes:
     return w.tags().getvalue()
 
 
-def decode_metadata_response(version: int, r: Reader) -> tuple[int, tuple[BrokerNode, ...]]:
-    """``(error_code, brokers)``; the request asked for no topics."""
+def decode_metadata_brokers(r: Reader) -> tuple[BrokerNode, ...]:
+    """A Metadata response up to its Topics: ThrottleTimeMs, Brokers, ClusterId, ControllerId
+    (the brokers: what both Metadata decoders keep)."""
     r.int32()  # ThrottleTimeMs
     brokers = []
     for _ in range(r.array_length()):
@@ -233,11 +234,22 @@ def decode_metadata_response(version: int, r: Reader) -> tuple[int, tuple[Broker
         brokers.append(BrokerNode(node, host, port))
     r.nullable_string()  # ClusterId
     r.int32()  # ControllerId
-    if r.array_length():
-        raise ProtocolDecodeError("Metadata response lists topics, but none were asked for")
+    return tuple(brokers)
+
+
+def decode_metadata_error(version: int, r: Reader) -> int:
+    """A Metadata response after its Topics: the top-level ErrorCode (v13+; else 0)."""
     code = r.int16() if version >= 13 else 0
     r.skip_tags()
-    return code, tuple(brokers)
+    return code
+
+
+def decode_metadata_response(version: int, r: Reader) -> tuple[int, tuple[BrokerNode, ...]]:
+    """``(error_code, brokers)``; the request asked for no topics."""
+    brokers = decode_metadata_brokers(r)
+    if r.array_length():
+        raise ProtocolDecodeError("Metadata response lists topics, but none were asked for")
+    return decode_metadata_error(version, r), brokers
 
 
 def encode_find_coordinator_request(version: int, keys: Sequence[str],
