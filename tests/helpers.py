@@ -74,6 +74,7 @@ __all__ = [
     "explain_missing",
     "group_lag",
     "log_call",
+    "output_origins",
     "poll_share",
     "produce_spread",
     "read_calls",
@@ -181,6 +182,18 @@ def record_value(m: Message) -> bytes:
     value = m.value()
     assert value is not None, m
     return value
+
+
+def output_origins(msgs: list[Message]) -> list[Key]:
+    """The origin of each of the workers' outputs or dead letters: the record it was made from,
+    from its ``kafka-share.origin.*`` headers."""
+    out = []
+    for m in msgs:
+        h = {k: v.decode() if isinstance(v, bytes) else str(v)
+             for k, v in dict(m.headers() or []).items()}
+        out.append((h["kafka-share.origin.topic"], int(h["kafka-share.origin.partition"]),
+                    int(h["kafka-share.origin.offset"])))
+    return out
 
 
 def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,

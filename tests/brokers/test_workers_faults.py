@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Message
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
@@ -17,9 +16,9 @@ from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster
 from pyspark_kafka_share.workers import Record, Result, start_workers
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.helpers import (
-    Key,
     assert_exactly_once,
     group_lag,
+    output_origins,
     produce_spread,
     read_topic,
     spread_keys,
@@ -39,16 +38,6 @@ def _poison(value: bytes) -> bool:
 def _work(rec: Record) -> Result:
     value = rec.value or b""
     return Result.reject("poison") if _poison(value) else Result.accept(value + b"-out")
-
-
-def _origins(msgs: list[Message]) -> list[Key]:
-    out = []
-    for m in msgs:
-        h = {k: v.decode() if isinstance(v, bytes) else str(v)
-             for k, v in dict(m.headers() or []).items()}
-        out.append((h["kafka-share.origin.topic"], int(h["kafka-share.origin.partition"]),
-                    int(h["kafka-share.origin.offset"])))
-    return out
 
 
 def test_workers_exactly_once_outputs_when_the_group_coordinator_is_killed_mid_transaction(
@@ -90,5 +79,5 @@ def test_workers_exactly_once_outputs_when_the_group_coordinator_is_killed_mid_t
     assert lag == 0, f"records left in the group: {summary}"
     outputs = read_topic(cluster_broker, out, N - len(poison), settle_s=1.0)
     dead = read_topic(cluster_broker, dlq, len(poison), settle_s=1.0)
-    assert_exactly_once(_origins(outputs), keys - poison)
-    assert_exactly_once(_origins(dead), poison)
+    assert_exactly_once(output_origins(outputs), keys - poison)
+    assert_exactly_once(output_origins(dead), poison)

@@ -41,6 +41,7 @@ from tests.helpers import (
     assert_killed_attempt_lost,
     explain_missing,
     group_lag,
+    output_origins,
     produce_spread,
     read_topic,
     stop_when_drained,
@@ -81,16 +82,6 @@ def _calls(log: str) -> Counter[str]:
     return Counter(json.loads(line)["value"] for line in lines if line)
 
 
-def _origins(msgs: list[Message]) -> list[Key]:
-    out = []
-    for m in msgs:
-        h = {k: v.decode() if isinstance(v, bytes) else str(v)
-             for k, v in dict(m.headers() or []).items()}
-        out.append((h["kafka-share.origin.topic"], int(h["kafka-share.origin.partition"]),
-                    int(h["kafka-share.origin.offset"])))
-    return out
-
-
 def _header(m: Message, name: str) -> bytes:
     v = dict(m.headers() or []).get(name)
     return v.encode() if isinstance(v, str) else v or b""
@@ -119,13 +110,13 @@ def _assert_each_origin_once(kafka: LocalKafka, src: str, out: str, dlq: str,
     keys = _keys(src)
     poison = {k for k, v in keys.items() if _poison(v)}
     outputs = read_topic(kafka, out, N - len(poison), settle_s=1.0)
-    dead = _origins(read_topic(kafka, dlq, len(poison), settle_s=1.0))
-    missing = set(keys) - set(_origins(outputs)) - set(dead)
+    dead = output_origins(read_topic(kafka, dlq, len(poison), settle_s=1.0))
+    missing = set(keys) - set(output_origins(outputs)) - set(dead)
     if explain is not None and missing:
         pytest.fail(explain(missing, dead))
-    assert_exactly_once(_origins(outputs), set(keys) - poison)
+    assert_exactly_once(output_origins(outputs), set(keys) - poison)
     for m in outputs:
-        assert m.value() == keys[_origins([m])[0]] + b"-out"
+        assert m.value() == keys[output_origins([m])[0]] + b"-out"
     assert_exactly_once(dead, poison)
     seen = read_topic(kafka, out, N - len(poison), settle_s=1.0, isolation="read_uncommitted")
     return len(seen) - len(outputs)
@@ -426,10 +417,10 @@ def test_a_produce_refused_inside_a_transaction_aborts_it_and_releases(
     to_dlq = {k for k, i in keys.items() if _poison(b"v%d" % i) or i in BIG}
     outputs = read_topic(kafka, out, N - len(to_dlq), settle_s=1.0)
     dead = read_topic(kafka, dlq, len(to_dlq), settle_s=1.0)
-    errors = {_origins([m])[0]: _header(m, "kafka-share.error") for m in dead}
+    errors = {output_origins([m])[0]: _header(m, "kafka-share.error") for m in dead}
     print(f"{summary}\n{summary.workers}\ndead letters: {errors}")  # shown if it fails
-    assert_exactly_once(_origins(outputs), set(keys) - to_dlq)
-    assert_exactly_once(_origins(dead), to_dlq)
+    assert_exactly_once(output_origins(outputs), set(keys) - to_dlq)
+    assert_exactly_once(output_origins(dead), to_dlq)
     for k, i in keys.items():
         if i in BIG:  # the refusal, as docs/workers.md says: an output refused is a retry
             assert re.search(rb"gave up after 2 attempts: output not delivered: .*too large",
