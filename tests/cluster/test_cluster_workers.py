@@ -37,7 +37,6 @@ from pyspark_kafka_share.harness.spark import ExecutorProcess
 from pyspark_kafka_share.workers import (
     Record,
     Result,
-    WorkerJob,
     WorkerProgress,
     WorkerSummary,
     start_workers,
@@ -47,6 +46,7 @@ from tests.helpers import (
     assert_exactly_once,
     assert_killed_attempt_lost,
     read_topic,
+    retried_attempt,
     stop_when_drained,
     worker_faults,
 )
@@ -89,11 +89,6 @@ def _lag(kafka: LocalKafka, group: str, timeout_s: float = 30.0) -> int | None:
                 break
             time.sleep(1)
     return lag
-
-
-def _retried(job: WorkerJob, worker: int) -> bool:
-    """A later attempt of ``worker`` (Spark's retry of the killed one) has reported."""
-    return int(job.progress().workers.get(worker, {}).get("attempt", 0)) >= 1
 
 
 def _fresh(kafka: LocalKafka, name: str, records: int,
@@ -166,7 +161,7 @@ def killed_run(cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: L
     # record is acknowledged for good (not on a 15 s idle timeout, which the replacement
     # executor's start outlasts on a loaded machine).
     summary = stop_when_drained(job, kafka, group, timeout_s=600,
-                                settled=lambda: "killed" in state and _retried(job, 0))
+                                settled=lambda: "killed" in state and retried_attempt(job, 0))
     assert "killed" in state, (f"the executor was never killed (errors: {state.get('errors')}, "
                                f"worker 0's last report: {state.get('last')}); summary:\n{summary}")
     cluster.wait_for_executors(cluster_spark, timeout_s=120)  # the replacement
@@ -328,7 +323,7 @@ def eos_killed_run(cluster: LocalSparkCluster, cluster_spark: SparkSession, kafk
     # record is acknowledged for good (not on a 15 s idle timeout, which the replacement
     # executor's start outlasts on a loaded machine).
     summary = stop_when_drained(job, kafka, group, timeout_s=600,
-                                settled=lambda: "killed" in state and _retried(job, 0))
+                                settled=lambda: "killed" in state and retried_attempt(job, 0))
     assert state.get("killed") is not None, (
         f"the executor was not killed (errors: {state.get('errors')}); summary:\n{summary}")
     cluster.wait_for_executors(cluster_spark, timeout_s=120)  # the replacement

@@ -35,7 +35,6 @@ from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import (
     Record,
     Result,
-    WorkerJob,
     WorkerSummary,
     run_workers,
     start_workers,
@@ -128,14 +127,6 @@ def test_docs_example_with_a_graceful_stop_and_a_dead_letter_topic(
     assert len(topics.topics[control_topic_name(group)].partitions) == 2
 
 
-def _retried(job: WorkerJob, killed: str) -> bool:
-    """The killed worker (its index in the file ``killed``) has a later attempt reporting."""
-    if not Path(killed).exists():
-        return False
-    victim = int(Path(killed).read_text() or -1)
-    return int(job.progress().workers.get(victim, {}).get("attempt", 0)) >= 1
-
-
 def test_killed_worker_loses_and_duplicates_nothing(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, connect_spark: SparkSession,
     tmp_path: Path, connect_report: Callable[[str], None],
@@ -157,7 +148,7 @@ def test_killed_worker_loses_and_duplicates_nothing(
     # Done once every record is acknowledged for good and Spark's retry of the killed worker
     # reported (not on an idle timeout: the retried task's start and the dead attempt's lock
     # expiry can outlast one on a loaded machine; the survivor may drain the group first).
-    summary = stop_when_drained(job, kafka, group, settled=lambda: _retried(job, killed))
+    summary = stop_when_drained(job, kafka, group, retried=[killed])
     connect_report(str(summary))
     outputs = check_killed_worker(kafka, summary, out, n, log, killed)
     assert summary.stop_reason == "the test is done"

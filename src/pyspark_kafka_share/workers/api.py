@@ -187,6 +187,11 @@ class WorkerSummary:
         return [w for w in self.workers if w.get("state") == "lost"]
 
 
+def _failure_reason(failure: Mapping[str, Any]) -> str:
+    """The job's stop reason for a failure (issue 35): a configuration mistake or a breaker trip."""
+    return "configuration mistake" if failure["kind"] == "mistake" else "circuit breaker"
+
+
 def _totals(reports: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     out = dict.fromkeys(_COUNTERS, 0)
     for r in reports:
@@ -309,8 +314,7 @@ class WorkerJob:
             failure = failure_report("breaker", trip.message("job-wide"))
         if failure is not None:
             self._failure = failure
-            self._server.request_stop("configuration mistake" if failure["kind"] == "mistake"
-                                      else "circuit breaker")
+            self._server.request_stop(_failure_reason(failure))
 
     # ---- public ------------------------------------------------------------------------------
 
@@ -394,8 +398,11 @@ class WorkerJob:
     def _summary(self, results: list[dict[str, Any]]) -> WorkerSummary:
         workers = _attempts(results, self._server.reports())
         # The driver's reason if it stopped them; else what the workers stopped on themselves.
+        # A failure names the reason whichever came first: the driver's stop or the workers'.
         own = Counter(str(w.get("stop_reason")) for w in workers if w.get("stop_reason"))
-        reason = self._server.stop_reason or (own.most_common(1)[0][0] if own else "job ended")
+        failure = self._failure or failure_of(workers)
+        reason = (_failure_reason(failure) if failure is not None else self._server.stop_reason
+                  or (own.most_common(1)[0][0] if own else "job ended"))
         return WorkerSummary(elapsed_s=time.monotonic() - self._start,
                              stop_reason=reason,
                              totals=_totals(workers), workers=workers,
