@@ -107,7 +107,10 @@ def tier_invocations() -> list[Invocation]:
         with tempfile.TemporaryDirectory(prefix="tiers-") as tmp:
             root, log = Path(tmp), Path(tmp) / "calls.jsonl"
             _stub_tree(root, log)
-            subprocess.run(["make", "-s", target, *(f"{k}={v}" for k, v in variables.items())],
+            # PYTEST_ARGS empty: a caller's own (``PYTEST_ARGS=--durations=60 make test``) would
+            # trail the selection the tiers' calls are parsed by.
+            subprocess.run(["make", "-s", target, "PYTEST_ARGS=",
+                            *(f"{k}={v}" for k, v in variables.items())],
                            cwd=root, check=True, capture_output=True, text=True)
             for line in log.read_text().splitlines():
                 invocation = _parse(target, json.loads(line))
