@@ -20,7 +20,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark_kafka_share.harness import Toxiproxy
 from tests.helpers import wait_for
 
-__all__ = ["NETWORK_FAULTS", "TOXICS", "FaultHit", "NetworkFault", "RowsRead",
+__all__ = ["NETWORK_FAULTS", "TOXICS", "FaultHit", "NetworkFault", "RowsRead", "more_than",
            "run_network_faults"]
 
 
@@ -88,11 +88,12 @@ def run_network_faults(toxiproxy: Toxiproxy, proxy: str, progress: Callable[[], 
             toxiproxy.remove_toxic(proxy, name)
         at_end = progress()
         hits.append(FaultHit(fault, proxy, through, before, at_end - before))
-        wait_for(progress, _past(at_end), recover_s, f"progress after {fault.name}")
+        wait_for(progress, more_than(at_end), recover_s, f"progress after {fault.name}")
     return hits
 
 
-def _past(at: int) -> Callable[[int], bool]:
+def more_than(at: int) -> Callable[[int], bool]:
+    """A :func:`~tests.helpers.wait_for` condition: progress past ``at``."""
     return lambda n: n > at
 
 

@@ -21,6 +21,7 @@ from tests.brokers.network import RowsRead
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.fixtures.journal import BUCKET
 from tests.helpers import (
+    OptionValue,
     assert_exactly_once,
     drain_available_now,
     produce_spread,
@@ -113,12 +114,13 @@ def test_the_journal_store_down_is_ridden_out_within_the_bound_and_fails_the_que
     every record once in the sink: no record was ACCEPTed without its journal slot."""
     topic = cluster_topic_factory(3)
     expected = produce_spread(cluster_broker, topic, 3, 4000)
-    options = {**s3.journal_options(), "journal.aws_endpoint": s3_proxy.endpoint_url,
-               "journalPath": f"s3://{BUCKET}/down-{uuid.uuid4().hex}"}
-    df = share_stream(spark, cluster_broker, [topic], cluster_group, None,
-                      numPartitions=3, maxRecordsPerTrigger=200, **options)
+    options: dict[str, OptionValue] = {
+        **s3.journal_options(), "journal.aws_endpoint": s3_proxy.endpoint_url,
+        "journalPath": f"s3://{BUCKET}/down-{uuid.uuid4().hex}", "numPartitions": 3,
+        "maxRecordsPerTrigger": 200}
     out, chk = tmp_path / "out", tmp_path / "chk"
-    q = start_parquet(df, out, chk)
+    q = start_parquet(share_stream(spark, cluster_broker, [topic], cluster_group, None,
+                                   **options), out, chk)
     rows = RowsRead(q)
     try:
         rows.until(400, 180, "before the outage")
@@ -149,6 +151,5 @@ def test_the_journal_store_down_is_ridden_out_within_the_bound_and_fails_the_que
     assert q.exception() is not None, f"the query did not fail within {STORE_BOUND_S + 300}s"
     assert "JournalError" in error and f"s3://{BUCKET}/" in error, error[:2000]
     drain_available_now(spark, share_stream(spark, cluster_broker, [topic], cluster_group, None,
-                                            numPartitions=3, **options),
-                        out, chk, expected, timeout_s=600)
+                                            **options), out, chk, expected, timeout_s=600)
     assert_exactly_once(sink_keys(spark, out), expected)
