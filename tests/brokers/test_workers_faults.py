@@ -152,10 +152,11 @@ def test_workers_exactly_once_outputs_through_latency_resets_and_a_slow_drip_on_
     _check_outputs(cluster_broker, out, dlq, keys, poison)
 
 
-def _freezes_once(pid_file: str, after: int) -> Callable[[Record], Result]:
-    """The worker function of :func:`_work` (20 ms a record): worker 0's first attempt, at its
-    ``after``-th call, writes its Python worker's pid to ``pid_file`` and SIGSTOPs itself
-    (mid-chunk, holding the poll's records); it goes on where it stopped once SIGCONTed."""
+def _freezes_once(frozen: str, after: int) -> Callable[[Record], Result]:
+    """The worker function of :func:`_work` (20 ms a record): the first worker whose first
+    attempt makes its ``after``-th call writes ``"<pid> <worker>"`` to ``frozen`` and SIGSTOPs
+    its own Python worker (mid-chunk, holding the poll's records), once; it goes on where it
+    stopped when SIGCONTed."""
     calls = [0]
 
     def work(rec: Record) -> Result:
@@ -163,15 +164,24 @@ def _freezes_once(pid_file: str, after: int) -> Callable[[Record], Result]:
 
         ctx = TaskContext.get()
         assert ctx is not None
-        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
-            calls[0] += 1
-            if calls[0] == after and not os.path.exists(pid_file):
-                Path(pid_file).write_text(str(os.getpid()))
+        calls[0] += 1
+        if ctx.attemptNumber() == 0 and calls[0] == after:
+            try:  # the first worker to get here freezes, once
+                fd = os.open(frozen, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, f"{os.getpid()} {ctx.partitionId()}".encode())
+                os.close(fd)
                 os.kill(os.getpid(), signal.SIGSTOP)
         time.sleep(0.02)
         return _work(rec)
 
     return work
+
+
+def _words(path: str) -> list[str]:
+    return Path(path).read_text().split() if Path(path).exists() else []
 
 
 def _state(pid: int) -> str:
@@ -184,55 +194,57 @@ def test_a_worker_sigstopped_past_its_lock_resumes_and_duplicates_nothing(
     cluster_topic_factory: ClusterTopicFactory, cluster_group: str, tmp_path: Path,
     fault_report: Callable[[str], None],
 ) -> None:
-    """Worker 0's Python worker is frozen (SIGSTOP: its share consumer's heartbeats stop too)
-    mid-chunk; the test keeps it frozen until worker 1 has drained the group (lag 0: the
+    """A worker's Python worker is frozen (SIGSTOP: its share consumer's heartbeats stop too)
+    mid-chunk; the test keeps it frozen until the other has drained the group (lag 0: the
     frozen worker's records came back when its session or locks expired), then SIGCONTs it.
     The zombie finishes its chunk, finds its deadline passed and aborts its transaction, its
     acknowledgements of records it no longer holds fail without failing the worker, and it
     polls on; each origin once for a ``read_committed`` reader."""
     src, out, dlq = (cluster_topic_factory(n) for n in (2, 1, 1))
     kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", 8_000)
-    produce_spread(cluster_broker, src, 2, N)
-    keys = spread_keys(src, 2, N)
-    poison = {(src, i % 2, i // 2) for i in range(N) if _poison(b"v%d" % i)}
-    pid_file = str(tmp_path / "frozen.pid")
-    job = start_workers(spark, _freezes_once(pid_file, 12), topics=src, group=cluster_group,
+    n = 400  # 20 ms a record: seconds of work for each worker
+    produce_spread(cluster_broker, src, 2, n)
+    keys = spread_keys(src, 2, n)
+    poison = {(src, i % 2, i // 2) for i in range(n) if _poison(b"v%d" % i)}
+    frozen = str(tmp_path / "frozen")
+    job = start_workers(spark, _freezes_once(frozen, 12), topics=src, group=cluster_group,
                         bootstrap_servers=kafka_cluster.bootstrap_servers, workers=2,
                         chunk_size=5, output_topic=out, dead_letter_topic=dlq,
                         exactly_once_outputs=True, on_progress=False, broker_timeout_s=60)
     pid = 0
     try:
-        pid = int(wait_for(lambda: Path(pid_file).read_text() if Path(pid_file).exists()
-                           else "", bool, 180, "worker 0 frozen"))
+        words = wait_for(lambda: _words(frozen), lambda w: len(w) == 2, 180, "a worker frozen")
+        pid, victim = int(words[0]), int(words[1])
         wait_for(lambda: _state(pid), lambda s: s == "T", 30, f"pid {pid} stopped")
         frozen_at = time.monotonic()
-        before = dict(job.progress().workers.get(0, {}))
-        assert before.get("pid") in (None, pid), f"pid {pid} is not worker 0's: {before}"
+        before = dict(job.progress().workers.get(victim, {}))
+        assert before.get("pid") in (None, pid), f"pid {pid} is not worker {victim}'s: {before}"
         wait_for(lambda: group_lag(cluster_broker, cluster_group), lambda lag: lag == 0, 300,
-                 "worker 1 drained the group while worker 0 is frozen")
-        assert _state(pid) == "T", "worker 0 woke up before the group was drained"
+                 f"the other worker drained the group while worker {victim} is frozen")
+        assert _state(pid) == "T", f"worker {victim} woke up before the group was drained"
         frozen_s = time.monotonic() - frozen_at
         os.kill(pid, signal.SIGCONT)
-        wait_for(lambda: job.progress().workers.get(0, {}),
+        wait_for(lambda: job.progress().workers.get(victim, {}),
                  lambda w: int(w.get("polls", 0)) > int(before.get("polls", 0))
                  and int(w.get("transactions_aborted", 0)) >= 1, 120,
-                 "worker 0 resumed, aborted its transaction and polled again")
+                 f"worker {victim} resumed, aborted its transaction and polled again")
     except BaseException:
         if pid:
             os.kill(pid, signal.SIGCONT)
         job.stop("the test failed", grace_s=60)
         raise
     summary = stop_when_drained(job, cluster_broker, cluster_group, 120)
-    zombie = next(w for w in summary.workers if w["worker"] == 0)
-    fault_report(f"worker 0 (pid {pid}) frozen {frozen_s:.0f}s at its 12th call, after "
+    zombie = next(w for w in summary.workers if w["worker"] == victim)
+    fault_report(f"worker {victim} (pid {pid}) frozen {frozen_s:.0f}s at its 12th call, after "
                  f"{before.get('processed', 0)} processed; resumed: aborted "
                  f"{zombie.get('transactions_aborted', 0)} transaction(s), "
                  f"{zombie.get('ack_failures', 0)} acknowledgement failures, released at the "
-                 f"lock deadline {zombie.get('released_lock_deadline', 0)}; all workers: "
+                 f"lock deadline {zombie.get('released_lock_deadline', 0)}, stop reason "
+                 f"{zombie.get('stop_reason')!r}; all workers: "
                  f"{_stats(summary, 'transactions', 'transactions_aborted', 'marker_conflicts')}")
     assert not summary.failed_attempts, f"the zombie failed instead of going on:\n{summary}"
-    assert all(w["attempt"] == 0 for w in summary.workers if w["worker"] == 0), \
-        f"worker 0 was retried, not resumed:\n{summary}"
+    assert all(w["attempt"] == 0 for w in summary.workers if w["worker"] == victim), \
+        f"worker {victim} was retried, not resumed:\n{summary}"
     _check_outputs(cluster_broker, out, dlq, keys, poison)
 
 
