@@ -47,6 +47,7 @@ def _client(proxy: S3FaultProxy, s3: LocalS3) -> Any:
                         config=Config(retries={"total_max_attempts": 1}))  # no retry
 
 
+@pytest.mark.brokers_ci
 @pytest.mark.brokers
 def test_the_fault_proxy_answers_as_a_failing_s3(s3: LocalS3, s3_proxy: S3FaultProxy) -> None:
     from botocore.exceptions import ClientError  # type: ignore[import-untyped]

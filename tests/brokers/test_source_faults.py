@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -64,6 +65,7 @@ def _spread_and_stream(spark: SparkSession, kafka: LocalKafkaCluster, broker: Lo
     return expected, _stream(spark, broker, topic, group, tmp_path)
 
 
+@pytest.mark.brokers_ci
 def test_source_exactly_once_when_a_busy_partitions_leader_is_killed(
     spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
     toxiproxy: Toxiproxy, cluster_topic_factory: ClusterTopicFactory, cluster_group: str,
