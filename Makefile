@@ -87,7 +87,7 @@ endef
 venvs_of = $(foreach s,$(filter-out main,$(foreach p,$(1),$(firstword $(subst :, ,$(p))))),\
 	.venv-spark-$(s)/.installed)
 
-.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers toxiproxy test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench clean help
+.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers test-brokers-ci chaos-scale toxiproxy test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
@@ -100,6 +100,8 @@ help:
 	@echo "make test-kafka-versions - the Kafka subset on Kafka $(KAFKA_TIER_LINES), an upgrade to $(KAFKA_NEWEST)"
 	@echo "make test-connect - the Connect tier: the source and the workers from a Spark Connect client"
 	@echo "make test-brokers - a three-broker cluster under broker kills and network faults"
+	@echo "make test-brokers-ci - the brokers tier's short CI subset (~4 min)"
+	@echo "make chaos-scale - 1,000,000 records, 100 faults on the three-broker cluster (~2 h)"
 	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5.5 min; CHAOS_SEED=)"
 	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~11 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
@@ -162,10 +164,32 @@ toxiproxy: $(TOXIPROXY)
 # The brokers tier (tests/brokers, marker "brokers", a pytest process of its own): a
 # three-broker KRaft cluster, a Toxiproxy proxy in front of each node's client listener, and
 # the source and the workers through broker kills and network faults; time-boxed (seconds):
-# SIGINT (pytest tears the cluster down), then KILL.
-BROKERS_TIMEOUT ?= 900
+# SIGINT (pytest tears the cluster down), then KILL. 1800 s (was 900): the tier gained the
+# network-fault, SIGSTOP, store-outage and SASL_SSL tests; the store-outage test alone waits
+# for the journal's retry bound (see docs/deployment.md for the measured minutes).
+BROKERS_TIMEOUT ?= 1800
 test-brokers: $(STAMP) jars $(TOXIPROXY)
-	timeout -s INT -k 60 $(BROKERS_TIMEOUT) $(PY) -m pytest -m brokers tests/brokers $(PYTEST_ARGS)
+	timeout -s INT -k 60 $(BROKERS_TIMEOUT) $(PY) -m pytest -m "brokers and not chaos_scale" \
+		tests/brokers $(PYTEST_ARGS)
+
+# The brokers tier's short CI subset (marker "brokers_ci"): the tests covering the most
+# distinct failures (docs/deployment.md lists them and their minutes).
+BROKERS_CI_TIMEOUT ?= 420
+test-brokers-ci: $(STAMP) jars $(TOXIPROXY)
+	timeout -s INT -k 60 $(BROKERS_CI_TIMEOUT) $(PY) -m pytest -m brokers_ci tests/brokers \
+		$(PYTEST_ARGS)
+
+# The long seeded chaos run on the three-broker cluster (marker "chaos_scale", not in CI):
+# the source under 1,000,000 records and 100 faults (node crashes, leader moves, latency,
+# resets, blackholes, slow drips, Python worker kills and exits, query restarts, a task past
+# its lock), then the queue workers under 100,000 records and 25 faults; CHAOS_SEED=<seed>
+# replays (tests/brokers/chaos_scale.py, docs/guarantees.md).
+chaos-scale: $(STAMP) jars $(TOXIPROXY)
+	CHAOS_RECORDS=$${CHAOS_RECORDS:-1000000} CHAOS_FAULTS=$${CHAOS_FAULTS:-100} \
+		CHAOS_INTERVAL_S=$${CHAOS_INTERVAL_S:-30} \
+		CHAOS_WORKER_RECORDS=$${CHAOS_WORKER_RECORDS:-100000} \
+		CHAOS_WORKER_FAULTS=$${CHAOS_WORKER_FAULTS:-25} \
+		$(PY) -m pytest -m chaos_scale tests/brokers $(PYTEST_ARGS)
 
 # The Connect tier (tests/connect, marker "connect", a pytest process of its own): a local
 # Spark Connect server (a JVM of its own, from pyspark's jars) and a Connect client session;

@@ -1,8 +1,9 @@
 """The kafka-share source with its exactly-once journal on the three-broker cluster, through a
-partition leader killed mid-stream and a broker blackholed (for clients) past the share
-session timeout. Each test shows its fault happened (the leader moved; the proxy's byte
-counters grew while it swallowed the bytes) and ends with the Parquet sink holding every
-record exactly once and the share group holding nothing more."""
+partition leader killed mid-stream, a broker blackholed (for clients) past the share session
+timeout, a rolling restart, and latency, connection resets and a slow drip on a leader's link.
+Each test shows its fault happened (the leader moved; the proxy's byte counters grew while the
+toxic was on) and ends with the Parquet sink holding every record exactly once and the share
+group holding nothing more."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster, ProducerRecord, Toxiproxy
+from tests.brokers.network import RowsRead, run_network_faults
+from tests.chaos.chaos_harness import SteadyProducer
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.helpers import (
     Key,
@@ -32,21 +36,6 @@ from tests.helpers import (
 N = 9_000  # records over 3 partitions
 PER_TRIGGER = 500  # a stream of many micro-batches, so the fault falls mid-stream
 LOCK_MS = 8_000
-
-
-def _rows_read(q: StreamingQuery) -> int:
-    return sum(int(p.get("numInputRows", 0)) for p in q.recentProgress)
-
-
-def _until_read(q: StreamingQuery, rows: int, timeout_s: float, what: str) -> None:
-    """Wait until the running query has read ``rows`` rows (its progress), failing early if
-    it stopped."""
-    deadline = time.monotonic() + timeout_s
-    while _rows_read(q) < rows:
-        assert q.isActive, f"the query stopped: {q.exception()}"
-        assert time.monotonic() < deadline, f"{what}: {_rows_read(q)} of {rows} rows read " \
-            f"after {timeout_s:.0f}s"
-        time.sleep(1.0)
 
 
 def _nothing_left(kafka: LocalKafkaCluster, group: str, topic: str) -> None:
@@ -76,6 +65,7 @@ def _spread_and_stream(spark: SparkSession, kafka: LocalKafkaCluster, broker: Lo
     return expected, _stream(spark, broker, topic, group, tmp_path)
 
 
+@pytest.mark.brokers_ci
 def test_source_exactly_once_when_a_busy_partitions_leader_is_killed(
     spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
     toxiproxy: Toxiproxy, cluster_topic_factory: ClusterTopicFactory, cluster_group: str,
@@ -84,16 +74,17 @@ def test_source_exactly_once_when_a_busy_partitions_leader_is_killed(
     topic = cluster_topic_factory(3)
     expected, q = _spread_and_stream(spark, kafka_cluster, cluster_broker, topic, cluster_group,
                                      tmp_path)
+    rows = RowsRead(q)
     try:
-        _until_read(q, 2 * PER_TRIGGER, 180, "before the kill")
+        rows.until(2 * PER_TRIGGER, 180, "before the kill")
         leader = kafka_cluster.leader(topic, 0)
         coordinator = kafka_cluster.group_coordinator(cluster_group)
-        read_at_kill = _rows_read(q)
+        read_at_kill = rows()
         kafka_cluster.kill(leader)
         moved = kafka_cluster.wait_for_leader(topic, 0, not_on={leader})
         proxy = kafka_cluster.proxy_name(moved)
         through_before = toxiproxy.bytes_through(proxy)
-        _until_read(q, N, 300, "after the kill")
+        rows.until(N, 300, "after the kill")
         through = toxiproxy.bytes_through(proxy) - through_before
         coordinator_after = kafka_cluster.group_coordinator(cluster_group)
     finally:
@@ -119,19 +110,20 @@ def test_source_exactly_once_when_the_coordinator_is_blackholed_past_the_session
     topic = cluster_topic_factory(3)
     expected, q = _spread_and_stream(spark, kafka_cluster, cluster_broker, topic, cluster_group,
                                      tmp_path)
+    rows = RowsRead(q)
     try:
-        _until_read(q, 2 * PER_TRIGGER, 180, "before the blackhole")
+        rows.until(2 * PER_TRIGGER, 180, "before the blackhole")
         node = kafka_cluster.group_coordinator(cluster_group)
         leaders = {p: kafka_cluster.leader(topic, p) for p in range(3)}
         proxy = kafka_cluster.proxy_name(node)
-        read_before = _rows_read(q)
+        read_before = rows()
         toxiproxy.blackhole(proxy)
         swallowed_from = toxiproxy.bytes_through(proxy, "upstream")
         time.sleep(2 * 6.0)  # the fault itself: 2 x the cluster's 6 s session timeout
         swallowed = toxiproxy.bytes_through(proxy, "upstream") - swallowed_from
         toxiproxy.remove_toxics(proxy)
-        read_during = _rows_read(q) - read_before
-        _until_read(q, N, 300, "after the blackhole")
+        read_during = rows() - read_before
+        rows.until(N, 300, "after the blackhole")
     finally:
         q.stop()
     fault_report(f"node {node} (group coordinator; leaders {leaders}) blackholed 12 s after "
@@ -179,11 +171,12 @@ def test_source_exactly_once_through_a_rolling_restart_of_all_three_brokers(
     feeder.start()
     q = _stream(spark, cluster_broker, topic, cluster_group, tmp_path)
     rolled: list[str] = []
+    rows = RowsRead(q)
     try:
-        _until_read(q, 2 * PER_TRIGGER, 180, "before the rolling restart")
+        rows.until(2 * PER_TRIGGER, 180, "before the rolling restart")
         for node in kafka_cluster.node_ids:
             led = [p for p in range(3) if kafka_cluster.leader(topic, p) == node]
-            rolled.append(f"node {node} (led {led}) at {_rows_read(q)} rows read of "
+            rolled.append(f"node {node} (led {led}) at {rows()} rows read of "
                           f"{sum(produced.values())} produced")
             kafka_cluster.restart(node)
     finally:
@@ -192,13 +185,51 @@ def test_source_exactly_once_through_a_rolling_restart_of_all_three_brokers(
     try:
         assert not errors, f"the producer failed during the roll: {errors[0]!r}"
         total = sum(produced.values())
-        read_at_end = _rows_read(q)
-        _until_read(q, total, 300, "after the rolling restart")
+        read_at_end = rows()
+        rows.until(total, 300, "after the rolling restart")
     finally:
         q.stop()
     fault_report(f"rolled {'; '.join(rolled)}; {read_at_end} of {total} rows read when the "
                  "last node was back")
     assert read_at_end < total, "the query had read everything before the roll ended"
     expected = {(topic, p, o) for p, n in produced.items() for o in range(n)}
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
+    _nothing_left(kafka_cluster, cluster_group, topic)
+
+
+def test_source_exactly_once_through_latency_resets_and_a_slow_drip_on_a_leaders_link(
+    spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
+    toxiproxy: Toxiproxy, cluster_topic_factory: ClusterTopicFactory, cluster_group: str,
+    tmp_path: Path, fault_report: Callable[[str], None],
+) -> None:
+    """A producer writes 90 records a second (through the proxies too) while the query reads;
+    partition 0's leader's client link gets 500 ms of latency each way, then connections reset
+    300 ms into their responses (fetches and acknowledgements cut mid-way), then a slow drip,
+    each for seconds; the stream resumes after each."""
+    topic = cluster_topic_factory(3)
+    kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", LOCK_MS)
+    producer = SteadyProducer(kafka_cluster.bootstrap_servers, topic, 3, 90.0, 1)
+    producer.start()
+    q = _stream(spark, cluster_broker, topic, cluster_group, tmp_path)
+    rows = RowsRead(q)
+    try:
+        rows.until(2 * PER_TRIGGER, 180, "before the faults")
+        node = kafka_cluster.leader(topic, 0)
+        hits = run_network_faults(toxiproxy, kafka_cluster.proxy_name(node), rows)
+    finally:
+        producer.finish()
+        producer.join(300)
+    try:
+        total = len(producer.delivered)
+        rows.until(total, 300, "after the faults")
+    finally:
+        q.stop()
+    for hit in hits:
+        fault_report(f"node {node} (leader of {topic}-0): {hit.describe()}")
+    fault_report(f"{total} records produced, {rows()} rows read")
+    assert not producer.errors, f"the producer failed: {producer.errors[:3]}"
+    for hit in hits:
+        assert hit.hit, f"the probe through the proxy did not meet the toxic: {hit.describe()}"
+    expected = {(topic, p, o) for p, o in producer.delivered.values()}
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     _nothing_left(kafka_cluster, cluster_group, topic)

@@ -1,27 +1,40 @@
 """The queue workers with exactly-once outputs on the three-broker cluster: the broker that
-coordinates the share group is SIGKILLed while a worker sits between its produce and its
-commit. The group's coordination moves to another node; a ``read_committed`` reader of the
-output and dead-letter topics sees every origin exactly once."""
+coordinates the share group SIGKILLed while a worker sits between its produce and its commit
+(the group's coordination moves to another node); latency, connection resets and a slow drip
+on a source partition leader's link under a steady producer; a Python worker SIGSTOPped past
+its lock and resumed after the other worker took its records (a zombie that wakes up). Each
+ends with a ``read_committed`` reader of the output and dead-letter topics seeing every origin
+exactly once."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster
-from pyspark_kafka_share.workers import Record, Result, start_workers
+from pyspark_kafka_share.harness.toxiproxy import Toxiproxy
+from pyspark_kafka_share.workers import Record, Result, WorkerJob, WorkerSummary, start_workers
+from tests.brokers.network import more_than, run_network_faults
+from tests.chaos.chaos_harness import SteadyProducer
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.helpers import (
+    Key,
     assert_exactly_once,
     group_lag,
     output_origins,
     produce_spread,
     read_topic,
     spread_keys,
+    stop_when_drained,
     wait_for,
     worker_faults,
 )
@@ -32,7 +45,8 @@ N = 200  # records over 2 partitions
 
 
 def _poison(value: bytes) -> bool:
-    return int(value[1:]) % 7 == 0
+    """Every 7th record (values ``v<i>`` of produce_spread, ``<i>`` of SteadyProducer)."""
+    return int(value.lstrip(b"v")) % 7 == 0
 
 
 def _work(rec: Record) -> Result:
@@ -40,6 +54,7 @@ def _work(rec: Record) -> Result:
     return Result.reject("poison") if _poison(value) else Result.accept(value + b"-out")
 
 
+@pytest.mark.brokers_ci
 def test_workers_exactly_once_outputs_when_the_group_coordinator_is_killed_mid_transaction(
     spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
     cluster_topic_factory: ClusterTopicFactory, cluster_group: str,
@@ -77,7 +92,213 @@ def test_workers_exactly_once_outputs_when_the_group_coordinator_is_killed_mid_t
                  f"produce and commit; coordination moved to node {moved}; "
                  f"{aborted} transactions aborted, {conflicts} marker conflicts; lag {lag}")
     assert lag == 0, f"records left in the group: {summary}"
-    outputs = read_topic(cluster_broker, out, N - len(poison), settle_s=1.0)
-    dead = read_topic(cluster_broker, dlq, len(poison), settle_s=1.0)
+    _check_outputs(cluster_broker, out, dlq, keys, poison)
+
+
+def _check_outputs(kafka: LocalKafka, out: str, dlq: str, keys: set[Key],
+                   poison: set[Key]) -> None:
+    """A ``read_committed`` reader sees each origin once: the poison ones among the dead
+    letters, the others among the outputs."""
+    outputs = read_topic(kafka, out, len(keys - poison), settle_s=1.0)
+    dead = read_topic(kafka, dlq, len(poison), settle_s=1.0)
     assert_exactly_once(output_origins(outputs), keys - poison)
     assert_exactly_once(output_origins(dead), poison)
+
+
+def _processed(job: WorkerJob) -> int:
+    return sum(int(w.get("processed", 0)) for w in job.progress().workers.values())
+
+
+def _stats(summary: WorkerSummary, *keys: str) -> dict[str, int]:
+    return {k: sum(int(w.get(k, 0)) for w in summary.workers) for k in keys}
+
+
+def test_workers_exactly_once_outputs_through_latency_resets_and_a_slow_drip_on_a_leaders_link(
+    spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
+    toxiproxy: Toxiproxy, cluster_topic_factory: ClusterTopicFactory, cluster_group: str,
+    fault_report: Callable[[str], None],
+) -> None:
+    """A producer writes 40 records a second to 2 partitions while 2 workers with exactly-once
+    outputs process them; source partition 0's leader's client link gets 500 ms of latency
+    each way, then connections reset 300 ms into their responses, then a slow drip."""
+    src, out, dlq = (cluster_topic_factory(n) for n in (2, 1, 1))
+    kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", 12_000)
+    producer = SteadyProducer(kafka_cluster.bootstrap_servers, src, 2, 40.0, 1)
+    job = start_workers(spark, _work, topics=src, group=cluster_group,
+                        bootstrap_servers=kafka_cluster.bootstrap_servers, workers=2,
+                        chunk_size=5, output_topic=out, dead_letter_topic=dlq,
+                        exactly_once_outputs=True, on_progress=False, broker_timeout_s=60)
+    producer.start()
+    try:
+        wait_for(lambda: _processed(job), lambda n: n >= 40, 180, "the workers processing")
+        node = kafka_cluster.leader(src, 0)
+        hits = run_network_faults(toxiproxy, kafka_cluster.proxy_name(node),
+                                  lambda: _processed(job))
+    except BaseException:
+        job.stop("the test failed", grace_s=60)
+        raise
+    finally:
+        producer.finish()
+        producer.join(300)
+    summary = stop_when_drained(job, cluster_broker, cluster_group, 300)
+    stats = _stats(summary, "transactions", "transactions_aborted", "ack_failures",
+                   "marker_conflicts")
+    for hit in hits:
+        fault_report(f"node {node} (leader of {src}-0): {hit.describe()}")
+    fault_report(f"{len(producer.delivered)} records produced; workers: {stats}")
+    assert not producer.errors, f"the producer failed: {producer.errors[:3]}"
+    for hit in hits:
+        assert hit.hit, f"the probe through the proxy did not meet the toxic: {hit.describe()}"
+    keys = {(src, p, o) for p, o in producer.delivered.values()}
+    poison = {(src, p, o) for v, (p, o) in producer.delivered.items() if v % 7 == 0}
+    _check_outputs(cluster_broker, out, dlq, keys, poison)
+
+
+def _freezes_once(frozen: str, after: int) -> Callable[[Record], Result]:
+    """The worker function of :func:`_work` (20 ms a record): the first worker whose first
+    attempt makes its ``after``-th call writes ``"<pid> <worker>"`` to ``frozen`` and SIGSTOPs
+    its own Python worker (mid-chunk, holding the poll's records), once; it goes on where it
+    stopped when SIGCONTed."""
+    calls = [0]
+
+    def work(rec: Record) -> Result:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None
+        calls[0] += 1
+        if ctx.attemptNumber() == 0 and calls[0] == after:
+            try:  # the first worker to get here freezes, once
+                fd = os.open(frozen, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, f"{os.getpid()} {ctx.partitionId()}".encode())
+                os.close(fd)
+                os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(0.02)
+        return _work(rec)
+
+    return work
+
+
+def _words(path: str) -> list[str]:
+    return Path(path).read_text().split() if Path(path).exists() else []
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.brokers_ci
+def test_a_worker_sigstopped_past_its_lock_resumes_and_duplicates_nothing(
+    spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
+    cluster_topic_factory: ClusterTopicFactory, cluster_group: str, tmp_path: Path,
+    fault_report: Callable[[str], None],
+) -> None:
+    """A worker's Python worker is frozen (SIGSTOP: its share consumer's heartbeats stop too)
+    mid-chunk; the test keeps it frozen until the other has drained the group (lag 0: the
+    frozen worker's records came back when its session or locks expired), then SIGCONTs it.
+    The zombie finishes its chunk, finds its deadline passed and aborts its transaction, its
+    acknowledgements of records it no longer holds fail without failing the worker, and it
+    polls on; each origin once for a ``read_committed`` reader."""
+    src, out, dlq = (cluster_topic_factory(n) for n in (2, 1, 1))
+    kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", 8_000)
+    n = 400  # 20 ms a record: seconds of work for each worker
+    produce_spread(cluster_broker, src, 2, n)
+    keys = spread_keys(src, 2, n)
+    poison = {(src, i % 2, i // 2) for i in range(n) if _poison(b"v%d" % i)}
+    frozen = str(tmp_path / "frozen")
+    job = start_workers(spark, _freezes_once(frozen, 12), topics=src, group=cluster_group,
+                        bootstrap_servers=kafka_cluster.bootstrap_servers, workers=2,
+                        chunk_size=5, output_topic=out, dead_letter_topic=dlq,
+                        exactly_once_outputs=True, on_progress=False, broker_timeout_s=60)
+    pid = 0
+    try:
+        words = wait_for(lambda: _words(frozen), lambda w: len(w) == 2, 180, "a worker frozen")
+        pid, victim = int(words[0]), int(words[1])
+        wait_for(lambda: _state(pid), lambda s: s == "T", 30, f"pid {pid} stopped")
+        frozen_at = time.monotonic()
+        before = dict(job.progress().workers.get(victim, {}))
+        assert before.get("pid") in (None, pid), f"pid {pid} is not worker {victim}'s: {before}"
+        wait_for(lambda: group_lag(cluster_broker, cluster_group), lambda lag: lag == 0, 300,
+                 f"the other worker drained the group while worker {victim} is frozen")
+        assert _state(pid) == "T", f"worker {victim} woke up before the group was drained"
+        frozen_s = time.monotonic() - frozen_at
+        os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: job.progress().workers.get(victim, {}),
+                 lambda w: int(w.get("polls", 0)) > int(before.get("polls", 0))
+                 and int(w.get("transactions_aborted", 0)) >= 1, 120,
+                 f"worker {victim} resumed, aborted its transaction and polled again")
+    except BaseException:
+        if pid:
+            os.kill(pid, signal.SIGCONT)
+        job.stop("the test failed", grace_s=60)
+        raise
+    summary = stop_when_drained(job, cluster_broker, cluster_group, 120)
+    zombie = next(w for w in summary.workers if w["worker"] == victim)
+    fault_report(f"worker {victim} (pid {pid}) frozen {frozen_s:.0f}s at its 12th call, after "
+                 f"{before.get('processed', 0)} processed; resumed: aborted "
+                 f"{zombie.get('transactions_aborted', 0)} transaction(s), "
+                 f"{zombie.get('ack_failures', 0)} acknowledgement failures, released at the "
+                 f"lock deadline {zombie.get('released_lock_deadline', 0)}, stop reason "
+                 f"{zombie.get('stop_reason')!r}; all workers: "
+                 f"{_stats(summary, 'transactions', 'transactions_aborted', 'marker_conflicts')}")
+    assert not summary.failed_attempts, f"the zombie failed instead of going on:\n{summary}"
+    assert all(w["attempt"] == 0 for w in summary.workers if w["worker"] == victim), \
+        f"worker {victim} was retried, not resumed:\n{summary}"
+    _check_outputs(cluster_broker, out, dlq, keys, poison)
+
+
+def test_workers_outputs_through_leader_moves_with_every_commit_delayed(
+    spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
+    cluster_topic_factory: ClusterTopicFactory, cluster_group: str,
+    fault_report: Callable[[str], None],
+) -> None:
+    """An attempt at the exactly-once outputs' remaining window (docs/design.md): a source
+    partition's leader moving while a worker sits between its produce and its commit, its
+    producer and marker reader talking to other brokers. Every transaction of both workers
+    waits 1 s before its commit check (the window held open; chunks of 10, one a transaction)
+    while the leader of each source partition in turn is restarted cleanly (its leaderships
+    handed to a follower), four times, under a producer writing 6 records a second. Nothing
+    may be lost. Origins output twice (the window hit) and ``marker_conflicts`` are reported,
+    not asserted: the window is documented and this test measures it (first run, 2026-11-27:
+    4 of 825 origins output twice, ``marker_conflicts`` 0; issue 37)."""
+    src, out, dlq = (cluster_topic_factory(n) for n in (2, 1, 1))
+    kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", 12_000)
+    producer = SteadyProducer(kafka_cluster.bootstrap_servers, src, 2, 6.0, 1)
+    job = start_workers(spark, _work, topics=src, group=cluster_group,
+                        bootstrap_servers=kafka_cluster.bootstrap_servers, workers=2,
+                        chunk_size=10, output_topic=out, dead_letter_topic=dlq,
+                        exactly_once_outputs=True, on_progress=False, broker_timeout_s=60,
+                        transaction_interval_s=0,
+                        **worker_faults("sleep-before-commit:ms=1000"))
+    producer.start()
+    moves = []
+    try:
+        wait_for(lambda: _processed(job), lambda n: n >= 20, 180, "the workers processing")
+        for i in range(4):
+            leader, at = kafka_cluster.leader(src, i % 2), _processed(job)
+            kafka_cluster.restart(leader)
+            moves.append(f"{src}-{i % 2}: node {leader} restarted at {at} processed, the "
+                         f"leader is node {kafka_cluster.leader(src, i % 2)} now")
+            wait_for(lambda: _processed(job), more_than(at), 180,
+                     "the workers processing after the move")
+    except BaseException:
+        job.stop("the test failed", grace_s=60)
+        raise
+    finally:
+        producer.finish()
+        producer.join(300)
+    summary = stop_when_drained(job, cluster_broker, cluster_group, 300)
+    stats = _stats(summary, "transactions", "transactions_aborted", "marker_conflicts")
+    keys = {(src, p, o) for p, o in producer.delivered.values()}
+    poison = {(src, p, o) for v, (p, o) in producer.delivered.items() if v % 7 == 0}
+    got = output_origins(read_topic(cluster_broker, out, len(keys - poison), settle_s=1.0)) \
+        + output_origins(read_topic(cluster_broker, dlq, len(poison), settle_s=1.0))
+    twice = [k for k, c in Counter(got).items() if c > 1]
+    fault_report(f"{'; '.join(moves)}; {len(keys)} records, {len(twice)} output twice; "
+                 f"workers: {stats}")
+    assert not keys - set(got), f"lost: {sorted(keys - set(got))[:5]}"
+    assert set(got) == keys, f"outputs of records never produced: {sorted(set(got) - keys)[:5]}"

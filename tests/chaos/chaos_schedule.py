@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["KINDS", "ChaosConfig", "Fault", "make_schedule"]
@@ -108,15 +108,17 @@ class Fault:
         return f"#{self.index:<2} t={self.at_s:6.1f}s {self.kind:<14} {detail}"
 
 
-def make_schedule(config: ChaosConfig) -> list[Fault]:
-    """The faults of a run, in time order; every kind at least once when there are enough."""
+def make_schedule(config: ChaosConfig, kinds_used: Sequence[str] = KINDS) -> list[Fault]:
+    """The faults of a run, in time order; every kind of ``kinds_used`` at least once when
+    there are enough (the brokers tier's chaos-scale passes its own kinds; their parameters
+    beyond ``at_s`` are its own too)."""
     rng = random.Random(config.seed)
     n = config.faults
-    if n >= len(KINDS):
-        kinds = list(KINDS) + [rng.choice(KINDS) for _ in range(n - len(KINDS))]
+    if n >= len(kinds_used):
+        kinds = list(kinds_used) + [rng.choice(kinds_used) for _ in range(n - len(kinds_used))]
         rng.shuffle(kinds)
     else:
-        kinds = rng.sample(KINDS, n)
+        kinds = rng.sample(list(kinds_used), n)
     faults = []
     for i, kind in enumerate(kinds):
         # One fault per interval, at a random moment in its first 60 %.

@@ -1,0 +1,96 @@
+"""``make chaos-scale``: the chaos schedule (tests/chaos) on the three-broker cluster, with the
+cluster's own faults beside the source's, and how each cluster fault is done.
+
+The schedule is a pure function of the seed, as the chaos test's (``CHAOS_SEED`` replays it):
+:func:`scale_schedule` draws the kinds with :func:`make_schedule` from :data:`SCALE_KINDS`,
+then each cluster fault's node (or partition) and duration from a generator of its own seeded
+by the seed and the fault's index. The kinds:
+
+- the source's: ``worker-sigkill``, ``worker-exit``, ``query-restart``, ``lock-expiry``
+  (tests/chaos/chaos_schedule.py);
+- ``node-crash``: SIGKILL one node, keep it down 1-6 s, restart it on its data;
+- ``leader-move``: a controlled restart (SIGTERM, restart on its data) of a busy partition's
+  leader, which hands its leaderships to the followers first;
+- ``net-latency`` (500 ms each way), ``net-reset`` (connections reset 300 ms into their
+  responses), ``net-blackhole`` (every byte swallowed both ways, past the 6 s session timeout
+  at times), ``net-slow-drip``: on one node's client link (its Toxiproxy proxy), 3-15 s.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import replace
+
+from pyspark_kafka_share.harness import LocalKafkaCluster, Toxiproxy
+from tests.brokers.network import TOXICS
+from tests.chaos.chaos_schedule import (
+    LOCK_EXPIRY,
+    QUERY_RESTART,
+    WORKER_EXIT,
+    WORKER_SIGKILL,
+    ChaosConfig,
+    Fault,
+    make_schedule,
+)
+
+__all__ = ["CLUSTER_KINDS", "SCALE_KINDS", "cluster_fault", "describe", "scale_schedule"]
+
+NODE_CRASH = "node-crash"
+LEADER_MOVE = "leader-move"
+NETWORK_KINDS = tuple(TOXICS)  # net-latency, net-reset, net-blackhole, net-slow-drip
+CLUSTER_KINDS = (NODE_CRASH, LEADER_MOVE, *NETWORK_KINDS)
+SCALE_KINDS = (WORKER_SIGKILL, WORKER_EXIT, QUERY_RESTART, LOCK_EXPIRY, *CLUSTER_KINDS)
+
+
+def scale_schedule(config: ChaosConfig, brokers: int = 3,
+                   kinds: tuple[str, ...] = SCALE_KINDS) -> list[Fault]:
+    """The run's faults: ``victim`` is a cluster fault's node id (``leader-move``: the
+    partition whose leader moves) and ``down_s`` its duration."""
+    out = []
+    for fault in make_schedule(config, kinds):
+        if fault.kind not in CLUSTER_KINDS:
+            out.append(fault)
+            continue
+        rng = random.Random(config.seed * 1_000 + fault.index)
+        if fault.kind == LEADER_MOVE:
+            out.append(replace(fault, victim=rng.randrange(config.topic_partitions)))
+            continue
+        low, high = (1.0, 6.0) if fault.kind == NODE_CRASH else (3.0, 15.0)
+        out.append(replace(fault, victim=rng.randrange(1, brokers + 1),
+                           down_s=round(rng.uniform(low, high), 1)))
+    return out
+
+
+def describe(fault: Fault) -> str:
+    """A scheduled fault, for the report."""
+    if fault.kind not in CLUSTER_KINDS:
+        return fault.describe()
+    what = (f"partition {fault.victim}'s leader restarted cleanly" if fault.kind == LEADER_MOVE
+            else f"node {fault.victim}, {fault.down_s:.1f}s")
+    return f"#{fault.index:<2} t={fault.at_s:6.1f}s {fault.kind:<14} {what}"
+
+
+def cluster_fault(cluster: LocalKafkaCluster, toxiproxy: Toxiproxy, fault: Fault,
+                  topic: str) -> str:
+    """Do one cluster fault (a kind of :data:`CLUSTER_KINDS`); what it did, for the report."""
+    if fault.kind == NODE_CRASH:
+        cluster.kill(fault.victim)
+        time.sleep(fault.down_s)
+        started = time.monotonic()
+        cluster.restart(fault.victim)
+        return (f"node {fault.victim} killed, down {fault.down_s:.1f}s, back after "
+                f"{time.monotonic() - started:.1f}s")
+    if fault.kind == LEADER_MOVE:
+        leader = cluster.leader(topic, fault.victim)
+        cluster.restart(leader)
+        return (f"{topic}-{fault.victim}'s leader node {leader} restarted cleanly; the leader "
+                f"is node {cluster.wait_for_leader(topic, fault.victim)} now")
+    proxy = cluster.proxy_name(fault.victim)
+    through = toxiproxy.bytes_through(proxy)
+    names = TOXICS[fault.kind](toxiproxy, proxy)
+    time.sleep(fault.down_s)  # the fault itself
+    through = toxiproxy.bytes_through(proxy) - through
+    for name in names:
+        toxiproxy.remove_toxic(proxy, name)
+    return f"{fault.kind} on {proxy} for {fault.down_s:.1f}s: {through} bytes met it"
