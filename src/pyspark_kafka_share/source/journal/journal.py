@@ -157,12 +157,14 @@ class Journal:
         self.store.makedirs(self.root)
         path = self._p("owner")
         for _ in range(MAX_CONFLICTS):
-            if self.store.create_exclusive(path, query_id.encode(), self.fsync):
-                break
+            # Read first: the owner exists but in a query's first moments, and a refused
+            # create is a billed write on an object store where the read is a cheap GET.
             try:
                 owner = self.store.read(path).decode()
             except FileNotFoundError:
-                continue  # reported as existing, yet absent (a conflicting create): retry
+                if self.store.create_exclusive(path, query_id.encode(), self.fsync):
+                    break
+                continue  # created by another process meanwhile (or a conflict): read it
             if owner != query_id:
                 raise JournalError(
                     f"journalPath {self.uri!r} belongs to streaming query {owner}, not to this "
