@@ -3,7 +3,8 @@ the local S3 server counted from its log; beside it Spark's ``kafka`` source at 
 
     python bench/journal_real.py [--rates 1000,10000] [--tasks 8,32] [--seconds 60]
                                  [--warmup-s 30] [--trigger-s 10] [--partitions 4]
-                                 [--no-kafka] [--out docs/benchmarks/journal_real.json]
+                                 [--no-kafka] [--max-poll-records N]
+                                 [--out docs/benchmarks/journal_real.json]
 
 For each rate x tasks: a fresh topic of ``--partitions`` partitions, a producer paced at the
 rate (records of 200 bytes), and a query with a ``noop`` sink and a processing-time trigger of
@@ -59,6 +60,7 @@ class Counted:
 
     kinds: Counter[str] = field(default_factory=Counter)
     where: Counter[str] = field(default_factory=Counter)
+    groups: Counter[str] = field(default_factory=Counter)  # "<kind> <key group>"
 
     def cost_per_day(self, seconds: float) -> float:
         """Dollars per day at S3's list prices (PUT, COPY, POST, LIST: writes; GET, HEAD:
@@ -86,6 +88,20 @@ def _kind(method: str, target: str) -> tuple[str, str] | None:
     return (kind, key) if kind else None
 
 
+def _group(key: str, journal_root: str) -> str:
+    """Which part of the journal (or of the checkpoint) ``key`` is."""
+    if not key.startswith(journal_root):
+        parts = key.split("/")
+        return "checkpoint/" + (parts[2] if len(parts) > 2 else "")
+    parts = key[len(journal_root):].strip("/").split("/")
+    if parts[0] == "batches":
+        return "journal/batches/<seq>/<part>/<slot>" if len(parts) >= 4 and parts[3] \
+            else "journal/batches/"
+    if parts[0] == "index":
+        return "journal/index/<topic>/<partition>/"
+    return f"journal/{parts[0]}"
+
+
 class ServerLog:
     """The requests the S3 server logged since the last :meth:`take`."""
 
@@ -109,7 +125,10 @@ class ServerLog:
                     not key.endswith("/committed"):
                 kind = "create"  # the journal's conditional creates (the fence is overwritten)
             counted.kinds[kind] += 1
-            counted.where["journal" if key.startswith(journal_root) else "checkpoint"] += 1
+            where = "bulk delete" if not key else \
+                "journal" if key.startswith(journal_root) else "checkpoint"
+            counted.where[where] += 1
+            counted.groups[f"{kind} {_group(key, journal_root) if key else '(bucket)'}"] += 1
         return counted
 
 
@@ -126,6 +145,7 @@ class Result:
     requests: int
     by_kind: dict[str, int]
     by_where: dict[str, int]
+    by_group: dict[str, int]
     requests_per_s: float
     per_batch: float
     per_task_batch: float | None
@@ -134,6 +154,9 @@ class Result:
     records_per_slot: float | None
     dollars_per_day: float
     journal_dollars_per_day: float | None
+    max_poll_records: int = 0  # kafka-share's kafka.max.poll.records (0: the default 2000)
+    journal_requests_per_s: float | None = None
+    journal_per_batch: float | None = None
 
 
 def _pace(kafka: LocalKafka, topic: str, rate: int, stop: threading.Event,
@@ -218,11 +241,16 @@ class RealRun:
     def _share(self, topic: str, name: str, tasks: int, journal_root: str) -> Any:
         group = f"bench-real-{name}"
         self.kafka.set_group_config(group, "share.auto.offset.reset", "latest")
+        locks = self.args.max_poll_records
+        if locks:  # the group's in-flight records per partition must allow such polls
+            self.kafka.set_group_config(group, "share.partition.max.record.locks", str(locks))
         reader = (self.spark.readStream.format("kafka-share")
                   .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
                   .option("kafka.group.id", group).option("subscribe", topic)
                   .option("numPartitions", tasks)
                   .option("journalPath", f"s3://{BUCKET}/{journal_root}"))
+        if locks:
+            reader = reader.option("kafka.max.poll.records", locks)
         for key, value in self.s3.journal_options().items():
             reader = reader.option(key, value)
         return reader.load()
@@ -241,21 +269,32 @@ class RealRun:
         slot_rows = sum(int(m.get("records", 0)) for m in metrics) if metrics else 0
         total = sum(counted.kinds.values())
         n = max(1, len(batches))
-        journal_cost = None  # the journal's share of the cost, by its share of the requests
-        if source == "kafka-share" and total:
-            journal_cost = counted.cost_per_day(seconds) * counted.where["journal"] / total
+        journal_cost = None  # the journal's requests (its bulk deletes are POSTs too)
+        if source == "kafka-share":
+            kinds = Counter({g.split(" ", 1)[0]: 0 for g in counted.groups})
+            for group, count in counted.groups.items():
+                if " journal/" in group:
+                    kinds[group.split(" ", 1)[0]] += count
+            journal_cost = Counted(kinds).cost_per_day(seconds)
         return Result(
             source=source, rate=rate,
             tasks=tasks if source == "kafka-share" else self.args.partitions,
             partitions=self.args.partitions,
             trigger_s=self.args.trigger_s, seconds=round(seconds, 1), batches=len(batches),
             rows=rows, requests=total, by_kind=dict(counted.kinds),
-            by_where=dict(counted.where), requests_per_s=round(total / seconds, 2),
+            by_where=dict(counted.where), by_group=dict(counted.groups.most_common()),
+            requests_per_s=round(total / seconds, 2),
             per_batch=round(total / n, 1),
-            per_task_batch=round(total / n / tasks, 2) if source == "kafka-share" else None,
+            per_task_batch=round(counted.where["journal"] / n / tasks, 2)
+            if source == "kafka-share" else None,
             per_1000_records=round(1000 * total / max(1, rows), 2),
             journal_slots=slots,
             records_per_slot=round(slot_rows / slots, 1) if slots else None,
+            max_poll_records=self.args.max_poll_records if source == "kafka-share" else 0,
+            journal_requests_per_s=round(counted.where["journal"] / seconds, 2)
+            if source == "kafka-share" else None,
+            journal_per_batch=round(counted.where["journal"] / n, 1)
+            if source == "kafka-share" else None,
             dollars_per_day=round(counted.cost_per_day(seconds), 2),
             journal_dollars_per_day=round(journal_cost, 2) if journal_cost is not None
             else None)
@@ -275,25 +314,30 @@ def s3a_conf(s3: LocalS3) -> dict[str, str]:
     }
 
 
-def _journal_share(r: Result) -> str:
-    return "" if r.journal_dollars_per_day is None else \
-        f" ({r.journal_dollars_per_day:.2f} the journal)"
+def _or(value: float | None, spec: str) -> str:
+    return "" if value is None else f"{value:{spec}}"
+
+
+def _paren(value: float | None, spec: str) -> str:
+    return "" if value is None else f" ({value:{spec}})"
 
 
 def table(results: list[Result]) -> str:
-    lines = ["| source | rate (rec/s) | tasks | micro-batches | rows | requests/s | per "
-             "micro-batch | per task and batch | per 1,000 records | records per slot | "
-             "$/day (S3) |",
+    """Markdown: all requests (the journal's in parentheses), per micro-batch, the journal's
+    per task and micro-batch, per 1,000 rows, records per slot, $/day at S3's list prices."""
+    lines = ["| source | rate (rec/s) | tasks | micro-batches | rows | requests/s (journal) | "
+             "per micro-batch (journal) | journal per task and batch | per 1,000 rows | "
+             "records per slot | $/day (journal) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        where = ", ".join(f"{k} {v}" for k, v in sorted(r.by_where.items()))
+        poll = f", max.poll.records {r.max_poll_records}" if r.max_poll_records else ""
         lines.append(
-            f"| {r.source} ({where}) | {r.rate:,} | {r.tasks} | {r.batches} | {r.rows:,} | "
-            f"{r.requests_per_s:.2f} | {r.per_batch:.1f} | "
-            f"{'' if r.per_task_batch is None else f'{r.per_task_batch:.2f}'} | "
-            f"{r.per_1000_records:.2f} | "
-            f"{'' if r.records_per_slot is None else f'{r.records_per_slot:,.0f}'} | "
-            f"{r.dollars_per_day:.2f}{_journal_share(r)} |")
+            f"| {r.source}{poll} | {r.rate:,} | {r.tasks} | {r.batches} | {r.rows:,} | "
+            f"{r.requests_per_s:.2f}{_paren(r.journal_requests_per_s, '.2f')} | "
+            f"{r.per_batch:.1f}{_paren(r.journal_per_batch, '.1f')} | "
+            f"{_or(r.per_task_batch, '.2f')} | {r.per_1000_records:.2f} | "
+            f"{_or(r.records_per_slot, ',.0f')} | {r.dollars_per_day:.2f}"
+            f"{_paren(r.journal_dollars_per_day, '.2f')} |")
     return "\n".join(lines)
 
 
@@ -306,6 +350,9 @@ def main() -> int:
     ap.add_argument("--trigger-s", type=float, default=10.0)
     ap.add_argument("--partitions", type=int, default=4, help="topic partitions")
     ap.add_argument("--no-kafka", action="store_true", help="skip Spark's kafka source")
+    ap.add_argument("--max-poll-records", type=int, default=0,
+                    help="kafka-share: kafka.max.poll.records and the group's "
+                    "share.partition.max.record.locks (Kafka 4.3+); 0: the defaults (2000)")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     args = ap.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
