@@ -38,7 +38,9 @@ import contextlib
 import functools
 import math
 import re
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter, OrderedDict
@@ -175,10 +177,13 @@ class Worker:
     cache_fence: dict[str, int] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)
     markers: set[tuple[str, str]] = field(default_factory=set)
+    # The host's notes of passed checks (journal.host_checked): one host per worker, as on a
+    # cluster where W = T.
+    host_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="capacity-")))
 
 
 _STATE = {"_KEY_CACHE": "key_cache", "_KEY_CACHE_FENCE": "cache_fence",
-          "_CLAIMED": "claimed", "_MARKERS_SEEN": "markers"}
+          "_CLAIMED": "claimed", "_MARKERS_SEEN": "markers", "_HOST_DIR": "host_dir"}
 
 
 @contextlib.contextmanager
@@ -474,7 +479,11 @@ def main() -> int:
         s3.create_bucket(BUCKET)
         sim = Simulation(s3, load)
         start = time.perf_counter()
-        once = sim.run()
+        try:
+            once = sim.run()
+        finally:
+            for worker in [*sim.workers, sim.driver]:
+                shutil.rmtree(worker.host_dir, ignore_errors=True)
         report(load, sim, once, time.perf_counter() - start)
     return 0
 

@@ -298,3 +298,41 @@ def test_a_worker_reads_the_owner_before_it_would_create_it(journal: JournalAt) 
     journal_module._CLAIMED.clear()
     with pytest.raises(Exception, match="belongs to streaming query q1"):
         j.claim("q2")
+
+
+def test_a_host_checks_the_marker_and_the_owner_once_per_run(
+    journal: JournalAt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark's Python workers come and go: a new worker process on a host where another
+    passed the checks of this run (the driver's marker, the owner) asks the store nothing; a
+    new run (a new marker), or another host, checks again."""
+    driver = journal.open()
+    marker = driver.place_marker()
+    first = journal.open()
+    first.check_marker(marker)
+    first.claim("q1")
+    journal_module._MARKERS_SEEN.clear()  # another process of the same host
+    journal_module._CLAIMED.clear()
+    again = journal.open()
+    counting = _Requests(again.store)
+    again.store = counting  # type: ignore[assignment]
+    again.check_marker(marker)
+    again.claim("q1")
+    assert counting.calls == [], counting.calls
+    journal_module._MARKERS_SEEN.clear()
+    journal_module._CLAIMED.clear()
+    run = driver.place_marker()  # a new run
+    again.check_marker(run)
+    again.claim("q1")
+    assert counting.calls == [("read", again._p("markers", run)),
+                              ("read", again._p("owner"))], counting.calls
+    journal_module._MARKERS_SEEN.clear()
+    journal_module._CLAIMED.clear()
+    monkeypatch.setattr(journal_module, "_HOST_DIR", tmp_path / "another-host")
+    counting.calls.clear()
+    other = journal.open()
+    other.store = counting  # type: ignore[assignment]
+    other.check_marker(marker)
+    with pytest.raises(Exception, match="belongs to streaming query q1"):
+        other.claim("q2")
+    assert sorted(k for k, _ in counting.calls) == ["read", "read"], counting.calls
