@@ -87,7 +87,7 @@ endef
 venvs_of = $(foreach s,$(filter-out main,$(foreach p,$(1),$(firstword $(subst :, ,$(p))))),\
 	.venv-spark-$(s)/.installed)
 
-.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers test-brokers-ci chaos-scale toxiproxy test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench clean help
+.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers test-brokers-ci chaos-scale toxiproxy test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench bench-journal clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
@@ -107,6 +107,7 @@ help:
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
 	@echo "make docs   - build the docs site into site/ (strict); make docs-serve: serve it"
 	@echo "make bench  - benchmark (~30 min; QUICK=1: ~6 min) -> docs/benchmarks/"
+	@echo "make bench-journal - the journal's S3 requests in a real run, beside Spark's kafka source"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -263,6 +264,19 @@ bench: $(BENCH_STAMP) jars
 	$(PY) bench/run.py $(if $(filter-out 0 no false,$(QUICK)),--quick) $(BENCH_ARGS)
 	$(PY) bench/journal_slot.py
 	$(PY) bench/workers_eos.py --out docs/benchmarks/workers_eos.json  # exactly-once outputs' cost
+	$(MAKE) bench-journal
+
+# The journal's requests in a real run (bench/journal_real.py): a paced stream at each of
+# JOURNAL_RATES records/s, kafka-share with JOURNAL_TASKS tasks, its journal on the local S3
+# server (and both queries' checkpoints through s3a), beside Spark's kafka source; every
+# request counted from the server's log. About 2 min per case (JOURNAL_SECONDS counted after
+# a 30 s warm-up). The first run fetches hadoop-aws and the AWS SDK bundle (~690 MB) once.
+JOURNAL_RATES ?= 1000,10000
+JOURNAL_TASKS ?= 8,32
+JOURNAL_SECONDS ?= 60
+bench-journal: $(BENCH_STAMP) jars
+	$(PY) bench/journal_real.py --rates $(JOURNAL_RATES) --tasks $(JOURNAL_TASKS) \
+		--seconds $(JOURNAL_SECONDS) --out docs/benchmarks/journal_real.json
 
 demo-workers: $(STAMP) jars
 	$(PY) demo/workers_demo.py

@@ -119,7 +119,43 @@ def _fetch(root: Path, connector: str | None, version: str, scala: str, *, quiet
     return wanted
 
 
+def hadoop_version() -> str:
+    """The Hadoop version pyspark ships (its ``hadoop-client-api-<version>.jar``)."""
+    import pyspark
+
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    if not jars:
+        raise RuntimeError("pyspark ships no hadoop-client-api jar: which Hadoop is it?")
+    return jars[-1].stem.removeprefix("hadoop-client-api-")
+
+
+def ensure_s3a_jars(*, quiet: bool = False) -> list[Path]:
+    """The jars for Spark's ``s3a://`` filesystem (cached): ``hadoop-aws`` of pyspark's Hadoop
+    version and what it needs at runtime that pyspark lacks (the AWS SDK v2 ``bundle``, about
+    600 MB, fetched once into ``cache_dir()/hadoop-aws-<version>/jars``). For the benchmark
+    only: Spark's ``kafka`` source with its checkpoint on the local S3 server
+    (``bench/journal_real.py``)."""
+    version = hadoop_version()
+    shipped = pyspark_jar_artifacts()
+
+    def fill(root: Path) -> str:
+        fetch([Artifact("org.apache.hadoop", "hadoop-aws", version)], root / "jars",
+              work=root, quiet=quiet, keep=lambda jar: jar.artifact.artifact not in shipped,
+              what=f"hadoop-aws:{version} and the AWS SDK bundle")
+        return version
+
+    root, _ = cached(f"hadoop-aws-{version}", fill)
+    jars = sorted((root / "jars").glob("*.jar"))
+    if not any(j.name.startswith("hadoop-aws-") for j in jars):
+        raise RuntimeError(f"no hadoop-aws jar in {root / 'jars'}; delete {root} and run again")
+    return jars
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["s3a"]:
+        for path in ensure_s3a_jars():
+            print(path)
+        sys.exit(0)
     for path in ensure_spark_kafka_jars():
         print(path)
     print(f"connector version: {connector_version()}")

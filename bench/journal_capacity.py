@@ -38,7 +38,9 @@ import contextlib
 import functools
 import math
 import re
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter, OrderedDict
@@ -175,10 +177,13 @@ class Worker:
     cache_fence: dict[str, int] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)
     markers: set[tuple[str, str]] = field(default_factory=set)
+    # The host's notes of passed checks (journal.host_checked): one host per worker, as on a
+    # cluster where W = T.
+    host_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="capacity-")))
 
 
 _STATE = {"_KEY_CACHE": "key_cache", "_KEY_CACHE_FENCE": "cache_fence",
-          "_CLAIMED": "claimed", "_MARKERS_SEEN": "markers"}
+          "_CLAIMED": "claimed", "_MARKERS_SEEN": "markers", "_HOST_DIR": "host_dir"}
 
 
 @contextlib.contextmanager
@@ -303,7 +308,7 @@ def _marker(attempt: int, scan: ScanResult) -> EndMarker:
 # -- the formula ------------------------------------------------------------------------------
 
 
-def _pages(keys: int) -> int:
+def _pages(keys: float) -> int:
     return max(1, math.ceil(keys / LIST_PAGE))
 
 
@@ -320,14 +325,14 @@ def predict(load: Load) -> dict[str, float]:
         # per slot: its index entry and the slot; END per task
         "create": 2 * slots + t,
         "overwrite": 1.0,  # the fence, once per commit
-        # per poll: the fence re-check; start: fence; END: ranged GET of the last slot;
-        # driver: batch_ends reads each log's last slot and its END (commit reuses them),
-        # commit the fence.
-        "get": slots + t + t + 2 * t + 1,
-        # per poll: LIST the topic-partition's index entries; start and END: LIST the log;
-        # driver: batch_ends lists the batch recursively; commit lists batches/, the batch
+        # per poll: the fence re-check; start: fence; END: none (created at the slot the
+        # task knows to be next); driver: batch_ends reads each log's last slot, its END, in
+        # one ranged GET (commit reuses it); commit the fence.
+        "get": slots + t + t + 1,
+        # per poll: LIST the topic-partition's index entries; start: LIST the log; driver:
+        # batch_ends lists the batch recursively; commit lists batches/, the batch
         # recursively twice (its dedup pass, its deletion) and index/ recursively (pages).
-        "list": slots + 2 * t + 3 * _pages(slots + t) + 1 + _pages(slots),
+        "list": slots + t + 3 * _pages(slots + t) + 1 + _pages(slots),
         # bulk deletes, 1,000 keys each: the batch's slots and ENDs, its index entries
         "delete": math.ceil((slots + t) / LIST_PAGE) + math.ceil(slots / LIST_PAGE),
     }
@@ -335,8 +340,9 @@ def predict(load: Load) -> dict[str, float]:
 
 
 def per_slot_and_task(load: Load) -> tuple[float, float]:
-    """Requests per slot (one poll with records) and per task and micro-batch (start, END,
-    the driver's reads and its share of the commit's), from :func:`predict`."""
+    """Requests per slot (one poll with records) and per task and micro-batch (start: the
+    fence and the log's listing; END: one create; the driver's read of END; and its share of
+    the commit's), from :func:`predict`."""
     rates = predict(load)
     total = sum(rates.values())
     polls = load.tasks * load.polls_per_s
@@ -473,7 +479,11 @@ def main() -> int:
         s3.create_bucket(BUCKET)
         sim = Simulation(s3, load)
         start = time.perf_counter()
-        once = sim.run()
+        try:
+            once = sim.run()
+        finally:
+            for worker in [*sim.workers, sim.driver]:
+                shutil.rmtree(worker.host_dir, ignore_errors=True)
         report(load, sim, once, time.perf_counter() - start)
     return 0
 

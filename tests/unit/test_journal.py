@@ -431,10 +431,10 @@ def test_scan_reads_one_listing_and_only_the_last_slot(tmp_path: Path) -> None:
     counting.heads.clear()
     scan = j.part_log(1, 0).scan()
     assert scan.data_slots == [0, 1, 2, 3, 4] and scan.end is not None and scan.next_slot == 5
-    assert counting.heads == [log.slot_path(5)] and counting.reads == [log.slot_path(5)], \
-        "only the END marker (the last slot) may be read"
-    counting.reads.clear()
-    assert set(j.batch_ends(1)) == {0} and len(counting.reads) == 1
+    assert counting.heads == [log.slot_path(5)] and counting.reads == [], \
+        "only the END marker (the last slot) may be read, in one ranged read"
+    counting.heads.clear()
+    assert set(j.batch_ends(1)) == {0} and counting.reads == [] and len(counting.heads) == 1
 
 
 def test_a_create_reported_existing_for_an_absent_slot_is_retried(tmp_path: Path) -> None:

@@ -215,8 +215,9 @@ def test_a_journal_of_the_layout_before_the_index_is_refused_at_load(tmp_path: P
 
 
 def test_the_driver_reads_each_ended_log_once_per_batch(tmp_path: Path) -> None:
-    """batch_ends lists the batch once and reads each log's last slot and END; commit then
-    reuses those scans (nothing is published after END) and lists the batch once more."""
+    """batch_ends lists the batch once and reads each log's last slot, its END, in one
+    ranged read; commit then reuses those scans (nothing is published after END) and lists
+    the batch once more."""
     j = Journal(str(tmp_path / "j"), fsync=False)
     for part in range(4):
         log = j.part_log(1, part)
@@ -227,10 +228,111 @@ def test_the_driver_reads_each_ended_log_once_per_batch(tmp_path: Path) -> None:
     counting = _Requests(driver.store)
     driver.store = counting  # type: ignore[assignment]
     assert set(driver.batch_ends(1)) == {0, 1, 2, 3}
-    assert sorted(k for k, _ in counting.calls) == ["files_under"] + ["read"] * 4 + \
-        ["read_head"] * 4, counting.calls
+    assert sorted(k for k, _ in counting.calls) == ["files_under"] + ["read_head"] * 4, \
+        counting.calls
     counting.calls.clear()
     driver.commit(1, dedup_retention_ms=0)
     assert [k for k, _ in counting.calls].count("read_head") == 0, counting.calls
     assert [p for k, p in counting.calls if k == "files_under"][:1] == [driver.batch_dir(1)]
     assert driver.batches() == []
+
+
+def test_a_task_costs_its_start_one_end_create_and_one_driver_read(journal: JournalAt) -> None:
+    """Per task and micro-batch, polls aside: the start (the fence, the log's listing), END
+    (one create, at the slot the task knows to be next) and the driver's metrics (one ranged
+    read of the log's last slot, its END)."""
+    j = journal.open()
+    counting = _Requests(j.store)
+    j.store = counting  # type: ignore[assignment]
+    log = j.part_log(1, 0)
+    log.open()
+    assert sorted(k for k, _ in counting.calls) == ["listdir", "read"], counting.calls
+    log.append(records_at([("t", 0, 5)]), attempt=1)
+    counting.calls.clear()
+    final = log.end(end_marker(1, acked=(0,)))
+    assert final.data_slots == [0] and final.next_slot == 1 and final.end is not None
+    assert counting.calls == [("create_exclusive", log.slot_path(1))], counting.calls
+    driver = journal.open()
+    counting = _Requests(driver.store)
+    driver.store = counting  # type: ignore[assignment]
+    ends = driver.batch_ends(1)
+    assert ends[0] == final.end
+    assert sorted(k for k, _ in counting.calls) == ["files_under", "read_head"], counting.calls
+
+
+def test_end_at_the_known_slot_falls_back_to_the_log_when_that_slot_is_taken(
+    journal: JournalAt,
+) -> None:
+    """END goes to the first free slot whoever took the one this attempt knew: after a
+    concurrent attempt's slot it lands behind it (and counts it), after a concurrent END that
+    END stands; a log with a withdrawn slot (a gap) is scanned first."""
+    j = journal.open()
+    a, b = j.part_log(1, 0), j.part_log(1, 0)
+    a.open()
+    b.open()
+    a.append(records_at([("t", 0, 1)]), attempt=1)
+    b.append(records_at([("t", 0, 2)]), attempt=2)  # slot 1, a's known next
+    final = a.end(end_marker(1))
+    assert (final.data_slots, final.next_slot) == ([0, 1], 2)
+    assert final.end is not None and final.end.data_slots == 2
+    again = b.end(end_marker(2))
+    assert again.end == final.end, "the first END stands"
+    c = j.part_log(2, 0)
+    c.open()
+    c.append(records_at([("t", 0, 3)]), attempt=3)
+    c.withdraw(c.append(records_at([("t", 0, 4)]), attempt=3))
+    gapped = c.end(end_marker(3))
+    assert (gapped.data_slots, gapped.next_slot) == ([0], 1), "END fills the withdrawn slot"
+
+
+def test_a_worker_reads_the_owner_before_it_would_create_it(journal: JournalAt) -> None:
+    """claim() in a process that has not checked the owner yet reads it: an owned journal costs
+    one read, not a refused create and a read; another query's journal is still refused."""
+    j = journal.open()
+    j.claim("q1")
+    journal_module._CLAIMED.clear()  # another worker process
+    counting = _Requests(j.store)
+    j.store = counting  # type: ignore[assignment]
+    j.claim("q1")
+    assert counting.calls == [("read", j._p("owner"))], counting.calls
+    journal_module._CLAIMED.clear()
+    with pytest.raises(Exception, match="belongs to streaming query q1"):
+        j.claim("q2")
+
+
+def test_a_host_checks_the_marker_and_the_owner_once_per_run(
+    journal: JournalAt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark's Python workers come and go: a new worker process on a host where another
+    passed the checks of this run (the driver's marker, the owner) asks the store nothing; a
+    new run (a new marker), or another host, checks again."""
+    driver = journal.open()
+    marker = driver.place_marker()
+    first = journal.open()
+    first.check_marker(marker)
+    first.claim("q1")
+    journal_module._MARKERS_SEEN.clear()  # another process of the same host
+    journal_module._CLAIMED.clear()
+    again = journal.open()
+    counting = _Requests(again.store)
+    again.store = counting  # type: ignore[assignment]
+    again.check_marker(marker)
+    again.claim("q1")
+    assert counting.calls == [], counting.calls
+    journal_module._MARKERS_SEEN.clear()
+    journal_module._CLAIMED.clear()
+    run = driver.place_marker()  # a new run
+    again.check_marker(run)
+    again.claim("q1")
+    assert counting.calls == [("read", again._p("markers", run)),
+                              ("read", again._p("owner"))], counting.calls
+    journal_module._MARKERS_SEEN.clear()
+    journal_module._CLAIMED.clear()
+    monkeypatch.setattr(journal_module, "_HOST_DIR", tmp_path / "another-host")
+    counting.calls.clear()
+    other = journal.open()
+    other.store = counting  # type: ignore[assignment]
+    other.check_marker(marker)
+    with pytest.raises(Exception, match="belongs to streaming query q1"):
+        other.claim("q2")
+    assert sorted(k for k, _ in counting.calls) == ["read", "read"], counting.calls

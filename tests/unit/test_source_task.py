@@ -138,6 +138,7 @@ def test_a_redelivered_record_the_journal_holds_is_accepted_not_emitted_again(
     assert offsets == [0, 1, 2]
     assert fill.stats["duplicates_dropped"] == 1 and fill.stats["redelivered"] == 1
     assert end.records == 3 and list(end.acked_slots) == [0, 1]
+    assert end.stats["journal_slots"] == 2, "records per slot: records / journal_slots"
 
 
 def test_a_poll_past_its_lock_deadline_is_released_but_last_deliveries_are_kept(
@@ -460,3 +461,25 @@ def test_a_late_attempt_whose_batch_vanished_fails_instead_of_returning_its_rows
     monkeypatch.setattr(fill.log, "end", lambda marker_for: emptied)
     with pytest.raises(JournalClosed, match="committed while this attempt read it"):
         _drive(fill.run(pc))
+
+
+def test_exactly_once_polls_up_to_a_whole_share_at_once() -> None:
+    """Exactly-once plans polls of up to a task's share (the power of two at or below it), a
+    journal slot each, where at-most-once plans a quarter; the other rules are the same."""
+    from pyspark_kafka_share.source.offset import (
+        EXACTLY_ONCE_POLLS_PER_SHARE,
+        MAX_POLL,
+        MIN_POLL,
+        BatchOffset,
+        poll_size,
+    )
+
+    once = EXACTLY_ONCE_POLLS_PER_SHARE
+    assert poll_size(1250, None, once) == 1024  # 10,000 records over 8 tasks
+    assert poll_size(1250, None) == 256  # at-most-once, as before
+    assert poll_size(10, None, once) == MIN_POLL
+    assert poll_size(MAX_POLL, None, once) == 0  # the consumer's own max.poll.records
+    assert poll_size(1250, 256, once) == 1024 and poll_size(600, 256, once) == 256
+    first = BatchOffset(0, 8).following(8, 0, 10_000, polls_per_share=once)
+    assert first.poll == 1024
+    assert first.following(8, 0, 1_000, polls_per_share=once).poll == 1024  # never shrinks

@@ -29,7 +29,11 @@ from pyspark_kafka_share._spark import ADMISSION_CONTROL
 from pyspark_kafka_share.errors import OptionError, UnknownTopicError
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.notices import available_now_notice, oversized_batch_notice
-from pyspark_kafka_share.source.offset import BatchOffset
+from pyspark_kafka_share.source.offset import (
+    EXACTLY_ONCE_POLLS_PER_SHARE,
+    POLLS_PER_SHARE,
+    BatchOffset,
+)
 from pyspark_kafka_share.source.options import SourceOptions, parse_options
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
 
@@ -176,8 +180,10 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                 self.available_now_first_seq = offset.seq + 1
             elif self._drained(offset, ends):
                 return start
-        latest = offset.following(self.num_partitions, max_rows, self.backlog.total,
-                                  ends).json()
+        latest = offset.following(
+            self.num_partitions, max_rows, self.backlog.total, ends,
+            polls_per_share=EXACTLY_ONCE_POLLS_PER_SHARE if self.options.exactly_once
+            else POLLS_PER_SHARE).json()
         self.planned = True
         if not ADMISSION_CONTROL:
             # Spark < 4.2 has no reportLatestOffset: the metrics ride in the offset itself,

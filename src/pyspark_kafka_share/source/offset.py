@@ -14,10 +14,18 @@ from typing import Any
 
 from pyspark_kafka_share._kafka.partition import TopicPartition
 
-__all__ = ["BatchOffset", "poll_size"]
+__all__ = ["EXACTLY_ONCE_POLLS_PER_SHARE", "POLLS_PER_SHARE", "BatchOffset", "poll_size"]
 
 MIN_POLL = 128  # below this a poll costs more than it spreads (one producer batch or less)
 MAX_POLL = 2048  # the consumer's own max.poll.records (2,000) decides above this
+POLLS_PER_SHARE = 4  # at-most-once: a poll is about a quarter of a task's share
+EXACTLY_ONCE_POLLS_PER_SHARE = 1
+"""Exactly-once: a poll of up to a task's whole share (the power of two at or below it), so a
+task reads its share in one or two polls. Each poll that brings fresh records costs a journal
+slot (four requests on an object store, an fsync on a filesystem), where a poll of
+at-most-once costs a broker round trip only (docs/design.md, "Records per poll"). The price:
+a task whose first poll comes back short can overshoot its share by up to one poll less one
+record, taking records a later task would have read (which then ends on the drain probe)."""
 
 
 @dataclass(frozen=True)
@@ -55,12 +63,13 @@ class BatchOffset:
                 "ends": {tp.key(): end for tp, end in self.ends.items()}, "poll": self.poll}
 
     def following(self, parts: int, max_records: int, backlog: int | None,
-                  ends: Mapping[TopicPartition, int] | None = None) -> BatchOffset:
+                  ends: Mapping[TopicPartition, int] | None = None, *,
+                  polls_per_share: int = POLLS_PER_SHARE) -> BatchOffset:
         """The plan of the next batch; its poll size follows this one's (:func:`poll_size`)."""
         plan = BatchOffset(self.seq + 1, parts, max_records, backlog or None, dict(ends or {}))
         _, share = plan.task_share()
         previous = self.poll if self.seq else None  # seq 0: the initial offset
-        return dataclasses.replace(plan, poll=poll_size(share, previous))
+        return dataclasses.replace(plan, poll=poll_size(share, previous, polls_per_share))
 
     def task_share(self) -> tuple[int | None, int | None]:
         """(records per task under ``max_records``, records per task of ``backlog``); None:
@@ -69,7 +78,8 @@ class BatchOffset:
                 -(-self.backlog // self.parts) if self.backlog else None)
 
 
-def poll_size(share: int | None, previous: int | None) -> int:
+def poll_size(share: int | None, previous: int | None,
+              polls_per_share: int = POLLS_PER_SHARE) -> int:
     """Records per poll (0: the consumer's own ``max.poll.records``) for tasks whose share of
     the backlog is ``share`` (None: unknown), after a batch that polled ``previous`` (None:
     the query's first batch).
@@ -77,9 +87,11 @@ def poll_size(share: int | None, previous: int | None) -> int:
     A task acknowledges and journals per poll, and the broker hands out whole producer
     batches up to the poll's size: a task asking for more than its share at once takes
     other tasks' records, and tasks that poll later get nothing (with a per-record cost
-    downstream, those tasks then sit idle). A quarter of the share per poll lets every task
-    reach its share in about four polls, so a task overshoots it by less than a quarter
-    (or one producer batch) and a late one still finds its own. Powers of two between
+    downstream, those tasks then sit idle). A quarter of the share per poll
+    (``polls_per_share``: :data:`POLLS_PER_SHARE`) lets every task reach its share in about
+    four polls, so a task overshoots it by less than a quarter (or one producer batch) and a
+    late one still finds its own. Exactly-once asks for fewer, larger polls
+    (:data:`EXACTLY_ONCE_POLLS_PER_SHARE`): each poll is a journal slot. Powers of two between
     ``MIN_POLL`` and ``MAX_POLL``. After the query's first batch the size only grows, by 4x
     or more: pooled consumers are per configuration, and a new size means new consumers
     joining the group (about one heartbeat interval each, and more while consumers of the
@@ -89,7 +101,8 @@ def poll_size(share: int | None, previous: int | None) -> int:
     """
     if share is None:
         return previous or 0
-    want = 1 << (max(1, share // 4).bit_length() - 1)  # the power of two <= share / 4
+    # the power of two <= share / polls_per_share
+    want = 1 << (max(1, share // polls_per_share).bit_length() - 1)
     want = min(max(want, MIN_POLL), MAX_POLL)
     if previous is not None:
         before = previous or MAX_POLL

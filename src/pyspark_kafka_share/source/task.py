@@ -367,6 +367,7 @@ class _Fill:
         self.held_bytes += batch.get_total_buffer_size()
         self.summaries[slot] = (batch.num_rows, keys.lowest())
         self.stats["journal_bytes"] += self.log.last_slot_bytes
+        self.stats["journal_slots"] += 1
         self.faults.hit("kill-after-publish")
         self.faults.hit("sleep-after-publish")
         return slot

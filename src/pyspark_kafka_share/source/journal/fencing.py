@@ -33,7 +33,6 @@ import pyarrow as pa
 from pyspark_kafka_share.errors import JournalClosed, JournalError
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.journal.slots import (
-    ARROW_MAGIC,
     LOSS_PREFIX,
     Content,
     EndMarker,
@@ -46,10 +45,14 @@ from pyspark_kafka_share.source.journal.slots import (
 )
 from pyspark_kafka_share.source.journal.stores import Store
 
-__all__ = ["MAX_CONFLICTS", "LogJournal", "PartLog", "ScanResult", "raise_fence", "read_fence"]
+__all__ = ["HEAD_BYTES", "MAX_CONFLICTS", "LogJournal", "PartLog", "ScanResult", "raise_fence",
+           "read_fence"]
 
 # Give up on a slot after this many "exists" answers for an object that cannot be read.
 MAX_CONFLICTS = 50
+HEAD_BYTES = 64 << 10
+"""What a scan reads of a log's last slot (one ranged GET): an END marker whole, or the start
+of a data slot (its first bytes say which: ``ARROW1`` or ``{``)."""
 
 
 def read_fence(store: Store, path: str) -> int:
@@ -119,6 +122,9 @@ class PartLog:
         self.part = part
         self.dir = f"{journal.batch_dir(seq)}/{part:05d}"
         self._next = 0
+        # _next is the first free slot as far as this object knows: it scanned the log (and
+        # found no END) or appended to it. END is then tried there first (``end``).
+        self._next_known = False
         self.loss_files: list[str] = []  # seen by the last scan
         self.last_slot_bytes = 0  # size of the last data slot this log appended
         self._keys: dict[int, SlotKeys] = {}  # of the slots this log appended
@@ -138,9 +144,10 @@ class PartLog:
 
         ``names``: the log's file names, when the caller listed them already (the driver
         lists a whole batch at once); else the log is listed here.
-        Reads one listing and the first bytes of the last slot only: slots are contiguous
-        from 0 (each is created only by an attempt that found the one before taken) and END,
-        if any, is the last (an attempt that finds a slot taken by END stops). Raises
+        Reads one listing and the first bytes of the last slot only (one ranged GET, END
+        included): slots are contiguous from 0 (each is created only by an attempt that found
+        the one before taken) and END, if any, is the last (an attempt that finds a slot
+        taken by END stops). Raises
         :class:`JournalClosed` if that slot vanished (its batch was committed and deleted).
         """
         store = self.journal.store
@@ -154,20 +161,30 @@ class PartLog:
                 break  # a gap: only in a committed batch (a withdrawn slot); stop there
             count += 1
         if count == 0:
-            self._next = 0
+            self._next, self._next_known = 0, True
             return ScanResult([], None, 0)
         last = count - 1
         try:
-            head = store.read_head(self.slot_path(last), len(ARROW_MAGIC))
-            end = None if is_data(head) else \
-                EndMarker.from_bytes(store.read(self.slot_path(last)))
+            end = self._end_at(last)
         except FileNotFoundError as exc:
             raise JournalClosed(f"batch {self.seq} was committed meanwhile") from exc
         if end is None:
-            self._next = count
+            self._next, self._next_known = count, True
             return ScanResult(list(range(count)), None, count)
-        self._next = last
+        self._next, self._next_known = last, False
         return ScanResult(list(range(last)), end, last)
+
+    def _end_at(self, slot: int) -> EndMarker | None:
+        """The END marker at ``slot``, or None for a data slot: one ranged GET of its first
+        :data:`HEAD_BYTES` (an END marker is a few hundred bytes, so that is all of it; only
+        a larger one is read again whole)."""
+        store = self.journal.store
+        head = store.read_head(self.slot_path(slot), HEAD_BYTES)
+        if is_data(head):
+            return None
+        if len(head) < HEAD_BYTES:
+            return EndMarker.from_bytes(head)
+        return EndMarker.from_bytes(store.read(self.slot_path(slot)))
 
     def _create(self, slot: int, payload: bytes) -> bool:
         try:
@@ -203,10 +220,11 @@ class PartLog:
                 self.journal.index_slot(self.seq, self.part, slot, keys)
                 announced = slot
             if self._create(slot, payload):
-                self._next = slot + 1
+                self._next, self._next_known = slot + 1, True
                 self.journal.remember(self.slot_path(slot), keys)
                 self._keys[slot] = keys
                 return slot
+            self._next_known = False  # until a create succeeds: the slot may hold END
             try:
                 taken = self.journal.store.read(self.slot_path(slot))
             except FileNotFoundError:
@@ -230,12 +248,26 @@ class PartLog:
     def withdraw(self, slot: int) -> None:
         """Delete our own slot of a batch that Spark already committed (nobody reads it): its
         index entries first, then the slot."""
+        self._next_known = False  # the log now has a gap: END goes through a scan
         self.journal.unindex_slot(self.seq, self.part, slot, self._keys.pop(slot, SlotKeys({})))
         self.journal.store.remove(self.slot_path(slot))
 
     def end(self, marker_for: Callable[[ScanResult], EndMarker]) -> ScanResult:
         """Close the log with an END marker (``marker_for(scan) -> EndMarker``); return the
-        final scan. If another attempt ENDed first, its marker stands."""
+        final scan. If another attempt ENDed first, its marker stands.
+
+        Where this object knows the first free slot (it scanned or appended), END is created
+        there without listing the log: one request. If that slot is taken (another attempt
+        appended or ENDed meanwhile), the log is scanned and END goes to its first free slot,
+        as before. Why the shortcut needs no fence read: docs/design.md ("What a task and a
+        batch cost").
+        """
+        if self._next_known:
+            known = ScanResult(list(range(self._next)), None, self._next)
+            marker = marker_for(known)
+            if self._create(known.next_slot, marker.to_bytes()):
+                self._next_known = False
+                return ScanResult(known.data_slots, marker, known.next_slot)
         for attempt in range(MAX_CONFLICTS):
             scan = self.scan()
             if scan.end is not None:

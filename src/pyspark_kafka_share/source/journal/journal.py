@@ -23,13 +23,17 @@ driver's markers, the duplicate lookup through the index (:mod:`.index`), and co
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import socket
+import tempfile
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -69,6 +73,31 @@ _KEY_CACHE_MAX = 4096
 _KEY_CACHE_FENCE: dict[str, int] = {}  # journal uri -> fence its entries were pruned at
 _CLAIMED: dict[str, str] = {}  # journal uri -> query id already checked by this process
 _MARKERS_SEEN: set[tuple[str, str]] = set()  # (journal uri, marker) seen by this process
+_HOST_DIR: Path | None = None  # where host_checked() notes its checks (None: the temp dir)
+
+
+def _host_note(*what: str) -> Path:
+    """The file that says this host passed the check ``what`` (see :func:`host_checked`)."""
+    digest = hashlib.sha256("\0".join(what).encode()).hexdigest()[:40]
+    return (_HOST_DIR or Path(tempfile.gettempdir()) / "pyspark-kafka-share-journal") / digest
+
+
+def host_checked(*what: str) -> bool:
+    """Whether a process of this host already passed the check ``what`` (the marker, the
+    owner) in this run of the query (``what`` names the journal and the driver's marker).
+
+    Spark's Python workers come and go: per process the marker and the owner cost two GETs
+    per task and micro-batch on an object store (measured; issue 36). Both answers hold for
+    the whole run: the marker says the path reaches the driver's journal from this host, and
+    the owner does not change while its query runs."""
+    return _host_note(*what).exists()
+
+
+def _note_host_check(*what: str) -> None:
+    with contextlib.suppress(OSError):  # best effort: without it the check is just repeated
+        note = _host_note(*what)
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.touch()
 
 
 @dataclass(frozen=True)
@@ -109,6 +138,7 @@ class Journal:
         # The newest fence this object read (it only grows): the lookup skips slot entries
         # at or below it without reading the fence again.
         self._fence_seen = -1
+        self._marker: str | None = None  # the driver's marker this object checked
         # Scans of ended part logs by batch (driver: batch_ends, then commit, reads them once)
         self._ended: dict[int, dict[int, ScanResult]] = {}
 
@@ -154,15 +184,21 @@ class Journal:
         owner, or raise :class:`JournalError` if another query owns it."""
         if _CLAIMED.get(self.uri) == query_id:
             return
+        run = ("owner", self.uri, query_id, self._marker) if self._marker else None
+        if run is not None and host_checked(*run):
+            _CLAIMED[self.uri] = query_id
+            return
         self.store.makedirs(self.root)
         path = self._p("owner")
         for _ in range(MAX_CONFLICTS):
-            if self.store.create_exclusive(path, query_id.encode(), self.fsync):
-                break
+            # Read first: the owner exists but in a query's first moments, and a refused
+            # create is a billed write on an object store where the read is a cheap GET.
             try:
                 owner = self.store.read(path).decode()
             except FileNotFoundError:
-                continue  # reported as existing, yet absent (a conflicting create): retry
+                if self.store.create_exclusive(path, query_id.encode(), self.fsync):
+                    break
+                continue  # created by another process meanwhile (or a conflict): read it
             if owner != query_id:
                 raise JournalError(
                     f"journalPath {self.uri!r} belongs to streaming query {owner}, not to this "
@@ -172,6 +208,8 @@ class Journal:
         else:
             raise JournalError(f"cannot create {path}: the store keeps reporting a conflict")
         _CLAIMED[self.uri] = query_id
+        if run is not None:
+            _note_host_check(*run)
 
     # -- one journal for the driver and every executor -----------------------------------
 
@@ -198,8 +236,12 @@ class Journal:
         """Raise :class:`JournalError` unless the driver's marker ``name`` is visible here: a
         journal path that is not one place for the driver and every executor (a node-local or
         relative path on a cluster) would break exactly-once. Called before any record is
-        acknowledged; cached per process."""
+        acknowledged; cached per process, and per host (:func:`host_checked`)."""
+        self._marker = name
         if (self.uri, name) in _MARKERS_SEEN:
+            return
+        if host_checked("marker", self.uri, name):
+            self._new_run(name)
             return
         try:
             self.store.read(self._p("markers", name))
@@ -211,8 +253,13 @@ class Journal:
                 "the driver and every executor share: an absolute path on a shared filesystem "
                 "(NFS, HDFS) or an object store (s3://, gs://, abfss://). Nothing was "
                 "acknowledged") from None
+        _note_host_check("marker", self.uri, name)
+        self._new_run(name)
+
+    def _new_run(self, name: str) -> None:
+        """This process sees the run of marker ``name`` for the first time: what it cached
+        may be stale (a deleted and reused directory)."""
         _MARKERS_SEEN.add((self.uri, name))
-        # A new run: what this process cached may be stale (a deleted and reused directory).
         _KEY_CACHE_FENCE.pop(self.uri, None)
         self._forget_keys(lambda _: True)
 
