@@ -26,11 +26,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from pyspark_kafka_share.exporter.serve import serve_registry
 from pyspark_kafka_share.workers.api import COUNTERS
+from pyspark_kafka_share.workers.mistakes import unsettled
 
 __all__ = ["WORKER_METRICS", "WORKER_METRIC_NAMES", "WorkerMetrics", "serve_worker_metrics"]
 
 _WORKER = ("group", "worker")
-_SETTLED = ("accepted", "released", "rejected", "ack_failures")
 _SECONDS = {"marker_wait_ms": "marker_wait_seconds"}  # counters kept in ms, served in s
 
 
@@ -86,9 +86,7 @@ def _int(value: object) -> int:
 
 def _in_flight(report: Mapping[str, Any]) -> int:
     """Received and not settled at the report (0 once the attempt stopped)."""
-    if report.get("state") not in ("running", "starting"):
-        return 0
-    return max(0, _int(report.get("received")) - sum(_int(report.get(k)) for k in _SETTLED))
+    return unsettled(report) if report.get("state") in ("running", "starting") else 0
 
 
 class WorkerMetrics(Collector):
