@@ -6,6 +6,7 @@ tests/integration/test_exporter.py and tests/connect/."""
 from __future__ import annotations
 
 import json
+import types
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -243,3 +244,19 @@ def test_the_poller_counts_each_progress_once_and_a_stopped_query_has_no_lag() -
     assert s[("kafka_share_query_active", q)] == 0
     assert ("kafka_share_query_lag", q) not in s, "a stopped query's stale lag is not served"
     assert not any(name == "kafka_share_query_partition_lag" for name, _ in s)
+
+
+def test_the_listener_s_terminated_query_keeps_its_counters_not_its_lag() -> None:
+    metrics = QueryMetrics()
+    started = types.SimpleNamespace(id="id-1", name="q")
+    metrics.onQueryStarted(started)
+    progress = _progress(4, 10, 41000, 3, 10)
+    metrics.onQueryProgress(types.SimpleNamespace(progress=types.SimpleNamespace(
+        name="q", id="id-1", json=progress.json, batchId=4, numInputRows=10)))
+    q = (("query", "q"),)
+    assert _query_samples(metrics)[("kafka_share_query_lag", q)] == 41000
+    metrics.onQueryTerminated(started)
+    s = _query_samples(metrics)
+    assert ("kafka_share_query_lag", q) not in s  # the report's lag: from before the batch
+    assert s[("kafka_share_query_batch_records_total", q)] == 10
+    assert s[("kafka_share_query_active", q)] == 0
