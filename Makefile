@@ -87,7 +87,7 @@ endef
 venvs_of = $(foreach s,$(filter-out main,$(foreach p,$(1),$(firstword $(subst :, ,$(p))))),\
 	.venv-spark-$(s)/.installed)
 
-.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers test-brokers-ci chaos-scale toxiproxy test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench bench-journal clean help
+.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers test-brokers-ci chaos-scale toxiproxy promtool test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench bench-journal clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
@@ -161,6 +161,17 @@ $(TOXIPROXY):
 	mkdir -p $(dir $@)
 	GOBIN=$(abspath $(dir $@)) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 toxiproxy: $(TOXIPROXY)
+
+# promtool (Prometheus' rule checker) for tests/unit/test_monitoring.py's `promtool check
+# rules` / `promtool test rules` of deploy/monitoring/: one Go binary, built once from the Go
+# module proxy into the cache (the test finds it there; without it those two cases skip).
+# Prometheus 3.x is published to the proxy as v0.3xx.y (its v3 tags are not a /v3 module).
+PROMTOOL_VERSION ?= v0.316.0
+PROMTOOL := $(CACHE_DIR)/promtool-$(PROMTOOL_VERSION)/promtool
+$(PROMTOOL):
+	mkdir -p $(dir $@)
+	GOFLAGS=-mod=mod GOBIN=$(abspath $(dir $@)) go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+promtool: $(PROMTOOL)
 
 # The brokers tier (tests/brokers, marker "brokers", a pytest process of its own): a
 # three-broker KRaft cluster, a Toxiproxy proxy in front of each node's client listener, and

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -65,9 +66,11 @@ def partitions(samples: Samples, metric: str, group: str) -> dict[tuple[str, int
 
 @contextlib.contextmanager
 def exporting(bootstrap: str, groups: list[str] | None,
-              interval_s: float = 0.3, timeout_s: float = 20) -> Iterator[str]:
+              interval_s: float = 0.3, timeout_s: float = 20,
+              dead_letter_topics: dict[str, str] | None = None) -> Iterator[str]:
     """An exporter in this process on a free port; yields its ``/metrics`` URL."""
-    reader = GroupReader(lambda: ShareGroupAdmin(bootstrap, timeout_s=timeout_s), groups)
+    reader = GroupReader(lambda: ShareGroupAdmin(bootstrap, timeout_s=timeout_s), groups,
+                         dead_letter_topics)
     exporter = Exporter(reader, interval_s=interval_s)
     server = exporter.serve("127.0.0.1", 0)
     exporter.start()
@@ -148,6 +151,9 @@ def test_numbers_match_the_cli_and_the_progress_while_a_source_job_runs(
     out = tmp_path / "out"
     driver, listener = serve_query_metrics(spark, 0, "127.0.0.1")  # the driver's own /metrics
     driver_url = f"http://127.0.0.1:{driver.server_address[1]}/metrics"
+    # The same from a poll of recentProgress (what a Spark Connect session uses).
+    polling, poller = serve_query_metrics(spark, 0, "127.0.0.1", poll_interval_s=0.5)
+    polling_url = f"http://127.0.0.1:{polling.server_address[1]}/metrics"
     with exporting(kafka.bootstrap_servers, [group]) as url:
         query = (df.writeStream.format("parquet").option("path", str(out))
                  .option("checkpointLocation", str(tmp_path / "chk")).queryName("exported")
@@ -181,13 +187,28 @@ def test_numbers_match_the_cli_and_the_progress_while_a_source_job_runs(
                     if name == "kafka_share_query_partition_lag"} == {
                 (("partition", "0"), ("query", "exported"), ("topic", topic)): 0,
                 (("partition", "1"), ("query", "exported"), ("topic", topic)): 0}
+            polled = wait_for(lambda: scrape(polling_url), lambda s: s.get(
+                ("kafka_share_query_batch_records_total", q)) == 300, timeout_s=60,
+                what="300 records counted from the polled progress")
+            mine = scrape(driver_url)
+            for name in ("kafka_share_query_input_rows_total", "kafka_share_query_lag",
+                         "kafka_share_query_batch_accepted_total", "kafka_share_query_active"):
+                assert polled[(name, q)] == mine[(name, q)], name
         finally:
             query.stop()
-    wait_for(lambda: scrape(driver_url), lambda s: s[("kafka_share_query_active", q)] == 0,
-             what="the query reported terminated")
-    driver.shutdown()
-    driver.server_close()
-    spark.streams.removeListener(listener)
+    for url in (driver_url, polling_url):
+        # Terminated: inactive, and the lag of its last report (from before its last batch)
+        # no longer served.
+        ended = wait_for(functools.partial(scrape, url),
+                         lambda s: s[("kafka_share_query_active", q)] == 0,
+                         what="the query reported terminated")
+        assert ("kafka_share_query_lag", q) not in ended
+        assert ended[("kafka_share_query_batch_records_total", q)] == 300
+    for server in (driver, polling):
+        server.shutdown()
+        server.server_close()
+    listener.close()
+    poller.close()
     assert _rows(spark, out) == 300
 
 

@@ -1,7 +1,8 @@
 """The Grafana dashboard and the Prometheus alert rules in deploy/monitoring/ against the
-exporter: they use only metric names it emits, every alert has a firing and a non-firing case
-in the rules' test file, and docs/operations.md lists every metric. With ``promtool`` on
-``PATH`` (or ``$PROMTOOL``), ``promtool check rules`` and ``promtool test rules`` run too."""
+code: they use only metric names the exporter and a driver's worker and query metrics emit,
+every alert has a firing and a non-firing case in the rules' test file, and docs/operations.md
+lists every metric. ``promtool check rules`` and ``promtool test rules`` run with the promtool
+``make promtool`` caches (or ``$PROMTOOL``, or one on ``PATH``); skipped only without one."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import yaml  # type: ignore[import-untyped]
 
 from pyspark_kafka_share.exporter.query import QUERY_METRIC_NAMES
 from pyspark_kafka_share.exporter.serve import METRIC_NAMES
+from pyspark_kafka_share.exporter.workers import WORKER_METRIC_NAMES
+from pyspark_kafka_share.harness.jars import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -25,6 +28,21 @@ RULES = MONITORING / "kafka-share-alerts.yml"
 RULES_TEST = MONITORING / "kafka-share-alerts.test.yml"
 DASHBOARD = MONITORING / "kafka-share-dashboard.json"
 NAME = re.compile(r"\bkafka_share_[a-z0-9_]+\b")
+EMITTED = set(METRIC_NAMES) | set(QUERY_METRIC_NAMES) | set(WORKER_METRIC_NAMES)
+ON_THE_DASHBOARD = set(METRIC_NAMES) | {
+    # the workers' and the queries' metrics a dashboard needs (every one: the docs' tables)
+    *(f"kafka_share_workers_{n}_total" for n in (
+        "processed", "accepted", "released", "rejected", "dead_lettered", "exhausted",
+        "failures", "produce_failures", "ack_failures", "released_lock_deadline",
+        "transactions", "transactions_aborted", "marker_conflicts")),
+    *(f"kafka_share_workers_{n}" for n in (
+        "in_flight", "idle_seconds", "running", "job_active", "job_failed", "attempt")),
+    "kafka_share_query_lag", "kafka_share_query_active", "kafka_share_query_input_rows_total",
+    *(f"kafka_share_query_batch_{n}_total" for n in (
+        "records", "accepted", "records_lost", "commit_failures", "duplicates_dropped")),
+}
+PROMTOOL_VERSION = re.findall(r"^PROMTOOL_VERSION \?= (\S+)$",
+                              (ROOT / "Makefile").read_text(), re.M)[0]
 
 
 def _rules() -> list[dict[str, Any]]:
@@ -47,25 +65,27 @@ def _balanced(expr: str) -> bool:
     return depth == 0
 
 
-def test_the_rules_use_only_metrics_the_exporter_emits() -> None:
+def test_the_rules_use_only_metrics_the_code_emits() -> None:
     rules = _rules()
     assert {r["alert"] for r in rules} == {
         "KafkaShareLagGrowing", "KafkaShareDeadLetters", "KafkaShareGroupWithoutMembers",
-        "KafkaShareGroupStalled", "KafkaShareExporterDown"}
+        "KafkaShareGroupStalled", "KafkaShareExporterDown", "KafkaShareWorkersFailed",
+        "KafkaShareWorkersGivingUp", "KafkaShareWorkersStalled"}
     for rule in rules:
         used = set(NAME.findall(rule["expr"]))
-        assert used and used <= set(METRIC_NAMES), (rule["alert"], used - set(METRIC_NAMES))
+        assert used and used <= EMITTED, (rule["alert"], used - EMITTED)
         assert _balanced(rule["expr"]), rule["alert"]
         assert re.fullmatch(r"\d+[smh]", str(rule.get("for", "0s"))), rule["alert"]
         assert rule["labels"]["severity"] in ("warning", "critical")
 
 
-def test_the_dashboard_uses_only_metrics_the_exporter_emits() -> None:
+def test_the_dashboard_uses_only_metrics_the_code_emits() -> None:
     exprs = _dashboard_exprs()
     assert len(exprs) >= 10
     used = {n for e in exprs for n in NAME.findall(e)}
-    assert used <= set(METRIC_NAMES), used - set(METRIC_NAMES)
-    missing = set(METRIC_NAMES) - used
+    assert used <= EMITTED, used - EMITTED
+    assert ON_THE_DASHBOARD <= EMITTED, ON_THE_DASHBOARD - EMITTED
+    missing = ON_THE_DASHBOARD - used
     assert not missing, f"metrics the dashboard does not show: {missing}"
     assert all(_balanced(e) for e in exprs)
 
@@ -76,7 +96,7 @@ def test_every_alert_has_a_firing_and_a_non_firing_case() -> None:
     assert tests["rule_files"] == [RULES.name]
     for test in tests["tests"]:
         names = {s["series"].split("{")[0] for s in test["input_series"]}
-        assert names <= set(METRIC_NAMES), names - set(METRIC_NAMES)
+        assert names <= EMITTED, names - EMITTED
         for case in test["alert_rule_test"]:
             cases.setdefault(case["alertname"], set()).add(bool(case["exp_alerts"]))
     assert cases == {r["alert"]: {True, False} for r in _rules()}
@@ -85,14 +105,17 @@ def test_every_alert_has_a_firing_and_a_non_firing_case() -> None:
 def test_operations_lists_every_metric() -> None:
     text = (ROOT / "docs" / "operations.md").read_text()
     listed = set(re.findall(r"^\| `(kafka_share_[a-z0-9_]+)` \|", text, re.M))
-    assert listed == set(METRIC_NAMES) | set(QUERY_METRIC_NAMES)
+    assert listed == EMITTED
 
 
 def _promtool() -> str:
-    found = os.environ.get("PROMTOOL") or shutil.which("promtool")
+    """``$PROMTOOL``, else the one ``make promtool`` built into the cache, else ``PATH``'s."""
+    cached = cache_dir() / f"promtool-{PROMTOOL_VERSION}" / "promtool"
+    found = os.environ.get("PROMTOOL") or (str(cached) if cached.is_file() else None) \
+        or shutil.which("promtool")
     if not found:
-        pytest.skip("promtool is not installed (go install "
-                    "github.com/prometheus/prometheus/cmd/promtool@latest, or set $PROMTOOL)")
+        pytest.skip(f"no promtool: `make promtool` builds it from the Go module proxy into "
+                    f"{cached.parent} (or set $PROMTOOL)")
     return found
 
 

@@ -1,21 +1,29 @@
-"""A driver's own ``/metrics`` for its ``kafka-share`` queries: a ``StreamingQueryListener``
-reads each progress with :func:`pyspark_kafka_share.progress` and keeps the numbers per
-query (label ``query``: the query's name, else its id), served with prometheus_client::
+"""A driver's own ``/metrics`` for its ``kafka-share`` queries: the numbers of each progress
+(read with :func:`pyspark_kafka_share.progress`), kept per query (label ``query``: the
+query's name, else its id), served with prometheus_client::
 
     from pyspark_kafka_share.exporter.query import serve_query_metrics
-    server, listener = serve_query_metrics(spark, port=9465)  # before starting the queries
+    server, metrics = serve_query_metrics(spark, port=9465)  # before starting the queries
     ...
-    server.shutdown(); spark.streams.removeListener(listener)
+    server.shutdown(); metrics.close()
+
+On a classic session a ``StreamingQueryListener`` takes each progress. On a Spark Connect
+session (or with ``poll_interval_s``) a thread polls the session's active queries'
+``recentProgress`` instead: PySpark's Connect client drops its client-side listeners once a
+Python data source runs (SPARK-59135, PySpark 4.3.0), and polling works on every line.
 
 Counters add the source's last-batch counters once per source batch (``lastBatch["batch"]``),
-so a report repeated by Spark is not counted twice. Classic sessions only: a Spark Connect
-client gets its progress from ``query.lastProgress`` (not served here).
+so a report repeated by Spark is not counted twice. Once a query terminated its lag is no
+longer served (``kafka_share_query_active`` 0): its last report's lag is from before its last
+batch (docs/operations.md), a backlog an alert would see that is not there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -26,14 +34,18 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from pyspark_kafka_share.exporter.serve import serve_registry
 from pyspark_kafka_share.query_progress import progress
+from pyspark_kafka_share.workers.preflight import is_connect
 
 __all__ = ["QUERY_METRICS", "QUERY_METRIC_NAMES", "QueryMetrics", "serve_query_metrics"]
+
+_LOG = logging.getLogger("pyspark_kafka_share.exporter")
 
 _COUNTED = ("records", "accepted", "released", "duplicates_dropped", "records_lost",
             "commit_failures", "redelivered")
 QUERY_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "kafka_share_query_lag": ("gauge", ("query",), "The group's records not yet acknowledged "
-                              "for good when the query's source last looked"),
+                              "for good when the query's source last looked (absent once "
+                              "the query terminated)"),
     "kafka_share_query_partition_lag": ("gauge", ("query", "topic", "partition"),
                                         "The same per partition (absent while unknown)"),
     "kafka_share_query_batch_id": ("gauge", ("query",), "Spark's id of the last progress"),
@@ -59,16 +71,56 @@ class _Query:
     active: bool = True
     counted_batch: int | None = None
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTED, 0))
+    polled: set[tuple[int, str]] = field(default_factory=set)  # (batchId, timestamp) taken
 
 
 class QueryMetrics(StreamingQueryListener, Collector):
-    """The listener and the collector: progress in, metric families out."""
+    """The listener (or the poller's target) and the collector: progress in, metric
+    families out."""
 
     def __init__(self, streams: Any = None) -> None:
         self._streams = streams  # spark.streams: the last progress of an idle query
         self._lock = threading.Lock()
         self._queries: dict[str, _Query] = {}
         self._names: dict[str, str] = {}
+        self._listening = False
+        self._poller: _Poller | None = None
+
+    def listen(self) -> None:
+        """Take each progress from a listener on the streams (a classic session)."""
+        self._streams.addListener(self)
+        self._listening = True
+
+    def poll(self, interval_s: float) -> None:
+        """Take each progress by polling the streams' active queries (any session)."""
+        self._poller = _Poller(self, self._streams, interval_s)
+        self._poller.start()
+
+    def close(self) -> None:
+        """Stop listening (or polling); what was collected is still served."""
+        if self._poller is not None:
+            self._poller.stop()
+        if self._listening and self._streams is not None:
+            self._listening = False
+            self._streams.removeListener(self)
+
+    def polled(self, query_id: str, name: str | None, progresses: Iterable[Any]) -> None:
+        """The poller's path: each progress of ``progresses`` (a query's ``recentProgress``)
+        not taken before, in order."""
+        name = name or query_id
+        with self._lock:
+            self._names[query_id] = name
+            q = self._queries.setdefault(name, _Query())
+            q.active = True
+        for p in progresses:
+            key = (int(p.batchId), str(p.timestamp))
+            with self._lock:
+                if key in q.polled:
+                    continue
+                q.polled.add(key)
+                if len(q.polled) > 1000:  # recentProgress keeps the last 100
+                    q.polled = set(sorted(q.polled)[-500:])
+            self._update(name, p.json, int(p.batchId), int(p.numInputRows or 0))
 
     def onQueryStarted(self, event: Any) -> None:
         with self._lock:
@@ -103,9 +155,13 @@ class QueryMetrics(StreamingQueryListener, Collector):
                     q.totals[key] += int(report.last_batch.get(key, 0))
 
     def onQueryTerminated(self, event: Any) -> None:
+        self.terminated(str(event.id))
+
+    def terminated(self, query_id: str) -> None:
+        """The query stopped: inactive, and its lag (from before its last batch) unknown."""
         with self._lock:
-            name = self._names.get(str(event.id), str(event.id))
-            self._queries.setdefault(name, _Query()).active = False
+            q = self._queries.setdefault(self._names.get(query_id, query_id), _Query())
+            q.active, q.lag, q.lag_by_partition = False, None, {}
 
     def collect(self) -> Iterator[Metric]:
         fams: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
@@ -129,13 +185,64 @@ class QueryMetrics(StreamingQueryListener, Collector):
         yield from fams.values()
 
 
-def serve_query_metrics(spark: Any, port: int,
-                        address: str = "0.0.0.0") -> tuple[ThreadingHTTPServer, QueryMetrics]:
-    """Register a :class:`QueryMetrics` on ``spark``'s streams and serve it on
-    ``address:port`` (0: a free one) from a daemon thread. Returns the server
-    (``server.shutdown()`` stops it) and the listener (``spark.streams.removeListener``)."""
-    listener = QueryMetrics(spark.streams)
-    spark.streams.addListener(listener)
+class _Poller:
+    """Reads the session's active queries' ``recentProgress`` every ``interval_s`` seconds
+    into ``metrics``; a query gone from ``streams.active`` is read once more, then marked
+    terminated. Errors (a Connect server away) are logged once and retried next time."""
+
+    def __init__(self, metrics: QueryMetrics, streams: Any, interval_s: float) -> None:
+        self._metrics, self._streams, self.interval_s = metrics, streams, interval_s
+        self._known: dict[str, Any] = {}  # query id -> the StreamingQuery last seen active
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._loop, name="kafka-share-query-metrics",
+                                        daemon=True)
+
+    def poll_once(self) -> None:
+        active = {str(q.id): q for q in self._streams.active}
+        for query_id, query in {**self._known, **active}.items():
+            if query_id in active:
+                self._metrics.polled(query_id, query.name, query.recentProgress or ())
+                continue
+            with contextlib.suppress(Exception):  # its last progress, where still known
+                self._metrics.polled(query_id, query.name, query.recentProgress or ())
+            self._metrics.terminated(query_id)
+        self._known = active
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+                self._failing = False
+            except Exception as exc:  # noqa: BLE001 - the session may come back
+                if not self._failing:
+                    _LOG.warning("reading the queries' progress failed (retried every %s s): "
+                                 "%s", self.interval_s, exc)
+                self._failing = True
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(30)
+
+
+def serve_query_metrics(spark: Any, port: int, address: str = "0.0.0.0", *,
+                        poll_interval_s: float | None = None,
+                        ) -> tuple[ThreadingHTTPServer, QueryMetrics]:
+    """Collect ``spark``'s queries' progress into a :class:`QueryMetrics` and serve it on
+    ``address:port`` (0: a free one) from a daemon thread: a listener on a classic session,
+    a poll of the active queries every ``poll_interval_s`` seconds (default 5) on a Spark
+    Connect session or when ``poll_interval_s`` is given. Returns the server
+    (``server.shutdown()`` stops it) and the metrics (``metrics.close()`` stops collecting)."""
+    metrics = QueryMetrics(spark.streams)
+    if poll_interval_s is None and not is_connect(spark):
+        metrics.listen()
+    else:
+        metrics.poll(poll_interval_s or 5.0)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(listener)
-    return serve_registry(registry, address, port), listener
+    registry.register(metrics)
+    return serve_registry(registry, address, port), metrics

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = [
+    "COUNTERS",
     "DLQ_HEADERS",
     "Outcome",
     "Record",
@@ -92,6 +93,9 @@ _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_
              "transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
              "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
              "producers_replaced")
+COUNTERS = _COUNTERS
+"""The counters of every worker's report, summed in ``WorkerProgress.totals`` and
+``WorkerSummary.totals`` (a worker metric each: pyspark_kafka_share.exporter.workers)."""
 
 @dataclass(frozen=True)
 class WorkerProgress:
@@ -321,6 +325,24 @@ class WorkerJob:
     @property
     def done(self) -> bool:
         return self._done.is_set()
+
+    @property
+    def group(self) -> str:
+        """The share group the workers consume in."""
+        return self._config.group
+
+    @property
+    def failure(self) -> dict[str, Any] | None:
+        """Why the job stops, if for a failure (issue 35): ``{"kind": "mistake" | "breaker",
+        "message", "option"}`` (a worker's configuration mistake or breaker trip, or the
+        job-wide breaker's), else None."""
+        return self._failure or failure_of(self._server.reports().values())
+
+    def reports(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """Every attempt's latest report by ``(worker, attempt)`` (a copy): what
+        :meth:`progress` sums, read without moving its ``records_per_s`` window (for the
+        worker metrics, pyspark_kafka_share.exporter.workers)."""
+        return self._server.reports()
 
     def progress(self) -> WorkerProgress:
         with self._progress_lock:

@@ -33,7 +33,7 @@ from pyspark_kafka_share.errors import (
 )
 
 __all__ = ["JobMistake", "failure_of", "failure_report", "job_error", "no_output_topic",
-           "spark_gave_up", "unknown_fate", "wrong_result"]
+           "spark_gave_up", "unknown_fate", "unsettled", "wrong_result"]
 
 
 class JobMistake(Exception):
@@ -108,11 +108,12 @@ def unknown_fate(attempts: Iterable[Mapping[str, Any]]) -> int:
     last report: their fate is not known to the driver (settled after that report, or
     RELEASEd when their locks expired). What a lost attempt received after its last report is
     not counted at all."""
-    unsettled = 0
-    for a in attempts:
-        if a.get("state") != "lost":
-            continue
-        settled = sum(int(a.get(k, 0))
-                      for k in ("accepted", "released", "rejected", "ack_failures"))
-        unsettled += max(0, int(a.get("received", 0)) - settled)
-    return unsettled
+    return sum(unsettled(a) for a in attempts if a.get("state") == "lost")
+
+
+def unsettled(report: Mapping[str, Any]) -> int:
+    """Records an attempt had received and not settled (ACCEPTed, RELEASEd, REJECTed, or
+    failed to acknowledge) by ``report`` (also the worker metrics' in-flight count)."""
+    settled = sum(int(report.get(k, 0))
+                  for k in ("accepted", "released", "rejected", "ack_failures"))
+    return max(0, int(report.get("received", 0)) - settled)
