@@ -21,7 +21,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -47,8 +46,7 @@ class Renewing(Protocol):
         """RENEW ``msgs`` and ``commit_sync``: which partitions the broker confirmed."""
 
 
-def open_consumer(spec: WorkerSpec, stats: Counter[str], index: int
-                  ) -> tuple[ConsumerSession, LockRenewer | None]:
+def open_consumer(spec: WorkerSpec, index: int) -> tuple[ConsumerSession, LockRenewer | None]:
     """Worker ``index``'s consumer, subscribed, and its lock renewer (native client only)."""
     config = spec.config
     client_id = f"kafka-share-worker-{index}"
@@ -57,7 +55,7 @@ def open_consumer(spec: WorkerSpec, stats: Counter[str], index: int
             config.client.native_consumer(client_id=client_id, max_poll_records=config.chunk_size,
                                           record_limit=True), config.topics)
         budget_s = lock_budget_s(spec.lock_ms, config.lock_safety_fraction)
-        return native, LockRenewer(native, stats, budget_s)
+        return native, LockRenewer(native, budget_s)
     session = ShareSession.open(config.client.consumer(client_id=client_id,
                                                        max_poll_records=config.chunk_size),
                                 config.topics, config.broker_timeout_s)
@@ -66,10 +64,10 @@ def open_consumer(spec: WorkerSpec, stats: Counter[str], index: int
 
 class LockRenewer:
     """RENEWs the locks of a poll's unacknowledged records while the worker's function runs
-    (:meth:`covering`); counted as ``renewed`` and ``renew_failures``."""
+    (:meth:`covering`); counted in the poll's stats as ``renewed`` and ``renew_failures``."""
 
-    def __init__(self, session: Renewing, stats: Counter[str], budget_s: float) -> None:
-        self.session, self.stats, self.budget_s = session, stats, budget_s
+    def __init__(self, session: Renewing, budget_s: float) -> None:
+        self.session, self.budget_s = session, budget_s
         self.interval_s = budget_s / 2
 
     @contextlib.contextmanager
@@ -108,14 +106,14 @@ class LockRenewer:
         try:
             settled = self.session.renew(held)
         except KafkaShareError as exc:
-            self.stats["renew_failures"] += len(held)
+            poll.stats["renew_failures"] += len(held)
             _log.warning("kafka-share worker: renewing the locks of %d record(s) failed: %s",
                          len(held), exc)
             return
         confirmed = sum(1 for m in held if settled.confirms(m))
-        self.stats["renewed"] += confirmed
+        poll.stats["renewed"] += confirmed
         if confirmed < len(held):
-            self.stats["renew_failures"] += len(held) - confirmed
+            poll.stats["renew_failures"] += len(held) - confirmed
             _log.warning("kafka-share worker: the broker did not renew the locks of %d "
                          "record(s) (%s)", len(held) - confirmed,
                          ", ".join(f"{tp.topic}-{tp.partition}: {why}"

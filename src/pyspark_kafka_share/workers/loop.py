@@ -86,7 +86,7 @@ class _Worker:
         self.settler = self._settler(producer, eos)
         # The consumer of the client chosen (workers/consumer.py: the one seam).
         self.session, self.renewer = (session, renewer) if session is not None \
-            else open_consumer(spec, self.stats, self.index)
+            else open_consumer(spec, self.index)
         # Polls of a deleted topic just come back empty: while idle, the metadata is checked
         # (not for an injected session: a test's, with no broker to ask).
         self.watch = TopicWatch(config.client, config.topics, every_s=5.0) \
