@@ -7,7 +7,9 @@ Per poll (explicit acknowledgement: every record of a poll is acknowledged befor
 2. Records are handed to the user's function in chunks of ``chunk_size``. Before each chunk the
    worker checks the stop flag and whether the chunk would end past the lock deadline (from the
    measured time per record); if so, the rest of the poll is RELEASEd unprocessed, except
-   records on their last delivery, which RELEASE would archive.
+   records on their last delivery, which RELEASE would archive. With ``client="native"`` the
+   locks are renewed while the function runs (``workers/consumer.py``): only a deadline
+   already too close cuts the poll short.
 3. Each record's outcome is resolved (:mod:`~pyspark_kafka_share.workers.verdict`): ACCEPT
    (optionally with an output record), RELEASE (retry; on the last allowed attempt it becomes
    poison), REJECT (poison). Poison goes to the dead-letter topic first when one is set.
