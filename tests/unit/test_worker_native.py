@@ -13,10 +13,12 @@ from typing import Any, cast
 
 import pytest
 
+from pyspark_kafka_share._kafka.connection import ConnectionConfig
 from pyspark_kafka_share._kafka.group import BrokerFacts
 from pyspark_kafka_share._kafka.native.adapter import NativeMessage, NativeSession
 from pyspark_kafka_share._kafka.native.consumer import NativeShareConsumer, ShareRecord
 from pyspark_kafka_share._kafka.partition import TopicPartition
+from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
 from pyspark_kafka_share.errors import ErrorCode, OptionError
 from pyspark_kafka_share.workers import preflight
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
@@ -201,6 +203,30 @@ def test_client_is_checked_and_native_refuses_what_it_would_ignore() -> None:
                 "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p",
                 "enable.ssl.certificate.verification": "false"}
     WorkerConfig.create(**_REQUIRED, client="native", consumer_config=honoured)
+
+
+def test_every_setting_a_connection_config_gives_is_one_the_native_client_honours() -> None:
+    # connection=ConnectionConfig(...) joins consumer_config as librdkafka keys: each must be
+    # one the native client reads, or client="native" would refuse the workers' own setting.
+    oidc = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+            "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "c",
+            "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+            "sasl.oauthbearer.client.secret": "s", "sasl.oauthbearer.scope": "x",
+            "sasl.oauthbearer.extensions": "a=b", "ssl.ca.location": "/ca.pem",
+            "ssl.certificate.location": "/c.pem", "ssl.key.location": "/k.pem",
+            "ssl.key.password": "p", "ssl.endpoint.identification.algorithm": "none",
+            "enable.ssl.certificate.verification": "false"}
+    scram = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-512",
+             "sasl.username": "u", "sasl.password": "p"}
+    for settings in (oidc, scram):
+        connection = ConnectionConfig.from_client_settings(settings)
+        assert set(connection.client_settings()) == set(settings) - {"sasl.mechanisms"} | (
+            {"sasl.mechanism"} if "sasl.mechanisms" in settings else set())
+        # (joined as WorkerConfig.create joins them; its librdkafka check is left out: on this
+        # made-up TLS/OIDC configuration it aborted the test process)
+        client = ClientSettings("h:9092", "g", tuple(connection.client_settings().items()),
+                                names=WORKER_NAMES)
+        assert client.native_consumer(client_id="w").connection == connection
 
 
 @pytest.mark.parametrize(("enabled", "sets"), [(False, True), (True, False), (None, False)])

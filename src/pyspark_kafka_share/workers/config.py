@@ -245,13 +245,13 @@ class WorkerConfig:
                 raise OptionError(f"consumer_config[{key!r}]", value,
                                   "is set by run_workers (use chunk_size for max.poll.records, "
                                   "group/bootstrap_servers/topics for the rest); remove it")
-        if self.share_client == "native":  # refuses by name what it would not honour
-            self.client.native_consumer(client_id="pyspark-kafka-share-check",
-                                        max_poll_records=self.chunk_size, record_limit=True)
         # librdkafka judges the rest now (typos, values), before any task starts.
         producing = self.producer_config or self.output_topic or self.dead_letter_topic or \
             self.exactly_once_outputs
         check_client_config(self.client, dict(self.producer_config) if producing else None)
+        if self.share_client == "native":  # refuses by name what it would not honour
+            self.client.native_consumer(client_id="pyspark-kafka-share-check",
+                                        max_poll_records=self.chunk_size, record_limit=True)
 
     @property
     def client(self) -> ClientSettings:

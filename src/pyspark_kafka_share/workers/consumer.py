@@ -105,10 +105,10 @@ class LockRenewer:
         start = time.monotonic()
         try:
             settled = self.session.renew(held)
-        except KafkaShareError as exc:
+        except Exception as exc:  # noqa: BLE001 - the thread must live on; the worker is told
             poll.stats["renew_failures"] += len(held)
             _log.warning("kafka-share worker: renewing the locks of %d record(s) failed: %s",
-                         len(held), exc)
+                         len(held), exc, exc_info=not isinstance(exc, KafkaShareError))
             return
         confirmed = sum(1 for m in held if settled.confirms(m))
         poll.stats["renewed"] += confirmed
