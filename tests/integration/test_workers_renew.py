@@ -17,6 +17,8 @@ import pytest
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
+from pyspark_kafka_share._kafka.group import RENEW_CONFIG
+from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.workers import Record, Result, start_workers
 from tests.fixtures.kafka import TopicFactory
@@ -36,6 +38,12 @@ WORK_S = 45.0  # three locks: without RENEW the record is redelivered twice mean
 N = 4
 
 
+def _renew_allowed(kafka: LocalKafka, group: str) -> str | None:
+    """The group's share.renew.acknowledge.enable (None: the broker has no such config)."""
+    with ShareGroupAdmin(kafka.bootstrap_servers) as admin:
+        return admin.get_config(group).get(RENEW_CONFIG)
+
+
 @pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
 def test_work_three_times_the_lock_is_renewed_and_processed_once(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
@@ -43,6 +51,11 @@ def test_work_three_times_the_lock_is_renewed_and_processed_once(
 ) -> None:
     src, out = topic_factory(1), topic_factory(1)
     kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
+    renew_config = _renew_allowed(kafka, group) is not None  # Kafka 4.3+ (KIP-1240)
+    if renew_config and not exactly_once:
+        # RENEW turned off for the group: start_workers turns it on (the harness's principal
+        # may alter the group's configs).
+        kafka.set_group_config(group, RENEW_CONFIG, "false")
     kafka.produce(src, [str(i).encode() for i in range(N)])
     log = str(tmp_path / "calls.jsonl")
 
@@ -57,6 +70,8 @@ def test_work_three_times_the_lock_is_renewed_and_processed_once(
                         on_progress=False)
     # timeout_s only bounds a hang: N records of 45 s on 2 workers take about 90 s.
     summary = stop_when_drained(job, kafka, group, timeout_s=600)
+    if renew_config:
+        assert _renew_allowed(kafka, group) == "true"
     calls = read_calls(Path(log))
     # Each record processed once, on its first delivery: no worker got it a second time.
     assert sorted(c["value"] for c in calls) == [str(i) for i in range(N)], calls

@@ -145,11 +145,11 @@ def check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
                                    if t is not None])
     broker_dlq = check_one_dead_letter_topic(config.client, "dead_letter_topic",
                                              config.dead_letter_topic)
+    if config.share_client == "native":  # first: a refusal leaves the group untouched
+        allow_renew(config, facts)
     if config.starting_offsets is not None:
         set_group_configs(config.client, {"share.auto.offset.reset": config.starting_offsets},
                           option="starting_offsets")
-    if config.share_client == "native":
-        allow_renew(config, facts)
     return WorkerSpec(config=config, lock_ms=facts.lock_ms, delivery_limit=facts.delivery_limit,
                       job_id=uuid.uuid4().hex[:12],
                       broker_dead_letter_topic=broker_dlq.topic if broker_dlq.active else None)
