@@ -5,6 +5,7 @@ setting at start. The real broker's side: tests/integration/test_workers_renew.p
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter
@@ -100,6 +101,9 @@ def test_a_native_record_reads_like_a_confluent_kafka_message() -> None:
     assert (m.headers(), m.delivery_count()) == ([("h", b"1")], 3)
     assert m.error() is None  # type: ignore[func-returns-value]
     assert m.timestamp() == (1, 1_700_000_000_000)
+    appended = dataclasses.replace(m.record, log_append_time=True)
+    assert NativeMessage(appended).timestamp() == (2, 1_700_000_000_000)
+    assert NativeMessage(dataclasses.replace(m.record, timestamp_ms=-1)).timestamp() == (0, -1)
     assert NativeMessage(_record(1)).headers() is None  # as confluent-kafka: no headers, None
 
 

@@ -28,7 +28,8 @@ from pyspark_kafka_share.errors import error_name
 
 __all__ = ["NativeMessage", "NativeSession"]
 
-_CREATE_TIME = 1  # confluent-kafka's TIMESTAMP_CREATE_TIME (0: no timestamp)
+# confluent-kafka's timestamp types: TIMESTAMP_NOT_AVAILABLE, _CREATE_TIME, _LOG_APPEND_TIME
+_NO_TIME, _CREATE_TIME, _LOG_APPEND_TIME = 0, 1, 2
 
 
 class NativeMessage:
@@ -59,8 +60,11 @@ class NativeMessage:
         return list(self.record.headers) or None
 
     def timestamp(self) -> tuple[int, int]:
-        ts = self.record.timestamp_ms
-        return (_CREATE_TIME, ts) if ts >= 0 else (0, -1)
+        """``(type, milliseconds)`` as confluent-kafka's: ``(0, -1)`` for none."""
+        r = self.record
+        if r.timestamp_ms < 0:
+            return _NO_TIME, -1
+        return (_LOG_APPEND_TIME if r.log_append_time else _CREATE_TIME), r.timestamp_ms
 
     def delivery_count(self) -> int:
         return self.record.delivery_count
