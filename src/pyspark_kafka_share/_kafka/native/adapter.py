@@ -11,6 +11,7 @@ renewing thread may settle while the owner's thread runs the user's function.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -115,8 +116,9 @@ class NativeSession:
         return self._acknowledge((("RENEW", msgs),), None)
 
     def close(self) -> None:
-        """RELEASE what is held, close the share sessions, leave the group."""
-        with self.lock:
+        """RELEASE what is held, close the share sessions, leave the group. Errors are
+        ignored (the broker may be gone), as :class:`ShareSession`'s."""
+        with self.lock, contextlib.suppress(Exception):
             self.consumer.close()
 
     def _acknowledge(self, kinds: Sequence[tuple[str, Sequence[Any]]],
