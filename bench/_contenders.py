@@ -293,6 +293,10 @@ def _sleeper(cost_s: float, stamps: str) -> Callable[[Iterator[Any]], Iterator[A
         import time as _time
         import uuid as _uuid
 
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx is not None else -1
         first = last = None
         rows = 0
         for batch in batches:
@@ -305,7 +309,8 @@ def _sleeper(cost_s: float, stamps: str) -> Callable[[Iterator[Any]], Iterator[A
         if first is not None:
             path = _os.path.join(stamps, _uuid.uuid4().hex)
             with open(path, "w") as f:
-                f.write(_json.dumps({"first": first, "last": last, "rows": rows}))
+                f.write(_json.dumps({"first": first, "last": last, "rows": rows,
+                                     "task": task}))
 
     return work
 
@@ -322,7 +327,13 @@ def read_stamps(stamps: Path) -> dict[str, Any]:
     if not lines:
         return {"processed_s": None, "task_rows": []}
     t0 = min(x["first"] for x in lines)
+    starts: dict[int, float] = {}  # per Spark task (a worker: each of its chunks writes one)
+    for x in lines:
+        task = int(x.get("task", -1))
+        starts[task] = min(starts.get(task, x["first"]), x["first"])
     return {"processed_s": round(max(x["last"] for x in lines) - t0, 3),
+            # when the last task got its first rows, after the first task got its own
+            "start_skew_s": round(max(starts.values()) - t0, 2),
             "task_rows": sorted((int(x["rows"]) for x in lines), reverse=True),
             # per task: (first rows arrived, last row done) in seconds after the first, rows
             "task_spans": sorted((round(x["first"] - t0, 2), round(x["last"] - t0, 2),
@@ -424,12 +435,12 @@ class SparkBench:
 
     # -- queue workers -----------------------------------------------------------------------
 
-    def workers(self, data: Dataset, *, workers: int, cost_s: float) -> tuple[
-            int, float, float, dict[str, Any]]:
-        """``run_workers`` with ``workers`` workers over ``data``, each record costing
-        ``cost_s`` (a sleep per Arrow chunk of ``chunk_size`` rows), until every record is
-        processed. Returns (records, wall seconds of run_workers, seconds from the first
-        record processed to the last, extra)."""
+    def workers(self, data: Dataset, *, workers: int, cost_s: float,
+                client: str = "librdkafka") -> tuple[int, float, float, dict[str, Any]]:
+        """``run_workers`` with ``workers`` workers (share consumer ``client``) over ``data``,
+        each record costing ``cost_s`` (a sleep per Arrow chunk of ``chunk_size`` rows), until
+        every record is processed. Returns (records, wall seconds of run_workers, seconds from
+        the first record processed to the last, extra)."""
         from pyspark_kafka_share.workers import run_workers
 
         stamps = Path(self._dir("stamps"))
@@ -446,7 +457,7 @@ class SparkBench:
                               bootstrap_servers=self.kafka.bootstrap_servers, workers=workers,
                               batch_format="arrow", max_records=data.records,
                               starting_offsets="earliest", idle_timeout_s=60,
-                              on_progress=False)
+                              on_progress=False, client=client)  # type: ignore[arg-type]
         wall = time.monotonic() - start
         processed = summary.totals["processed"]
         if processed != data.records or summary.totals["accepted"] != data.records:
@@ -457,7 +468,8 @@ class SparkBench:
         extra = {"processed_s": stamped["processed_s"],
                  "worker_rows": sorted((int(w.get("processed", 0)) for w in summary.workers),
                                        reverse=True),
-                 "stop_reason": summary.stop_reason}
+                 "stop_reason": summary.stop_reason,
+                 "start_skew_s": stamped.get("start_skew_s")}
         return processed, wall, stamped["processed_s"] or wall, extra
 
     # -- latency ---------------------------------------------------------------------------

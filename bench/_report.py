@@ -60,13 +60,14 @@ def summarize(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         per_record = [_journal_bytes_per_record(r) for r in runs]
         if any(b is not None for b in per_record):
             entry["journal_bytes_per_record"] = _median([b for b in per_record if b is not None])
-        if first["suite"] in ("cost", "workers"):
+        if first["suite"] in ("cost", "workers", "spread"):
             entry["records_per_s_processed"] = _median(
                 [r["records"] / r["extra"]["processed_s"] for r in runs
                  if r["extra"].get("processed_s")])
             ordered = sorted(runs, key=lambda r: r["extra"].get("processed_s") or 0)
             median_run = ordered[len(ordered) // 2]["extra"]
             entry["task_rows"] = median_run.get("task_rows") or median_run.get("worker_rows")
+            entry["start_skew_s"] = median_run.get("start_skew_s")
         if first["suite"] == "latency":
             entry["rate"] = first["params"].get("rate")
             for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms"):
@@ -249,6 +250,7 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
         f"Queue workers (`run_workers`, Arrow chunks) with a per-record cost of "
         f"{sizes.get('workers_ms', 2.0):g} ms, {sizes['cost_records']:,} records per topic",
         with_kafka=False)
+    lines += _spread_section(summary, sizes)
     lat = {k: s for k, s in summary.items() if s["suite"] == "latency"}
     if lat:
         lines += [
@@ -325,6 +327,27 @@ def _scale_out_section(summary: dict[str, dict[str, Any]], suite: str, key: str,
     lines += ["", "Records per task (per Spark task of each micro-batch, or per worker; "
               "median run):", ""] + [f"- {x}" for x in spread] + [""]
     return lines
+
+
+def _spread_section(summary: dict[str, dict[str, Any]], sizes: dict[str, Any]) -> list[str]:
+    """Issue 38: 8 native-client workers on one partition against one, the records per
+    worker (max/mean) and when the last worker got its first records."""
+    one, eight = summary.get("spread-p1-w1"), summary.get("spread-p1-w8")
+    if not (one and eight and one.get("records_per_s_processed")
+            and eight.get("records_per_s_processed")):
+        return []
+    ratio = eight["records_per_s_processed"] / (8 * one["records_per_s_processed"])
+    rows = [r for r in eight.get("task_rows") or [] if r]
+    spread = f"{max(rows) / (sum(rows) / len(rows)):.2f}" if rows else "-"
+    return [f"## Spread: `client=\"native\"` (strict `record_limit` polls), 8 workers on a "
+            f"1-partition topic, {sizes.get('spread_records', 0):,} records at "
+            f"{sizes.get('workers_ms', 2.0):g} ms", "",
+            "| workers=1 records/s | workers=8 records/s | ratio to linear (target >= 0.95x) | "
+            "max/mean records per worker (target <= 1.05) | last worker's first records "
+            "after the first's |", "|---:|---:|---:|---:|---:|",
+            f"| {one['records_per_s_processed']:,.0f} | {eight['records_per_s_processed']:,.0f} "
+            f"| {ratio:.2f}x | {spread} | {eight.get('start_skew_s')} s |", "",
+            f"Records per worker (median run): {rows}.", ""]
 
 
 def _pct(ratio: float | None) -> str:

@@ -53,6 +53,7 @@ class Sizes:
     cost_records: int  # per scale-out topic with the per-record cost
     cost_ms: float  # the per-record cost (a sleep in mapInArrow)
     workers_ms: float  # the per-record cost of the queue workers' suite (on the cost topics)
+    spread_records: int  # the spread suite's 1-partition topic (client="native", workers_ms)
     rounds: int
     latency_rate: int  # records/s of the paced producer
     latency_low_rate: int  # a second, lower rate (default options and the kafka source only)
@@ -63,11 +64,11 @@ class Sizes:
 # Full: about 30 min on 2 cores with make bench's other two scripts (2026-11-26; this script 25.7
 # of them); quick: about 6 min (docs/benchmarks/README.md).
 FULL = Sizes(mode="full", records=2_000_000, partitions=4, scale_records=300_000,
-             cost_records=10_000, cost_ms=1.0, workers_ms=2.0, rounds=3,
+             cost_records=10_000, cost_ms=1.0, workers_ms=2.0, spread_records=40_000, rounds=3,
              latency_rate=3_000, latency_low_rate=1_000, latency_seconds=25.0,
              latency_warmup_s=5.0)
 QUICK = Sizes(mode="quick", records=200_000, partitions=4, scale_records=100_000,
-              cost_records=4_000, cost_ms=1.0, workers_ms=2.0, rounds=1,
+              cost_records=4_000, cost_ms=1.0, workers_ms=2.0, spread_records=16_000, rounds=1,
               latency_rate=2_000, latency_low_rate=1_000, latency_seconds=15.0,
               latency_warmup_s=3.0)
 
@@ -101,6 +102,7 @@ class Bench:
         for p in SCALE_TOPICS:
             specs[f"scale-p{p}"] = (p, s.scale_records)
             specs[f"cost-p{p}"] = (p, s.cost_records)
+        specs["spread-p1"] = (1, s.spread_records)
         return specs
 
     def produce(self, names: set[str]) -> None:
@@ -163,6 +165,13 @@ class Bench:
                     "workers", f"workers-p{p}-w{n}", f"run_workers, {p}-partition topic, "
                     f"{n} workers, {s.workers_ms:g} ms/record", f"cost-p{p}", True,
                     self._workers_runner(f"cost-p{p}", n)))
+        # Issue 38: strict record_limit polls (client="native"), 8 workers on 1 partition,
+        # each with 10 s of work in the full run.
+        for n in (1, 8):
+            cases.append(Case(
+                "spread", f"spread-p1-w{n}", f"run_workers client=native, 1-partition topic, "
+                f"{n} workers, {s.workers_ms:g} ms/record", "spread-p1", True,
+                self._workers_runner("spread-p1", n, client="native")))
         latency = (("share-eo-defaults", "kafka-share exactly-once, default options"),
                    ("share-eo", "kafka-share exactly-once"),
                    ("share-amo", "kafka-share at-most-once"),
@@ -175,15 +184,18 @@ class Bench:
                               True, self._latency_runner(kind, s.latency_low_rate)))
         return cases
 
-    def _workers_runner(self, data: str, workers: int) -> Callable[[int], c.Run]:
+    def _workers_runner(self, data: str, workers: int,
+                        client: str = "librdkafka") -> Callable[[int], c.Run]:
+        suite = "spread" if client == "native" else "workers"
+
         def run(rnd: int) -> c.Run:
             assert self.spark_bench is not None
             d = self.data[data]
             count, wall, processed_s, extra = self.spark_bench.workers(
-                d, workers=workers, cost_s=self.sizes.workers_ms / 1000)
+                d, workers=workers, cost_s=self.sizes.workers_ms / 1000, client=client)
             params = {"workers": workers, "topic_partitions": d.partitions,
-                      "cost_ms_per_record": self.sizes.workers_ms}
-            return c.Run("workers", f"workers-p{d.partitions}-w{workers}", rnd, count,
+                      "cost_ms_per_record": self.sizes.workers_ms, "client": client}
+            return c.Run(suite, f"{suite}-p{d.partitions}-w{workers}", rnd, count,
                          d.record_bytes, wall, processed_s, params, extra)
         return run
 
@@ -292,7 +304,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, help="rounds (each runs every case once)")
     ap.add_argument("--latency-seconds", type=float, help="length of each latency run")
     ap.add_argument("--only", help="comma-separated case names, globs or suites "
-                    "(throughput, scale, cost, workers, latency), e.g. 'share-*,kafka'")
+                    "(throughput, scale, cost, workers, spread, latency), e.g. "
+                    "'share-*,kafka'")
     ap.add_argument("--out", type=Path, help="where to publish results.json, results.md and "
                     "the plots (default docs/benchmarks/; bench/out/ with --only)")
     ap.add_argument("--spark-kafka-version", help="spark-sql-kafka version (default: "
@@ -353,7 +366,7 @@ def run_rounds(bench: Bench, cases: list[Case], *, sizes: Sizes, meta: dict[str,
     """Every round runs every case once, suite by suite, in a rotated order."""
     runs: list[c.Run] = []
     for rnd in range(sizes.rounds):
-        for suite in ("throughput", "scale", "cost", "workers", "latency"):
+        for suite in ("throughput", "scale", "cost", "workers", "spread", "latency"):
             for case in rotated([k for k in cases if k.suite == suite], rnd, sizes.rounds):
                 t0 = time.monotonic()
                 result = case.run(rnd)

@@ -17,7 +17,12 @@ from typing import Any
 
 import pytest
 
-from pyspark_kafka_share._kafka.group import inspect_broker, read_backlog, set_group_configs
+from pyspark_kafka_share._kafka.group import (
+    RENEW_CONFIG,
+    inspect_broker,
+    read_backlog,
+    set_group_configs,
+)
 from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient
 from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
 from pyspark_kafka_share.admin import ShareGroupAdmin
@@ -32,6 +37,8 @@ from pyspark_kafka_share.errors import (
 )
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.harness.security import ADMIN
+from pyspark_kafka_share.workers.config import WorkerConfig
+from pyspark_kafka_share.workers.preflight import allow_renew
 from tests.helpers import fails_within
 
 pytestmark = pytest.mark.broker
@@ -293,6 +300,27 @@ def test_starting_offsets_without_alter_configs_names_the_acl(kafka: LocalKafka,
                                                  option="startingOffsets"),
                        AuthorizationError, "ALTER_CONFIGS")
     assert "'startingOffsets'" in text and f"--group '{group}'" in text
+
+
+def test_native_workers_without_alter_configs_name_the_renew_setting_and_the_acl(
+        kafka: LocalKafka, topic: str, group: str) -> None:
+    # client="native" renews long work's locks: a group with RENEW turned off is turned on
+    # at start, or the start fails naming the setting, the argument and the grant.
+    kafka.grant(ALICE, "TOPIC", topic, "READ")
+    kafka.grant(ALICE, "GROUP", group, "READ")
+    kafka.grant(ALICE, "GROUP", group, "DESCRIBE_CONFIGS")
+    kafka.set_group_config(group, RENEW_CONFIG, "false")
+    config = dict(kafka.client_config(ALICE))
+    workers = WorkerConfig.create(topics=topic, group=group, client="native",
+                                  bootstrap_servers=config.pop("bootstrap.servers"),
+                                  consumer_config=config, broker_timeout_s=10)
+    facts = inspect_broker(workers.client, [topic])
+    assert facts.renew_enabled is False
+    text = _fails_fast(lambda: allow_renew(workers, facts), AuthorizationError, "ALTER_CONFIGS")
+    assert RENEW_CONFIG in text and "'client'" in text and f"--group '{group}'" in text
+    kafka.grant(ALICE, "GROUP", group, "ALTER_CONFIGS")
+    allow_renew(workers, facts)
+    assert inspect_broker(workers.client, [topic]).renew_enabled is True
 
 
 # -- the same at load() and start_workers (Spark) ---------------------------------------------

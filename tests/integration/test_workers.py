@@ -32,6 +32,7 @@ from pyspark_kafka_share.workers import (
     run_workers,
     start_workers,
 )
+from pyspark_kafka_share.workers.config import ShareClient
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
     check_killed_worker,
@@ -139,9 +140,10 @@ def test_an_idle_group_stops_on_the_idle_timeout(
 
 
 @pytest.mark.kafka_subset
+@pytest.mark.parametrize("client", ["librdkafka", "native"])
 def test_max_attempts_then_dead_letter_and_non_retryable_errors(
     kafka: LocalKafka, topic: str, topic_factory: TopicFactory, group: str, spark: SparkSession,
-    tmp_path: Path,
+    tmp_path: Path, client: ShareClient,
 ) -> None:
     dlq = topic_factory(1)
     kafka.produce(topic, [b"flaky", b"broken", b"fine"])
@@ -156,7 +158,8 @@ def test_max_attempts_then_dead_letter_and_non_retryable_errors(
 
     job = start_workers(spark, handle, topics=topic, group=group,
                         bootstrap_servers=kafka.bootstrap_servers, dead_letter_topic=dlq,
-                        max_attempts=3, retry_on=(TimeoutError,), on_progress=False)
+                        max_attempts=3, retry_on=(TimeoutError,), on_progress=False,
+                        client=client)
     summary = stop_when_drained(job, kafka, group)
     calls = [(c["value"], c["dc"]) for c in read_calls(Path(log))]
     assert sorted(calls) == sorted([("flaky", 1), ("flaky", 2), ("flaky", 3), ("broken", 1),
@@ -226,11 +229,12 @@ def test_more_workers_than_partitions_all_get_work(
         {w: n for w, n in per_worker.items()})
 
 
-@pytest.mark.spark_subset
 @pytest.mark.kafka_subset
+@pytest.mark.parametrize("client", [  # the native client does not depend on Spark's line
+    pytest.param("librdkafka", marks=pytest.mark.spark_subset), "native"])
 def test_killed_worker_loses_nothing(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
-    tmp_path: Path,
+    tmp_path: Path, client: ShareClient,
 ) -> None:
     src, out = topic_factory(2), topic_factory(1)
     n = 400
@@ -241,7 +245,7 @@ def test_killed_worker_loses_nothing(
 
     job = start_workers(spark, worker_dies_once(log, killed), topics=src, group=group,
                         bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=20,
-                        output_topic=out, on_progress=False)
+                        output_topic=out, on_progress=False, client=client)
     # The killed worker's records came back, and Spark's retry of it reported (the survivor
     # may drain the group before it starts).
     summary = stop_when_drained(job, kafka, group, retried=[killed])

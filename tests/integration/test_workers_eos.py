@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark_kafka_share.errors import Fenced, OptionError
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.workers import Record, Result, WorkerSummary, run_workers, start_workers
-from pyspark_kafka_share.workers.config import WorkerConfig
+from pyspark_kafka_share.workers.config import ShareClient, WorkerConfig
 from pyspark_kafka_share.workers.exactly_once import (
     MarkerSet,
     Transactions,
@@ -191,11 +191,14 @@ def _worker_0_killed(kafka: LocalKafka, topic_factory: TopicFactory, group: str,
     return summary, (src, out, dlq), log
 
 
-@pytest.mark.parametrize("point", ["kill-after-commit", "kill-before-commit",
-                                   "kill-during-commit"])
+@pytest.mark.parametrize(("point", "client"), [
+    ("kill-after-commit", "librdkafka"), ("kill-before-commit", "librdkafka"),
+    ("kill-during-commit", "librdkafka"),
+    ("kill-after-commit", "native"),  # the other client, on the point with the most to check
+])
 def test_a_worker_killed_around_the_commit_duplicates_nothing(
-    point: str, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
-    spark: SparkSession, tmp_path: Path,
+    point: str, client: ShareClient, kafka: LocalKafka, topic_factory: TopicFactory,
+    group: str, spark: SparkSession, tmp_path: Path,
 ) -> None:
     """The Python worker of worker 0 dies (``os._exit``) at its 3rd transaction: after the
     commit and before the acknowledgement, between the produce and the commit, or while the
@@ -203,7 +206,7 @@ def test_a_worker_killed_around_the_commit_duplicates_nothing(
     transaction per chunk (``transaction_interval_s=0``), so that worker 0 has a 3rd."""
     summary, (src, out, dlq), log = _worker_0_killed(
         kafka, topic_factory, group, spark, tmp_path, f"{point}:part=0:attempt=0:seq=3:ms=3",
-        transaction_interval_s=0)
+        transaction_interval_s=0, client=client)
     aborted = _assert_each_origin_once(kafka, src, out, dlq)
     calls = _calls(log)
     assert set(calls) == {f"v{i}" for i in range(N)}

@@ -16,7 +16,8 @@ from typing import Any
 from pyspark_kafka_share._kafka.connection_parts import MASK, OidcSettings, unsecured_jwt
 from pyspark_kafka_share.errors import OptionError
 
-__all__ = ["JAVA_PROPERTY_OF", "connection_fields", "parse_flag", "translate_java_properties"]
+__all__ = ["CONNECTION_KEYS", "JAVA_PROPERTY_OF", "connection_fields", "parse_flag",
+           "translate_java_properties"]
 
 _SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "sasl.oauthbearer.client.secret",
                           "sasl.jaas.config", "ssl.keystore.password", "ssl.truststore.password",
@@ -34,6 +35,18 @@ _UNSUPPORTED_CLIENT_KEYS = {
                      "and ssl.key.location",
     "ssl.ca.certificate.stores": "export the CA to a PEM file and set ssl.ca.location",
 }
+
+
+CONNECTION_KEYS = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+    "sasl.oauthbearer.config", "sasl.oauthbearer.method", "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret", "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.extensions", "enable.sasl.oauthbearer.unsecure.jwt", "ssl.ca.location",
+    "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+    "ssl.endpoint.identification.algorithm", "enable.ssl.certificate.verification",
+})
+"""The librdkafka settings :func:`connection_fields` reads (``oauth_cb`` aside): what a
+client on the protocol client honours of the user's connection settings."""
 
 
 def _str(settings: Mapping[str, Any], key: str) -> str | None:

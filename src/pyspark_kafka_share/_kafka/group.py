@@ -38,6 +38,7 @@ from pyspark_kafka_share.errors import (
 )
 
 __all__ = [
+    "RENEW_CONFIG",
     "Backlog",
     "BrokerFacts",
     "TopicWatch",
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+RENEW_CONFIG = "share.renew.acknowledge.enable"
+"""The group config that allows RENEW (KIP-1240, Apache Kafka 4.3+; default true)."""
 _LAG_TIMEOUT_CAP_S = 5.0  # a lag read is an optimisation: never wait long for it
 
 
@@ -65,6 +68,9 @@ class BrokerFacts:
     delivery_limit: int
     # The group's share.isolation.level: what the journal's replay consumer reads with.
     isolation_level: str = "read_uncommitted"
+    # The group's share.renew.acknowledge.enable (KIP-1240, 4.3+); None: the broker has no
+    # such config (4.2, which honours RENEW).
+    renew_enabled: bool | None = None
 
 
 _ADMINS: dict[tuple[tuple[str, str], ...], tuple[Any, ClientLog]] = {}
@@ -182,6 +188,7 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
         lock_ms=int(configs["share.record.lock.duration.ms"].value),
         delivery_limit=delivery_limit(admin, md, configs, timeout),
         isolation_level=_config_value(configs, "share.isolation.level", "read_uncommitted"),
+        renew_enabled=_flag_value(configs, RENEW_CONFIG),
     )
 
 
@@ -189,6 +196,12 @@ def _config_value(configs: Mapping[str, Any], name: str, default: str) -> str:
     entry = configs.get(name)
     value = getattr(entry, "value", None)
     return str(value) if value else default
+
+
+def _flag_value(configs: Mapping[str, Any], name: str) -> bool | None:
+    """A boolean group config; None when the broker does not know it."""
+    value = getattr(configs.get(name), "value", None)
+    return None if value is None else str(value).strip().lower() == "true"
 
 
 def _check_share_support(bootstrap: str, versions: Mapping[int, tuple[int, int]]) -> None:
@@ -278,7 +291,7 @@ def set_group_configs(settings: ClientSettings, configs: Mapping[str, str], *,
         if is_denied(exc):
             raise authorization_error(
                 settings, "group", settings.group_id, ("ALTER_CONFIGS",),
-                f"option {option!r}: setting share.auto.offset.reset of share group "
+                f"option {option!r}: setting {', '.join(configs)} of share group "
                 f"{settings.group_id!r}") from None
         shown = ", ".join(f"{k}={v}" for k, v in configs.items())
         raise from_client_error(

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_kafka_share._kafka.clientconf import client_config_error
+from pyspark_kafka_share._kafka.clientconf import client_config_error, shown
 from pyspark_kafka_share._kafka.connection import ConnectionConfig, TokenProvider
+from pyspark_kafka_share._kafka.connection_parse import CONNECTION_KEYS
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig
 from pyspark_kafka_share.errors import OptionError
@@ -57,7 +58,8 @@ _CONSUMER_ONLY = frozenset({
 })
 NATIVE_CONSUMER_KEYS = frozenset({"client.id", "max.poll.records", "fetch.wait.max.ms",
                                   "fetch.min.bytes", "fetch.max.bytes", "check.crcs"})
-"""The consumer settings the native share client honours (besides security, connection)."""
+"""The consumer settings the native share client honours (besides the connection's,
+``connection_parse.CONNECTION_KEYS``)."""
 # Fetch sizes a plain consumer shares with the share consumer (oversized record batches).
 _FETCH_SIZES = frozenset({"receive.message.max.bytes", "fetch.max.bytes",
                           "fetch.message.max.bytes", "max.partition.fetch.bytes"})
@@ -151,15 +153,16 @@ class ClientSettings:
         honour is an :class:`OptionError` here, not a silently plaintext connection). Read
         from the pass-through settings: ``client.id``, ``max.poll.records`` (capped by
         ``max_poll_records``, as for :meth:`consumer`), ``fetch.wait.max.ms``,
-        ``fetch.min.bytes``, ``fetch.max.bytes``, ``check.crcs``; any other consumer setting
-        is refused by name (:data:`NATIVE_CONSUMER_KEYS`), never ignored.
+        ``fetch.min.bytes``, ``fetch.max.bytes``, ``check.crcs`` (:data:`NATIVE_CONSUMER_KEYS`),
+        and the connection settings the protocol client reads (``connection_parse.
+        CONNECTION_KEYS``); any other setting is refused by name, never ignored.
         """
         extra = dict(self.extra)
         for key, value in extra.items():
-            if key not in NATIVE_CONSUMER_KEYS and not key.startswith(_CONNECTION_PREFIXES):
-                raise OptionError(self.names.of(key), value,
+            if key not in NATIVE_CONSUMER_KEYS and key not in CONNECTION_KEYS:
+                raise OptionError(self.names.of(key), shown(key, value),
                                   "the native share client does not honour it; remove it, or "
-                                  "use the librdkafka client")
+                                  "use the librdkafka client (client='librdkafka')")
         connection = self.connection
         if connection is None:
             raise OptionError(self.names.settings, "(security settings)",

@@ -28,7 +28,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark_kafka_share._kafka.access import authorization_error
 from pyspark_kafka_share._kafka.group import admin_client, waiting_partitions
@@ -50,6 +50,7 @@ __all__ = [
     "ACQUIRE_MARGIN_S",
     "SETTLE_COUNTERS",
     "BrokerWatch",
+    "ConsumerSession",
     "Settled",
     "ShareSession",
     "lock_budget_s",
@@ -223,6 +224,26 @@ class Settled:
 
     def confirms(self, m: Any) -> bool:
         return _partition(m) in self.confirmed
+
+
+class ConsumerSession(Protocol):
+    """The seam between a share consumer and the code above it: :class:`ShareSession`
+    (confluent-kafka) and ``_kafka.native.adapter.NativeSession`` (the native client) both
+    fill it, with records read as confluent-kafka ``Message`` objects."""
+
+    def take_errors(self) -> list[Any]:
+        """The client errors reported since the last call (for :class:`BrokerWatch`)."""
+
+    def poll(self, wait_s: float) -> tuple[list[Any], float]:
+        """One poll: its records and the earliest time their locks may have started."""
+
+    def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
+               reject: Sequence[Any] = (), *,
+               partitions: set[TopicPartition] | None = None) -> Settled:
+        """Acknowledge and ``commit_sync``: which partitions the broker confirmed."""
+
+    def close(self) -> None:
+        """Close the consumer, RELEASEing what it holds; errors are not raised."""
 
 
 @dataclass(eq=False)

@@ -89,6 +89,8 @@ _log = logging.getLogger(__name__)
 _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_lettered",
              "outputs", "exhausted", "released_on_stop", "released_lock_deadline",
              "produce_failures", "ack_failures",
+             # client="native" (0 with librdkafka): locks of long work renewed (RENEW)
+             "renewed", "renew_failures",
              # exactly_once_outputs (0 without it): docs/workers.md, "Counters"
              "transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
              "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
@@ -157,6 +159,9 @@ class WorkerSummary:
             f"at lock deadline={t['released_lock_deadline']}; produce failures="
             f"{t['produce_failures']} acknowledgement failures={t['ack_failures']}",
         ]
+        if t["renewed"] or t["renew_failures"]:
+            lines.append(f"  locks renewed while the function ran: {t['renewed']} "
+                         f"(renewals the broker refused: {t['renew_failures']})")
         if t["transactions"] or t["transactions_aborted"]:
             lines.append(
                 f"  exactly-once: transactions={t['transactions']} aborted="
@@ -505,7 +510,10 @@ def run_workers(spark: Any, fn: WorkerFunction,
     """Run ``workers`` share consumers as Spark tasks until a stop condition; the summary.
 
     Arguments (keyword only; defaults and checks in :class:`WorkerConfig`): ``topics``,
-    ``group`` and ``bootstrap_servers`` (required); ``workers`` (1), ``batch_format``,
+    ``group`` and ``bootstrap_servers`` (required); ``workers`` (1), ``client``
+    (``"librdkafka"``, confluent-kafka's share consumer; ``"native"``, the package's own:
+    strict polls of ``chunk_size`` records and RENEW for work longer than the lock),
+    ``batch_format``,
     ``chunk_size`` (100), ``output_topic``, ``dead_letter_topic``, ``max_attempts`` (3),
     ``retry_on`` (``(Exception,)``), ``time_budget_s``, ``idle_timeout_s``, ``max_records``,
     ``starting_offsets``, ``consumer_config``, ``connection`` (a :class:`ConnectionConfig`:

@@ -31,9 +31,13 @@ from pyspark_kafka_share.workers.breaker import DEFAULT_THRESHOLD, DEFAULT_WINDO
 from pyspark_kafka_share.workers.control import Endpoint
 from pyspark_kafka_share.workers.control_kafka import KafkaEndpoint
 
-__all__ = ["BatchFormat", "WorkerConfig", "WorkerOptions", "WorkerSpec"]
+__all__ = ["CLIENTS", "BatchFormat", "ShareClient", "WorkerConfig", "WorkerOptions",
+           "WorkerSpec"]
 
 BatchFormat = Literal["record", "arrow", "pandas"]
+ShareClient = Literal["librdkafka", "native"]
+CLIENTS: tuple[ShareClient, ...] = ("librdkafka", "native")
+"""The share consumers a worker may use (the argument ``client``)."""
 
 # Producer settings the workers fix, and why.
 _PRODUCER_FIXED = {
@@ -56,6 +60,7 @@ class WorkerOptions(_Required, total=False):
     :class:`WorkerConfig` for what each means and its default."""
 
     workers: int
+    client: ShareClient
     batch_format: BatchFormat
     chunk_size: int
     output_topic: str | None
@@ -90,6 +95,11 @@ class WorkerConfig:
     bootstrap_servers: str
     workers: int = 1
     """Spark tasks, each a long-lived share consumer (may exceed the topics' partitions)."""
+    share_client: ShareClient = "librdkafka"
+    """The argument ``client``: the workers' share consumer, confluent-kafka's
+    (``"librdkafka"``) or the package's own (``"native"``: strict ``record_limit`` polls of
+    at most ``chunk_size`` records, RENEW for work longer than the lock;
+    ``workers/consumer.py``)."""
     batch_format: BatchFormat = "record"
     chunk_size: int = 100
     """Records per call of a batch function, and per poll (``max.poll.records``)."""
@@ -138,11 +148,15 @@ class WorkerConfig:
     def create(cls, **options: Any) -> WorkerConfig:
         """Validate the keyword arguments of :func:`run_workers` into a config."""
         connection = options.pop("connection", None)  # its settings join consumer_config's
-        names = {f.name for f in fields(cls)} - {"token_provider"}  # consumer_config's
+        if "client" in options:  # the field's name: ``client`` is the ClientSettings
+            options["share_client"] = options.pop("client")
+        # token_provider: consumer_config's; share_client: the argument client's
+        names = {f.name for f in fields(cls)} - {"token_provider"}
         for key, value in options.items():
             if key not in names:
                 close = difflib.get_close_matches(
-                    key, sorted(n for n in names if not n.startswith("_")), n=1)
+                    key, sorted({"client", *(n for n in names if not n.startswith("_")
+                                             and n != "share_client")}), n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 # Only a plain string is shown (never a secret-like one): a misspelled
                 # consumer_config or producer_config may hold passwords.
@@ -170,6 +184,10 @@ class WorkerConfig:
         _whole(self.workers, "workers")
         _whole(self.chunk_size, "chunk_size")
         _whole(self.max_attempts, "max_attempts")
+        if self.share_client not in CLIENTS:
+            raise OptionError("client", self.share_client,
+                              "use 'librdkafka' (confluent-kafka's share consumer, the "
+                              "default) or 'native' (the package's own: RENEW for long work)")
         if self.batch_format not in ("record", "arrow", "pandas"):
             raise OptionError("batch_format", self.batch_format,
                               "use 'record', 'arrow' or 'pandas'")
@@ -231,6 +249,9 @@ class WorkerConfig:
         producing = self.producer_config or self.output_topic or self.dead_letter_topic or \
             self.exactly_once_outputs
         check_client_config(self.client, dict(self.producer_config) if producing else None)
+        if self.share_client == "native":  # refuses by name what it would not honour
+            self.client.native_consumer(client_id="pyspark-kafka-share-check",
+                                        max_poll_records=self.chunk_size, record_limit=True)
 
     @property
     def client(self) -> ClientSettings:

@@ -7,7 +7,9 @@ Per poll (explicit acknowledgement: every record of a poll is acknowledged befor
 2. Records are handed to the user's function in chunks of ``chunk_size``. Before each chunk the
    worker checks the stop flag and whether the chunk would end past the lock deadline (from the
    measured time per record); if so, the rest of the poll is RELEASEd unprocessed, except
-   records on their last delivery, which RELEASE would archive.
+   records on their last delivery, which RELEASE would archive. With ``client="native"`` the
+   locks are renewed while the function runs (``workers/consumer.py``): only a deadline
+   already too close cuts the poll short.
 3. Each record's outcome is resolved (:mod:`~pyspark_kafka_share.workers.verdict`): ACCEPT
    (optionally with an output record), RELEASE (retry; on the last allowed attempt it becomes
    poison), REJECT (poison). Poison goes to the dead-letter topic first when one is set.
@@ -37,7 +39,7 @@ import pyarrow as pa
 from pyspark_kafka_share._kafka.group import TopicWatch
 from pyspark_kafka_share._kafka.share import (
     BrokerWatch,
-    ShareSession,
+    ConsumerSession,
     lock_budget_s,
     split_last_delivery,
 )
@@ -45,6 +47,7 @@ from pyspark_kafka_share._spark import attempt_identity
 from pyspark_kafka_share.workers import mistakes
 from pyspark_kafka_share.workers.breaker import ChunkJudge
 from pyspark_kafka_share.workers.config import WorkerSpec
+from pyspark_kafka_share.workers.consumer import LockRenewer, open_consumer
 from pyspark_kafka_share.workers.control import WorkerChannel, open_worker_channel
 from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettler
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
@@ -59,11 +62,12 @@ DUPLICATE = "duplicate"  # the state of an attempt that did not run: another hel
 
 class _Worker:
     def __init__(self, spec: WorkerSpec, fn: WorkerFunction, *,
-                 session: ShareSession | None = None, producer: Any = None,
-                 eos: ExactlyOnce | None = None, control: WorkerChannel | None = None) -> None:
-        """``session``/``producer``/``eos``/``control``: injected by tests and
+                 session: ConsumerSession | None = None, producer: Any = None,
+                 eos: ExactlyOnce | None = None, control: WorkerChannel | None = None,
+                 renewer: LockRenewer | None = None) -> None:
+        """``session``/``producer``/``eos``/``control``/``renewer``: injected by tests and
         :func:`run_worker`; built from ``spec`` otherwise (``eos``: a transactional settler's
-        state, which makes the worker exactly-once)."""
+        state, which makes the worker exactly-once; ``renewer``: the native client's)."""
         config = spec.config
         self.spec = spec
         self.config = config
@@ -82,10 +86,9 @@ class _Worker:
         self.poll: Poll | None = None  # the last poll's records not yet acknowledged
         # Exactly-once: started before the share consumer exists (no record acquired meanwhile).
         self.settler = self._settler(producer, eos)
-        self.session = session if session is not None else ShareSession.open(
-            config.client.consumer(client_id=f"kafka-share-worker-{self.index}",
-                                   max_poll_records=config.chunk_size),
-            config.topics, config.broker_timeout_s)
+        # The consumer of the client chosen (workers/consumer.py: the one seam).
+        self.session, self.renewer = (session, renewer) if session is not None \
+            else open_consumer(spec, self.index)
         # Polls of a deleted topic just come back empty: while idle, the metadata is checked
         # (not for an injected session: a test's, with no broker to ask).
         self.watch = TopicWatch(config.client, config.topics, every_s=5.0) \
@@ -213,7 +216,9 @@ class _Worker:
         is held) that would end past the lock deadline; None to go on."""
         if self.should_stop():
             return "released_on_stop"
-        if poll.ends_past(self.per_record_s * len(chunk) + self.settler.settle_s):
+        # Renewed locks (native client) last as long as the function runs.
+        work_s = 0.0 if self.renewer is not None else self.per_record_s * len(chunk)
+        if poll.ends_past(work_s + self.settler.settle_s):
             return "released_lock_deadline"
         return None
 
@@ -224,7 +229,8 @@ class _Worker:
         t0 = time.monotonic()
         final: list[Final] = []
         if chunk:
-            verdicts = call(self.fn, chunk, self.config)
+            with self._renewing(poll):
+                verdicts = call(self.fn, chunk, self.config)
             t1 = time.monotonic()
             per = (t1 - t0) / len(chunk)
             first = self.stats["processed"] == 0
@@ -235,6 +241,11 @@ class _Worker:
                                     for m, v in zip(chunk, verdicts, strict=True)])
         self.settler.settle(final, poll, poll_ends=poll_ends, began=t0)
         self.last_active = time.monotonic()
+
+    def _renewing(self, poll: Poll) -> contextlib.AbstractContextManager[None]:
+        """The poll's locks renewed while the function runs (native client), else nothing."""
+        return self.renewer.covering(poll) if self.renewer is not None \
+            else contextlib.nullcontext()
 
     # ---- a failure of the job stops the worker (workers/mistakes.py, breaker.py) ----------
 

@@ -6,6 +6,7 @@ Python can import the package, and the broker, topics, ACLs and group; then the 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import types
 import uuid
@@ -14,13 +15,19 @@ from collections.abc import Callable
 from typing import Any
 
 from pyspark_kafka_share._kafka.dlq import check_one_dead_letter_topic
-from pyspark_kafka_share._kafka.group import inspect_broker, set_group_configs
+from pyspark_kafka_share._kafka.group import (
+    RENEW_CONFIG,
+    BrokerFacts,
+    inspect_broker,
+    set_group_configs,
+)
 from pyspark_kafka_share._spark import check_spark_python
 from pyspark_kafka_share.errors import OptionError, SetupError, from_client_error
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.eos_access import check_exactly_once_access
 
 __all__ = [
+    "allow_renew",
     "check_environment",
     "check_function",
     "check_python",
@@ -29,6 +36,8 @@ __all__ = [
     "is_connect",
     "master",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 def is_connect(spark: Any) -> bool:
@@ -136,12 +145,27 @@ def check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
                                    if t is not None])
     broker_dlq = check_one_dead_letter_topic(config.client, "dead_letter_topic",
                                              config.dead_letter_topic)
+    if config.share_client == "native":  # first: a refusal leaves the group untouched
+        allow_renew(config, facts)
     if config.starting_offsets is not None:
         set_group_configs(config.client, {"share.auto.offset.reset": config.starting_offsets},
                           option="starting_offsets")
     return WorkerSpec(config=config, lock_ms=facts.lock_ms, delivery_limit=facts.delivery_limit,
                       job_id=uuid.uuid4().hex[:12],
                       broker_dead_letter_topic=broker_dlq.topic if broker_dlq.active else None)
+
+
+def allow_renew(config: WorkerConfig, facts: BrokerFacts) -> None:
+    """The native client renews long work's locks (RENEW): a group of Kafka 4.3+ whose
+    ``share.renew.acknowledge.enable`` is false (KIP-1240; default true) gets it set to true,
+    or the start fails naming the setting and the grant it needs (ALTER_CONFIGS on the
+    group). A 4.2 broker has no such config and honours RENEW."""
+    if facts.renew_enabled is not False:
+        return
+    set_group_configs(config.client, {RENEW_CONFIG: "true"}, option="client")
+    _log.warning("kafka-share workers: set %s=true on share group %r (it was false): "
+                 "client='native' renews the locks of records its function is still working "
+                 "on", RENEW_CONFIG, config.group)
 
 
 def _task_slots(spark: Any) -> int | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyspark_kafka_share._kafka.produce import produce
-from pyspark_kafka_share._kafka.share import SETTLE_COUNTERS, Settled, ShareSession
+from pyspark_kafka_share._kafka.share import SETTLE_COUNTERS, ConsumerSession, Settled
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.outcome import Outcome
@@ -45,9 +45,10 @@ _PRODUCE_FAILURE_LIMIT = 3  # chunks in a row with a failed produce: the worker 
 @dataclass(eq=False)
 class Poll:
     """One poll's records until they are acknowledged, and its lock deadline (monotonic: the
-    records' locks are provably held until then): the one place the deadline lives."""
+    records' locks are provably held until then): the one place the deadline lives (a
+    renewal, ``workers/consumer.py``, moves it)."""
 
-    session: ShareSession
+    session: ConsumerSession
     stats: Counter[str]
     deadline: float
     unacked: list[Any] = field(default_factory=list)

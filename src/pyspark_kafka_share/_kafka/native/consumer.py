@@ -312,16 +312,19 @@ class NativeShareConsumer:
         topic = self._names[part.topic_id]
         batches = decode_batches(part.records or b"", check_crc=self.config.check_crcs)
         self.batch_codecs.update(b.codec for b in batches)
-        by_offset = {rec.offset: rec for b in batches if not b.control for rec in b.records}
+        by_offset = {rec.offset: (rec, b.log_append_time)
+                     for b in batches if not b.control for rec in b.records}
         out = []
         for acquired in part.acquired:
             for offset in range(acquired.first_offset, acquired.last_offset + 1):
-                rec = by_offset.get(offset)
-                if rec is None:
+                found = by_offset.get(offset)
+                if found is None:
                     self._held.gap(tp, offset)
                     continue
+                rec, log_append = found
                 share = ShareRecord(topic, part.partition, offset, rec.timestamp_ms, rec.key,
-                                    rec.value, rec.headers, acquired.delivery_count, deadline)
+                                    rec.value, rec.headers, acquired.delivery_count, deadline,
+                                    log_append)
                 self._held.hold(tp, share)
                 out.append(share)
         return out

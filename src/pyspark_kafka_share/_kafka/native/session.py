@@ -12,6 +12,7 @@ lock expires).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ INT32_MAX = 0x7FFFFFFF
 class ShareRecord:
     """A record acquired by the native consumer. ``deadline``: when its acquisition lock
     ends, on ``time.monotonic()``'s clock (a RENEW moves it); ``delivery_count``: 1 on the
-    first delivery."""
+    first delivery; ``log_append_time``: ``timestamp_ms`` is the broker's LogAppendTime, not
+    the producer's CreateTime."""
 
     topic: str
     partition: int
@@ -42,6 +44,7 @@ class ShareRecord:
     headers: tuple[tuple[str, bytes | None], ...]
     delivery_count: int
     deadline: float
+    log_append_time: bool = False
 
 
 @dataclass
@@ -126,8 +129,7 @@ class Held:
 
 
 def _with_deadline(rec: ShareRecord, deadline: float) -> ShareRecord:
-    return ShareRecord(rec.topic, rec.partition, rec.offset, rec.timestamp_ms, rec.key,
-                       rec.value, rec.headers, rec.delivery_count, deadline)
+    return dataclasses.replace(rec, deadline=deadline)
 
 
 def ranges(acks: Mapping[int, AckType]) -> list[tuple[int, int, list[int]]]:

@@ -1,0 +1,141 @@
+"""The native share consumer behind the seam confluent-kafka's fills (``_kafka/share.py``).
+
+:class:`NativeSession` polls, settles and closes as :class:`~pyspark_kafka_share._kafka.share.
+ShareSession` does (both are a :class:`~pyspark_kafka_share._kafka.share.ConsumerSession`),
+and renews locks (RENEW, :meth:`NativeSession.renew`). Its records are
+:class:`NativeMessage` objects, read like confluent-kafka's ``Message`` (``topic()``,
+``value()``, ``delivery_count()``, ...), so that the code above the seam is one for both
+clients. The consumer is not thread-safe: every call on it here holds one lock, so that a
+renewing thread may settle while the owner's thread runs the user's function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kafka_share._kafka.native.consumer import (
+    NativeConsumerConfig,
+    NativeShareConsumer,
+    ShareRecord,
+)
+from pyspark_kafka_share._kafka.partition import TopicPartition
+from pyspark_kafka_share._kafka.share import Settled
+from pyspark_kafka_share.errors import error_name
+
+__all__ = ["NativeMessage", "NativeSession"]
+
+# confluent-kafka's timestamp types: TIMESTAMP_NOT_AVAILABLE, _CREATE_TIME, _LOG_APPEND_TIME
+_NO_TIME, _CREATE_TIME, _LOG_APPEND_TIME = 0, 1, 2
+
+
+class NativeMessage:
+    """A :class:`ShareRecord` read as a confluent-kafka ``Message``."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: ShareRecord) -> None:
+        self.record = record
+
+    def topic(self) -> str:
+        return self.record.topic
+
+    def partition(self) -> int:
+        return self.record.partition
+
+    def offset(self) -> int:
+        return self.record.offset
+
+    def key(self) -> bytes | None:
+        return self.record.key
+
+    def value(self) -> bytes | None:
+        return self.record.value
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        """As confluent-kafka: None when the record has none."""
+        return list(self.record.headers) or None
+
+    def timestamp(self) -> tuple[int, int]:
+        """``(type, milliseconds)`` as confluent-kafka's: ``(0, -1)`` for none."""
+        r = self.record
+        if r.timestamp_ms < 0:
+            return _NO_TIME, -1
+        return (_LOG_APPEND_TIME if r.log_append_time else _CREATE_TIME), r.timestamp_ms
+
+    def delivery_count(self) -> int:
+        return self.record.delivery_count
+
+    def error(self) -> None:
+        """Never set: the native consumer raises a partition's error from ``poll()``."""
+        return None
+
+    def __repr__(self) -> str:
+        r = self.record
+        return f"NativeMessage({r.topic}-{r.partition}@{r.offset}, delivery {r.delivery_count})"
+
+
+@dataclass(eq=False)
+class NativeSession:
+    """One subscribed :class:`NativeShareConsumer`; see the module docstring."""
+
+    consumer: NativeShareConsumer
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def open(cls, config: NativeConsumerConfig, topics: Sequence[str]) -> NativeSession:
+        """A new consumer subscribed to ``topics`` (it joins in the background)."""
+        return cls(NativeShareConsumer(config, topics))
+
+    def take_errors(self) -> list[Any]:
+        """Always empty: the native consumer raises its errors from ``poll()`` instead."""
+        return []
+
+    def poll(self, wait_s: float) -> tuple[list[NativeMessage], float]:
+        """One poll: its records and when their locks may have started. The native consumer
+        fetches only inside ``poll()``, so that is the poll's start (no margin)."""
+        start = time.monotonic()
+        with self.lock:
+            records = self.consumer.poll(wait_s)
+        return [NativeMessage(r) for r in records], start
+
+    def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
+               reject: Sequence[Any] = (), *,
+               partitions: set[TopicPartition] | None = None) -> Settled:
+        """Acknowledge ``accept``/``release``/``reject`` (:class:`NativeMessage`) and
+        ``commit_sync``; which partitions the broker confirmed."""
+        return self._acknowledge((("ACCEPT", accept), ("RELEASE", release),
+                                  ("REJECT", reject)), partitions)
+
+    def renew(self, msgs: Sequence[Any]) -> Settled:
+        """RENEW the locks of ``msgs`` (they stay held) and ``commit_sync``."""
+        return self._acknowledge((("RENEW", msgs),), None)
+
+    def close(self) -> None:
+        """RELEASE what is held, close the share sessions, leave the group. Errors are
+        ignored (the broker may be gone), as :class:`ShareSession`'s."""
+        with self.lock, contextlib.suppress(Exception):
+            self.consumer.close()
+
+    def _acknowledge(self, kinds: Sequence[tuple[str, Sequence[Any]]],
+                     partitions: set[TopicPartition] | None) -> Settled:
+        msgs = [m for _, ms in kinds for m in ms]
+        if not msgs:
+            return Settled(frozenset(), {})
+        with self.lock:
+            for kind, ms in kinds:
+                for m in ms:
+                    self.consumer.acknowledge(m.record, kind)
+            results = self.consumer.commit_sync()
+        outcomes = {TopicPartition(t, p): code for (t, p), code in results.items()}
+        confirmed = frozenset(tp for tp, code in outcomes.items() if code == 0)
+        failed = {tp: error_name(code) for tp, code in outcomes.items() if code != 0}
+        wanted = partitions if partitions is not None else {
+            TopicPartition(m.topic(), m.partition()) for m in msgs}
+        for tp in wanted - confirmed:
+            failed.setdefault(tp, "no result")
+        return Settled(confirmed, failed)
