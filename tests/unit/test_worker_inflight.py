@@ -17,6 +17,7 @@ import pytest
 from pyspark_kafka_share._kafka.share import ShareSession
 from pyspark_kafka_share.errors import OptionError
 from pyspark_kafka_share.workers import mistakes
+from pyspark_kafka_share.workers.api import WorkerSummary, _totals
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.inflight import Done, InFlight, is_async
 from pyspark_kafka_share.workers.loop import _Worker
@@ -354,3 +355,14 @@ def test_an_interrupt_in_a_thread_releases_every_unacknowledged_record() -> None
                 session=ShareSession(consumer, timeout_s=1.0), producer=FakeProducer()).run()
     assert consumer.acks[2] == "RELEASE" and set(consumer.acks) == {0, 1, 2, 3}
     assert consumer.closed
+
+
+def test_the_summary_says_how_full_the_slots_stayed() -> None:
+    totals = _totals([{"slot_ms": 300, "slot_capacity_ms": 400, "released_in_flight": 2,
+                       "late_discarded": 1}, {"slot_ms": 150, "slot_capacity_ms": 200}])
+    summary = WorkerSummary(elapsed_s=1.0, stop_reason="idle timeout", totals=totals)
+    assert summary.slots_filled == 0.75
+    assert "concurrency: slots filled 75% (mean calls in flight / concurrency" in str(summary)
+    assert "released while running=2 late results discarded=1" in str(summary)
+    plain = WorkerSummary(elapsed_s=1.0, stop_reason="idle timeout", totals=_totals([{}]))
+    assert "concurrency" not in str(plain) and plain.slots_filled == 0.0
