@@ -115,14 +115,15 @@ class InFlight:
 
     def done(self, until: float) -> list[Done]:
         """The completions: waits for the first until ``until`` (monotonic), then takes every
-        one that came meanwhile. A unit's exception that is not the record's (a
-        configuration mistake, ``KeyboardInterrupt``) is raised here."""
+        one that came meanwhile (nothing running: only the late results of units given up,
+        counted and discarded; the loop calls it so while idle). A unit's exception that is not
+        the record's (a configuration mistake, ``KeyboardInterrupt``) is raised here."""
         out: list[Done] = []
-        while self._running:
+        while True:
             timeout = until - time.monotonic()
+            wait = self._running and not out and timeout > 0
             try:
-                token, result, t0, t1 = (self._completions.get(timeout=timeout)
-                                         if not out and timeout > 0
+                token, result, t0, t1 = (self._completions.get(timeout=timeout) if wait
                                          else self._completions.get_nowait())
             except queue.Empty:
                 break

@@ -160,6 +160,8 @@ class _Worker:
                     self.last_active = time.monotonic()  # idle again from the outage's end
                 self.stats["polls"] += 1
                 if not msgs:
+                    if self.inflight is not None:
+                        self.inflight.done(until=0)  # late results of calls given up: counted
                     if self.brokers.down:
                         continue
                     if self.watch is not None:
