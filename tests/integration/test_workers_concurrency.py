@@ -9,6 +9,7 @@ The functions leave evidence of each call (its start and end) in files under ``t
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections import Counter
@@ -155,3 +156,29 @@ def test_a_call_hanging_past_the_lock_is_released_and_its_late_result_discarded(
     assert outputs == Counter({str(i): 1 for i in range(n)})  # no "late", "0" once
     zero = [c["dc"] for c in read_calls(Path(log)) if c["value"] == "0"]
     assert zero[:2] == [1, 2], zero  # released while it hung, then run again
+
+
+def test_the_docs_http_example_enriches_every_order(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+) -> None:
+    """docs/workers.md's async HTTP example: its service and its function, as written, on
+    this session's broker and Spark (its ``__main__`` part starts a broker and Spark of its
+    own)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "workers.md").read_text()
+    section = text.split("### Worked example: enrich records with an HTTP service")[1]
+    example: dict[str, Any] = {"__name__": "workers_docs_example"}  # shipped by value
+    exec(compile(section.split("```python\n")[1].split("```")[0], "docs/workers.md", "exec"),
+         example)
+    example["start_service"]()
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    n = 300
+    kafka.produce(src, [json.dumps({"id": i}).encode() for i in range(n)])
+    job = start_workers(spark, example["enrich"], topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, concurrency=64,
+                        output_topic=out, dead_letter_topic=dlq,
+                        retry_on=(example["ServiceBusy"], OSError), on_progress=False)
+    summary = stop_when_drained(job, kafka, group)
+    enriched = [json.loads(m.value() or b"") for m in read_topic(kafka, out, n)]
+    assert sorted(o["id"] for o in enriched) == list(range(n)), str(summary)
+    assert all(0 <= o["risk"] <= 9 for o in enriched)
+    assert summary.totals["dead_lettered"] == 0

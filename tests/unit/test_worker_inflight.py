@@ -10,6 +10,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -366,3 +367,13 @@ def test_the_summary_says_how_full_the_slots_stayed() -> None:
     assert "released while running=2 late results discarded=1" in str(summary)
     plain = WorkerSummary(elapsed_s=1.0, stop_reason="idle timeout", totals=_totals([{}]))
     assert "concurrency" not in str(plain) and plain.slots_filled == 0.0
+
+
+def test_the_docs_http_example_is_python_that_uses_concurrency() -> None:
+    """docs/workers.md's runnable example compiles and uses the option (it is run as written
+    by tests/integration/test_workers_concurrency.py)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "workers.md").read_text()
+    section = text.split("### Worked example: enrich records with an HTTP service")[1]
+    code = section.split("```python\n")[1].split("```")[0]
+    compile(code, "docs/workers.md", "exec")
+    assert "async def enrich" in code and "concurrency=64" in code
