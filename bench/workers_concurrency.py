@@ -13,6 +13,7 @@ file.
 
     .venv/bin/python bench/workers_concurrency.py [--levels 1,16,64] [--seconds 10]
         [--out docs/benchmarks/workers_concurrency.json]
+        [--plot docs/benchmarks/workers_concurrency.png] [--from-json FILE (plot only)]
 """
 
 from __future__ import annotations
@@ -135,6 +136,33 @@ def _machine_cpu_s() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Each case's rate against its ideal (bars), and the share of the ideal (labels)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = results["cases"]
+    fig, ax = plt.subplots(figsize=(9, 0.55 * len(cases) + 1.6))
+    ys = list(range(len(cases)))
+    ax.barh([y + 0.2 for y in ys], [c["ideal_per_s"] for c in cases], height=0.4,
+            label="ideal", color="lightgray")
+    ax.barh([y - 0.2 for y in ys], [c["records_per_s"] for c in cases], height=0.4,
+            label="measured")
+    for y, c in zip(ys, cases, strict=True):
+        ax.text(c["records_per_s"], y - 0.2, f" {c['of_ideal']:.2f}x", va="center", fontsize=8)
+    ax.set_yticks(ys, [c["case"] for c in cases], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("records/s")
+    ax.set_title(f"{results['workers']} queue workers, a {results['delay_ms']:.0f} ms HTTP "
+                 "call per record")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--levels", default="1,16,64")
@@ -144,7 +172,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", default="64", help="levels also run on threads ('' for none)")
     ap.add_argument("--baseline-chunk", type=int, default=64)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--plot", type=Path, help="a PNG of the results (needs matplotlib)")
+    ap.add_argument("--from-json", type=Path, help="only plot these results")
     args = ap.parse_args(argv)
+    if args.from_json is not None:
+        plot(json.loads(args.from_json.read_text()), args.plot or Path("concurrency.png"))
+        return 0
+    results = measure(args)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every case once, with the service started for the run and stopped after it."""
     per_call = 1000 / args.delay_ms
     service = subprocess.Popen([sys.executable, str(HERE / "_http_service.py"),
                                 "--delay-ms", str(args.delay_ms)], stdout=subprocess.PIPE,
@@ -181,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     results["load_avg_end"] = os.getloadavg()
     print(f"the HTTP service's own CPU: {results['service_cpu_s']} s (the machine's per case: "
           "machine_cpu_s, the service's included)", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    return results
 
 
 if __name__ == "__main__":
