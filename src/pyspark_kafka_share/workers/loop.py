@@ -278,8 +278,8 @@ class _Worker:
     def _refill(self, backlog: _Backlog, poll: Poll, inflight: InFlight) -> None:
         """Start units while a slot is free, unless a stop or the deadline cuts the poll short
         (then only the last deliveries are left to start, as without concurrency)."""
+        self._mark_unacked(backlog, poll, inflight)  # a unit started stays among them
         while backlog.units and inflight.busy < inflight.slots:
-            self._mark_unacked(backlog, poll, inflight)
             reason = None if backlog.cut else self._cut_short(backlog.units[0], poll)
             if reason is not None and self.settler.pending():
                 self.settler.flush(poll)  # the records completed so far first
@@ -297,7 +297,6 @@ class _Worker:
             unit = self.settler.undecided(backlog.units.popleft(), poll)
             if unit:
                 inflight.start(unit)
-        self._mark_unacked(backlog, poll, inflight)
 
     def _take_completions(self, backlog: _Backlog, poll: Poll, inflight: InFlight) -> None:
         """Wait for completions (until the deadline, less the settling's time; with an open
@@ -343,6 +342,8 @@ class _Worker:
 
     def _mark_unacked(self, backlog: _Backlog, poll: Poll, inflight: InFlight,
                       also: Sequence[Any] = ()) -> None:
+        """The poll's unacknowledged records (what a mistake or a crash RELEASEs): held for a
+        transaction, ``also`` (completed, being settled), running, not started."""
         poll.unacked = [*self.settler.pending(), *also, *inflight.records(),
                         *(m for unit in backlog.units for m in unit)]
 
