@@ -275,6 +275,7 @@ bench: $(BENCH_STAMP) jars
 	$(PY) bench/run.py $(if $(filter-out 0 no false,$(QUICK)),--quick) $(BENCH_ARGS)
 	$(PY) bench/journal_slot.py
 	$(PY) bench/workers_eos.py --out docs/benchmarks/workers_eos.json  # exactly-once outputs' cost
+	$(PY) bench/workers_concurrency.py --out docs/benchmarks/workers_concurrency.json --plot docs/benchmarks/workers_concurrency.png  # calls in flight
 	$(MAKE) bench-journal
 
 # The journal's requests in a real run (bench/journal_real.py): a paced stream at each of

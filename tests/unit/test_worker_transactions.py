@@ -209,3 +209,37 @@ def test_transaction_interval_s_takes_seconds(value: float) -> None:
     config = WorkerConfig.create(topics="in", group="g", bootstrap_servers="b:9092",
                                  transaction_interval_s=value)
     assert config.transaction_interval_s == value
+
+
+def test_records_completed_in_flight_join_the_open_transaction() -> None:
+    # Issue 40: with concurrency the completions join the open transaction as they come;
+    # none is acknowledged before the commit of the transaction that holds its output.
+    spec = _spec(concurrency=4, transaction_interval_s=0.05)
+    polls = [[Msg(i) for i in range(12)]]
+    worker, consumer, producer, events = _worker(spec, _echo, polls)
+    summary = worker.run()
+    assert summary["processed"] == 12
+    marked = [_marked(t) for t in _with_markers(producer)]
+    assert sorted(o for m in marked for o in m) == list(range(12))  # each once
+    assert consumer.acks == {i: "REJECT" if i % 5 == 4 else "ACCEPT" for i in range(12)}
+    for offset in range(12):  # acknowledged after the commit of its transaction
+        ack = next(i for i, e in enumerate(events) if e[0] == "ack" and e[2] == str(offset))
+        n = next(k for k, m in enumerate(marked) if offset in m)
+        commits = [i for i, e in enumerate(events) if e == ("commit",)]
+        assert commits[n] < ack
+    outs = sorted(v or b"" for t in producer.committed for k, v in t if k == "out")
+    assert outs == [b"v"] * 10
+
+
+def test_a_crash_in_flight_commits_nothing_of_the_open_transaction() -> None:
+    def fn(r: Record) -> Any:
+        if r.offset == 7:
+            raise KeyboardInterrupt  # the worker dies with records in flight
+        return r.value
+
+    spec = _spec(concurrency=4, chunk_size=1)
+    worker, consumer, producer, _ = _worker(spec, fn, [[Msg(i) for i in range(8)]])
+    with pytest.raises(KeyboardInterrupt):
+        worker.run()
+    assert producer.committed == [] and producer.sent == []
+    assert consumer.acks == dict.fromkeys(range(8), "RELEASE")

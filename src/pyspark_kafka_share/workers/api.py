@@ -94,7 +94,9 @@ _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_
              # exactly_once_outputs (0 without it): docs/workers.md, "Counters"
              "transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
              "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
-             "producers_replaced")
+             "producers_replaced",
+             # concurrency (issue 40; 0 without it): docs/workers.md, "Many calls in flight"
+             "released_in_flight", "late_discarded", "slot_ms", "slot_capacity_ms")
 COUNTERS = _COUNTERS
 """The counters of every worker's report, summed in ``WorkerProgress.totals`` and
 ``WorkerSummary.totals`` (a worker metric each: pyspark_kafka_share.exporter.workers)."""
@@ -171,6 +173,11 @@ class WorkerSummary:
                 f"{t['released_marker_wait']} unchecked last deliveries="
                 f"{t['unchecked_last_deliveries']} producers replaced="
                 f"{t['producers_replaced']}")
+        if t["slot_capacity_ms"]:
+            lines.append(
+                f"  concurrency: slots filled {self.slots_filled:.0%} (mean calls in flight / "
+                f"concurrency while a poll was worked on); released while running="
+                f"{t['released_in_flight']} late results discarded={t['late_discarded']}")
         if self.on_progress_failures:
             lines.append(f"  on_progress raised {self.on_progress_failures} time(s) (the first "
                          "is logged with its traceback)")
@@ -189,6 +196,13 @@ class WorkerSummary:
                          f"released={w.get('released', 0)} rejected={w.get('rejected', 0)} "
                          f"stop={w.get('stop_reason')}")
         return "\n".join(lines)
+
+    @property
+    def slots_filled(self) -> float:
+        """With ``concurrency``: the mean number of calls in flight over ``concurrency``, while
+        the workers had a poll's records to work on (0 without concurrency)."""
+        capacity = self.totals["slot_capacity_ms"]
+        return self.totals["slot_ms"] / capacity if capacity else 0.0
 
     @property
     def failed_attempts(self) -> list[dict[str, Any]]:
@@ -512,9 +526,10 @@ def run_workers(spark: Any, fn: WorkerFunction,
     Arguments (keyword only; defaults and checks in :class:`WorkerConfig`): ``topics``,
     ``group`` and ``bootstrap_servers`` (required); ``workers`` (1), ``client``
     (``"librdkafka"``, confluent-kafka's share consumer; ``"native"``, the package's own:
-    strict polls of ``chunk_size`` records and RENEW for work longer than the lock),
-    ``batch_format``,
-    ``chunk_size`` (100), ``output_topic``, ``dead_letter_topic``, ``max_attempts`` (3),
+    strict polls and RENEW for work longer than the lock), ``batch_format``,
+    ``chunk_size`` (100), ``concurrency`` (1: calls of ``fn`` in flight per worker; an
+    ``async def`` ``fn`` runs on an event loop, a plain one on threads), ``output_topic``,
+    ``dead_letter_topic``, ``max_attempts`` (3),
     ``retry_on`` (``(Exception,)``), ``time_budget_s``, ``idle_timeout_s``, ``max_records``,
     ``starting_offsets``, ``consumer_config``, ``connection`` (a :class:`ConnectionConfig`:
     the security settings, instead of their librdkafka keys in ``consumer_config``),

@@ -18,6 +18,7 @@ from pyspark_kafka_share._kafka.clientconf import shown
 from pyspark_kafka_share._kafka.connection import ConnectionConfig, TokenProvider
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
+    DEFAULT_MAX_POLL_RECORDS,
     WORKER_NAMES,
     ClientSettings,
     check_bootstrap,
@@ -63,6 +64,7 @@ class WorkerOptions(_Required, total=False):
     client: ShareClient
     batch_format: BatchFormat
     chunk_size: int
+    concurrency: int
     output_topic: str | None
     dead_letter_topic: str | None
     max_attempts: int
@@ -102,7 +104,14 @@ class WorkerConfig:
     ``workers/consumer.py``)."""
     batch_format: BatchFormat = "record"
     chunk_size: int = 100
-    """Records per call of a batch function, and per poll (``max.poll.records``)."""
+    """Records per call of a batch function, and per poll (``max.poll.records``; with
+    ``concurrency`` above 1, see :attr:`poll_records`)."""
+    concurrency: int = 1
+    """Calls of the function in flight in one worker (issue 40, ``workers/inflight.py``): an
+    ``async def`` function runs as tasks on one event loop, a plain one on this many threads;
+    each record (``arrow``/``pandas``: each chunk) is settled as it completes and another
+    starts in its place. 1: one call at a time, as before (an ``async def`` function too, on
+    the event loop)."""
     output_topic: str | None = None
     dead_letter_topic: str | None = None
     max_attempts: int = 3
@@ -183,6 +192,7 @@ class WorkerConfig:
     def _check(self) -> None:
         _whole(self.workers, "workers")
         _whole(self.chunk_size, "chunk_size")
+        self._check_concurrency()
         _whole(self.max_attempts, "max_attempts")
         if self.share_client not in CLIENTS:
             raise OptionError("client", self.share_client,
@@ -224,6 +234,36 @@ class WorkerConfig:
         check_breaker(self.circuit_breaker, self.circuit_breaker_window)  # issue 35
         self._check_topics()
         self._check_client_settings()
+
+    def _check_concurrency(self) -> None:
+        """At most a poll's worth: the slots are refilled from the current poll, which holds
+        at most ``DEFAULT_MAX_POLL_RECORDS`` records."""
+        _whole(self.concurrency, "concurrency")
+        if self.batch_format == "record" and self.concurrency > DEFAULT_MAX_POLL_RECORDS:
+            raise OptionError("concurrency", self.concurrency,
+                              f"a poll holds at most {DEFAULT_MAX_POLL_RECORDS} records, the "
+                              "most that can be in flight; lower concurrency (or run more "
+                              "workers)")
+        if self.batch_format != "record" and \
+                self.concurrency * self.chunk_size > DEFAULT_MAX_POLL_RECORDS:
+            raise OptionError(
+                "concurrency", self.concurrency,
+                f"with batch_format={self.batch_format!r} it counts chunks of chunk_size "
+                f"({self.chunk_size}) records, and {self.concurrency} chunks do not fit in one "
+                f"poll (at most {DEFAULT_MAX_POLL_RECORDS} records): lower concurrency or "
+                "chunk_size so that concurrency * chunk_size <= "
+                f"{DEFAULT_MAX_POLL_RECORDS}, or use batch_format='record' for many calls of "
+                "a record each")
+
+    @property
+    def poll_records(self) -> int:
+        """The worker's ``max.poll.records``: ``chunk_size``; with ``concurrency`` above 1 at
+        least 4 units per slot (records, or chunks for a batch function), so that the slots
+        are refilled from the current poll, at most ``DEFAULT_MAX_POLL_RECORDS``."""
+        if self.concurrency == 1:
+            return self.chunk_size
+        unit = 1 if self.batch_format == "record" else self.chunk_size
+        return min(DEFAULT_MAX_POLL_RECORDS, max(self.chunk_size, 4 * self.concurrency * unit))
 
     def _check_topics(self) -> None:
         if self.control_topic is not None and \

@@ -4,8 +4,8 @@ native client the renewal of long work's locks.
 :func:`open_consumer` is the one place the worker loop gets its consumer from: a
 :class:`~pyspark_kafka_share._kafka.share.ShareSession` (confluent-kafka, ``"librdkafka"``)
 or a :class:`~pyspark_kafka_share._kafka.native.adapter.NativeSession` (``"native"``: the
-strict ``record_limit`` acquire mode with ``max.poll.records`` = ``chunk_size``, so a poll is
-at most one chunk), both a :class:`~pyspark_kafka_share._kafka.share.ConsumerSession`.
+strict ``record_limit`` acquire mode with ``max.poll.records`` = ``poll_records``: one chunk,
+or with ``concurrency`` enough to refill its slots), both a :class:`~pyspark_kafka_share._kafka.share.ConsumerSession`.
 
 :class:`LockRenewer` (native only): while the user's function runs, a thread RENEWs the
 locks of every record the worker holds unacknowledged (the chunk, and with exactly-once
@@ -52,12 +52,13 @@ def open_consumer(spec: WorkerSpec, index: int) -> tuple[ConsumerSession, LockRe
     client_id = f"kafka-share-worker-{index}"
     if config.share_client == "native":
         native = NativeSession.open(
-            config.client.native_consumer(client_id=client_id, max_poll_records=config.chunk_size,
+            config.client.native_consumer(client_id=client_id,
+                                          max_poll_records=config.poll_records,
                                           record_limit=True), config.topics)
         budget_s = lock_budget_s(spec.lock_ms, config.lock_safety_fraction)
         return native, LockRenewer(native, budget_s)
     session = ShareSession.open(config.client.consumer(client_id=client_id,
-                                                       max_poll_records=config.chunk_size),
+                                                       max_poll_records=config.poll_records),
                                 config.topics, config.broker_timeout_s)
     return session, None
 

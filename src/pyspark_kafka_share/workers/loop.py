@@ -30,8 +30,9 @@ import contextlib
 import os
 import socket
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -51,6 +52,7 @@ from pyspark_kafka_share.workers.consumer import LockRenewer, open_consumer
 from pyspark_kafka_share.workers.control import WorkerChannel, open_worker_channel
 from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettler
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
+from pyspark_kafka_share.workers.inflight import InFlight, is_async
 from pyspark_kafka_share.workers.outcome import Outcome, WorkerFunction
 from pyspark_kafka_share.workers.settle import DLQ_HEADERS, AtLeastOnceSettler, Poll, Settler
 from pyspark_kafka_share.workers.verdict import Final, call, resolve
@@ -81,9 +83,13 @@ class _Worker:
         self.last_active = self.start  # last record received or chunk finished
         self.stop_reason: str | None = None
         self.per_record_s = 0.0  # moving average of the function's time per record
+        self.budget_s = lock_budget_s(spec.lock_ms, config.lock_safety_fraction)
         # "All brokers down" (a rolling restart) fails the worker only if it lasts.
         self.brokers = BrokerWatch(config.client, config.topics, config.broker_timeout_s)
         self.poll: Poll | None = None  # the last poll's records not yet acknowledged
+        # Many calls in flight (concurrency > 1, or an async def function); None: one at a time.
+        self.inflight = InFlight(fn, config, config.concurrency, self.stats) \
+            if config.concurrency > 1 or is_async(fn) else None
         # Exactly-once: started before the share consumer exists (no record acquired meanwhile).
         self.settler = self._settler(producer, eos)
         # The consumer of the client chosen (workers/consumer.py: the one seam).
@@ -145,7 +151,7 @@ class _Worker:
     # ---- the loop ------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        budget_s = lock_budget_s(self.spec.lock_ms, self.config.lock_safety_fraction)
+        budget_s = self.budget_s
         try:
             while not self.should_stop():
                 self.settler.idle()
@@ -157,6 +163,8 @@ class _Worker:
                     self.last_active = time.monotonic()  # idle again from the outage's end
                 self.stats["polls"] += 1
                 if not msgs:
+                    if self.inflight is not None:
+                        self.inflight.done(until=0)  # late results of calls given up: counted
                     if self.brokers.down:
                         continue
                     if self.watch is not None:
@@ -166,8 +174,12 @@ class _Worker:
                 self.last_active = time.monotonic()
                 self._work_through(self.settler.admit(msgs, self.poll), self.poll)
         except mistakes.JobMistake as exc:  # the job's mistake, not the records'
+            if self.inflight is not None:
+                self.inflight.abandon()  # among the poll's unacknowledged records
             self._stop_on_mistake(mistakes.failure_report("mistake", str(exc), exc.option))
         except BaseException:
+            if self.inflight is not None:
+                self.inflight.abandon()  # among the poll's unacknowledged records
             if self.poll is not None and self.poll.unacked:
                 # Records on their last delivery are archived by the broker either way (RELEASE
                 # now, or the lock expiring); the others come back at once.
@@ -188,6 +200,9 @@ class _Worker:
         With exactly-once outputs the chunks processed within ``transaction_interval_s`` share
         one transaction, settled before a stop or the deadline releases the rest
         (``flush``), and at the end of the poll at the latest."""
+        if self.inflight is not None:
+            self._work_concurrently(msgs, poll, self.inflight)
+            return
         size = self.config.chunk_size
         rest = list(msgs)
         while rest:
@@ -231,21 +246,120 @@ class _Worker:
         if chunk:
             with self._renewing(poll):
                 verdicts = call(self.fn, chunk, self.config)
-            t1 = time.monotonic()
-            per = (t1 - t0) / len(chunk)
-            first = self.stats["processed"] == 0
-            self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
-            self.stats["processed"] += len(chunk)
-            self.stats["function_ms"] += int((t1 - t0) * 1000)
-            final = self._screened([(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
-                                    for m, v in zip(chunk, verdicts, strict=True)])
+            final = self._screened(self._judged(chunk, verdicts, time.monotonic() - t0))
         self.settler.settle(final, poll, poll_ends=poll_ends, began=t0)
         self.last_active = time.monotonic()
 
+
     def _renewing(self, poll: Poll) -> contextlib.AbstractContextManager[None]:
-        """The poll's locks renewed while the function runs (native client), else nothing."""
+        """The poll's locks renewed while the function runs (native client), else nothing.
+        Not with calls in flight (``concurrency``): the worker settles while they run, and
+        the native session is not shared with the renewer's thread then."""
         return self.renewer.covering(poll) if self.renewer is not None \
             else contextlib.nullcontext()
+
+    def _judged(self, chunk: list[Any], verdicts: list[Any], took_s: float) -> list[Final]:
+        """The records of one call (``took_s`` long) with their outcomes resolved; counted."""
+        per = took_s / len(chunk)
+        first = self.stats["processed"] == 0
+        self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
+        self.stats["processed"] += len(chunk)
+        self.stats["function_ms"] += int(took_s * 1000)
+        return [(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
+                for m, v in zip(chunk, verdicts, strict=True)]
+
+    # ---- many calls in flight (concurrency, workers/inflight.py) ---------------------------
+
+    def _work_concurrently(self, msgs: list[Any], poll: Poll, inflight: InFlight) -> None:
+        """Keep up to ``concurrency`` units of ``msgs`` (records, or chunks of a batch
+        function) in flight; settle the completions as they come and start new units in their
+        places. At a stop or the deadline the units not started are RELEASEd (but last
+        deliveries); at the deadline, the units still running too (:meth:`_give_up`)."""
+        size = 1 if self.config.batch_format == "record" else self.config.chunk_size
+        backlog = _Backlog(deque(msgs[i:i + size] for i in range(0, len(msgs), size)))
+        inflight.begin()
+        try:
+            while backlog.units or inflight.busy:
+                self._refill(backlog, poll, inflight)
+                if inflight.busy:
+                    self._take_completions(backlog, poll, inflight)
+        finally:
+            inflight.end()
+        if self.settler.pending():  # every unit was given up: what completed before is held
+            self.settler.flush(poll)
+        poll.unacked = []
+
+    def _refill(self, backlog: _Backlog, poll: Poll, inflight: InFlight) -> None:
+        """Start units while a slot is free, unless a stop or the deadline cuts the poll short
+        (then only the last deliveries are left to start, as without concurrency)."""
+        self._mark_unacked(backlog, poll, inflight)  # a unit started stays among them
+        while backlog.units and inflight.busy < inflight.slots:
+            reason = None if backlog.cut else self._cut_short(backlog.units[0], poll)
+            if reason is not None and self.settler.pending():
+                self.settler.flush(poll)  # the records completed so far first
+                self.last_active = time.monotonic()
+                reason = self._cut_short(backlog.units[0], poll)
+            if reason is not None:
+                backlog.cut = True
+                last, give_back = split_last_delivery(
+                    [m for unit in backlog.units for m in unit], self.spec.delivery_limit)
+                self.stats[reason] += len(give_back)
+                poll.release(give_back)
+                size = len(backlog.units[0])
+                backlog.units = deque(last[i:i + size] for i in range(0, len(last), size))
+                continue
+            unit = self.settler.undecided(backlog.units.popleft(), poll)
+            if unit:
+                inflight.start(unit)
+
+    def _take_completions(self, backlog: _Backlog, poll: Poll, inflight: InFlight) -> None:
+        """Wait for completions (until the deadline, less the settling's time; with an open
+        transaction, until its interval ends) and settle them; past the deadline, give up
+        the units still running."""
+        give_up_at = poll.deadline - self.settler.settle_s
+        now = time.monotonic()
+        wake = give_up_at if now < give_up_at else self._lock_end(poll)
+        if self.settler.pending():
+            wake = min(wake, now + max(self.config.transaction_interval_s, 0.01))
+        done = inflight.done(until=wake)
+        if done:
+            final = [x for d in done for x in self._judged(d.unit, d.verdicts, d.took_s)]
+            self._mark_unacked(backlog, poll, inflight, also=[m for d in done for m in d.unit])
+            self.settler.settle(self._screened(final), poll,
+                                poll_ends=not (backlog.units or inflight.busy),
+                                began=min(d.began for d in done))
+            self.last_active = time.monotonic()
+        elif self.settler.pending():  # the open transaction's interval may have ended
+            self.settler.settle([], poll, poll_ends=False, began=now)
+        if time.monotonic() >= give_up_at:
+            self._give_up(poll, inflight)
+
+    def _give_up(self, poll: Poll, inflight: InFlight) -> None:
+        """RELEASE the units running past the deadline (an async task is cancelled, a
+        thread's late result discarded); records on their last delivery, which a RELEASE
+        would archive, are waited for until their lock ends (as without concurrency)."""
+        lock_end = self._lock_end(poll)
+        limit = self.spec.delivery_limit
+
+        def keep(unit: list[Any]) -> bool:
+            return time.monotonic() < lock_end and \
+                all(m.delivery_count() >= limit for m in unit)
+
+        given_up = inflight.abandon(keep)
+        if given_up:
+            self.stats["released_in_flight"] += len(given_up)
+            poll.release(given_up)
+
+    def _lock_end(self, poll: Poll) -> float:
+        """When the poll's locks end (its deadline is the lock's safety share of that)."""
+        return poll.deadline - self.budget_s + self.spec.lock_ms / 1000
+
+    def _mark_unacked(self, backlog: _Backlog, poll: Poll, inflight: InFlight,
+                      also: Sequence[Any] = ()) -> None:
+        """The poll's unacknowledged records (what a mistake or a crash RELEASEs): held for a
+        transaction, ``also`` (completed, being settled), running, not started."""
+        poll.unacked = [*self.settler.pending(), *also, *inflight.records(),
+                        *(m for unit in backlog.units for m in unit)]
 
     # ---- a failure of the job stops the worker (workers/mistakes.py, breaker.py) ----------
 
@@ -286,6 +400,17 @@ class _Worker:
         # close() RELEASEs records a background fetch acquired after the last poll.
         self.session.close()
         self.settler.close()
+        if self.inflight is not None:
+            self.inflight.close()
+
+
+@dataclass
+class _Backlog:
+    """The units of a poll not started yet; ``cut``: a stop or the deadline cut the poll
+    short (the units left are last deliveries, started anyway)."""
+
+    units: deque[list[Any]]
+    cut: bool = False
 
 
 def run_worker(spec: WorkerSpec, fn: WorkerFunction) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """A record's verdict: what the user's function decided for it, as the settlers act on it.
 
-:func:`call` runs the function on a chunk (per record, or per batch) and turns every result
-into a :class:`Verdict` (:func:`normalise`, then :func:`checked`); a function's exception is the
-record's (REJECT, or RELEASE for ``retry_on``), never a crash of the worker; a result the job's
-configuration cannot honour is the job's mistake, not the record's: :func:`checked` and
-:func:`invalid` raise :class:`~pyspark_kafka_share.workers.mistakes.JobMistake` (issue 35).
+:func:`call` runs the function on a chunk (per record, or per batch; :func:`call_async` awaits
+an ``async def`` one) and turns every result into a :class:`Verdict` (:func:`normalise`, then
+:func:`checked`); a function's exception is the record's (REJECT, or RELEASE for ``retry_on``,
+:func:`raised`), never a crash of the worker; a result the job's configuration cannot honour
+is the job's mistake, not the record's: :func:`checked` and :func:`invalid` raise
+:class:`~pyspark_kafka_share.workers.mistakes.JobMistake` (issue 35).
 :func:`resolve` turns a RELEASE on the record's last allowed attempt into poison.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -24,7 +25,8 @@ from pyspark_kafka_share.workers import mistakes
 from pyspark_kafka_share.workers.config import WorkerConfig
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, UserResult
 
-__all__ = ["Final", "Verdict", "call", "checked", "failed", "invalid", "normalise", "resolve"]
+__all__ = ["Final", "Verdict", "batch_input", "batch_verdicts", "call", "call_async", "checked",
+           "failed", "invalid", "normalise", "raised", "resolve"]
 
 
 @dataclass
@@ -83,31 +85,62 @@ def call(fn: Callable[[Any], Any], chunk: list[Any], config: WorkerConfig) -> li
     return _call_batch(fn, chunk, config)
 
 
+async def call_async(fn: Callable[[Any], Awaitable[Any]], chunk: list[Any],
+                     config: WorkerConfig) -> list[Verdict]:
+    """:func:`call` of an ``async def`` function (awaited; per record, one after the other)."""
+    if config.batch_format == "record":
+        out = []
+        for m in chunk:
+            try:
+                result = await fn(_record(m))
+            except Exception as exc:  # noqa: BLE001 - the user's failure is the record's
+                out.append(raised(exc, config))
+                continue
+            out.append(checked(result, config))
+        return out
+    batch = batch_input(chunk, config)
+    try:
+        results = await fn(batch)
+    except Exception as exc:  # noqa: BLE001 - the user's failure is the records'
+        return [raised(exc, config) for _ in chunk]
+    return batch_verdicts(results, len(chunk), config)
+
+
 def _call_one(fn: Callable[[Any], Any], m: Any, config: WorkerConfig) -> Verdict:
     try:
         result = fn(_record(m))
-    except config.retry_on as exc:
-        return failed(Outcome.RELEASE, exc)
     except Exception as exc:  # noqa: BLE001 - the user's failure is the record's
-        return failed(Outcome.REJECT, exc)
+        return raised(exc, config)
     return checked(result, config)
 
 
 def _call_batch(fn: Callable[[Any], Any], chunk: list[Any],
                 config: WorkerConfig) -> list[Verdict]:
-    table: Any = pa.Table.from_batches([messages_to_batch(chunk, include_headers=True)])
-    if config.batch_format == "pandas":
-        table = table.to_pandas()
+    batch = batch_input(chunk, config)
     try:
-        results = fn(table)
-    except config.retry_on as exc:
-        return [failed(Outcome.RELEASE, exc) for _ in chunk]
+        results = fn(batch)
     except Exception as exc:  # noqa: BLE001 - the user's failure is the records'
-        return [failed(Outcome.REJECT, exc) for _ in chunk]
-    rows = _result_rows(results, len(chunk))
+        return [raised(exc, config) for _ in chunk]
+    return batch_verdicts(results, len(chunk), config)
+
+
+def batch_input(chunk: list[Any], config: WorkerConfig) -> Any:
+    """What a batch function is given for ``chunk``: a ``pyarrow.Table`` or a DataFrame."""
+    table: Any = pa.Table.from_batches([messages_to_batch(chunk, include_headers=True)])
+    return table.to_pandas() if config.batch_format == "pandas" else table
+
+
+def batch_verdicts(results: Any, n: int, config: WorkerConfig) -> list[Verdict]:
+    """A batch function's ``results`` for ``n`` rows as one verdict per row."""
+    rows = _result_rows(results, n)
     if isinstance(rows, Verdict):  # one verdict for all: a copy per record
-        return [dataclasses.replace(rows) for _ in chunk]
+        return [dataclasses.replace(rows) for _ in range(n)]
     return [checked(r, config) for r in rows]
+
+
+def raised(exc: Exception, config: WorkerConfig) -> Verdict:
+    """The verdict of a function that raised ``exc``: RELEASE for ``retry_on``, else REJECT."""
+    return failed(Outcome.RELEASE if isinstance(exc, config.retry_on) else Outcome.REJECT, exc)
 
 
 def _result_rows(results: Any, n: int) -> list[Any] | Verdict:
