@@ -91,7 +91,10 @@ _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_
              # exactly_once_outputs (0 without it): docs/workers.md, "Counters"
              "transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
              "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
-             "producers_replaced")
+             "producers_replaced",
+             # issue 40: retries in place, the rate limit, decoding (docs/workers.md, "Counters")
+             "retries", "retry_wait_ms", "rate_limit_wait_ms", "released_rate_limit",
+             "undecodable")
 
 @dataclass(frozen=True)
 class WorkerProgress:
@@ -162,6 +165,12 @@ class WorkerSummary:
                 f"{t['released_marker_wait']} unchecked last deliveries="
                 f"{t['unchecked_last_deliveries']} producers replaced="
                 f"{t['producers_replaced']}")
+        if t["retries"] or t["released_rate_limit"] or t["rate_limit_wait_ms"] or \
+                t["undecodable"]:
+            lines.append(
+                f"  retries in place={t['retries']} (waited {t['retry_wait_ms']} ms) "
+                f"rate limit waits={t['rate_limit_wait_ms']} ms released by the rate limit="
+                f"{t['released_rate_limit']} undecodable={t['undecodable']}")
         if self.on_progress_failures:
             lines.append(f"  on_progress raised {self.on_progress_failures} time(s) (the first "
                          "is logged with its traceback)")
@@ -493,7 +502,10 @@ def run_workers(spark: Any, fn: WorkerFunction,
     report to), ``control_topic`` (the control channel's Kafka topic: always used over Spark
     Connect, default ``kafka-share-control.<group>``; on a classic session it replaces the
     driver port), ``exactly_once_outputs`` (False), ``transaction_interval_s`` (0.1),
-    ``circuit_breaker`` (0.5), ``circuit_breaker_window`` (100) and ``on_progress``.
+    ``circuit_breaker`` (0.5), ``circuit_breaker_window`` (100), ``retry_backoff`` (None: a
+    :class:`Backoff` waits before retrying in the worker), ``rate_limit`` (None: records/s
+    for the job, split across the workers), ``recoverer`` (None: ``retry_on``'s rule),
+    ``key_deserializer`` / ``value_deserializer`` (None) and ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to

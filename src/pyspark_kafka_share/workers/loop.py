@@ -49,6 +49,7 @@ from pyspark_kafka_share.workers.control import WorkerChannel, open_worker_chann
 from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettler
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.outcome import Outcome, WorkerFunction
+from pyspark_kafka_share.workers.retry import Pace, TokenBucket, worker_rate
 from pyspark_kafka_share.workers.settle import DLQ_HEADERS, AtLeastOnceSettler, Poll, Settler
 from pyspark_kafka_share.workers.verdict import Final, call, resolve
 
@@ -77,6 +78,9 @@ class _Worker:
         self.last_active = self.start  # last record received or chunk finished
         self.stop_reason: str | None = None
         self.per_record_s = 0.0  # moving average of the function's time per record
+        # The job's rate limit, this worker's share of it (issue 40, retry.py).
+        self.limiter = None if config.rate_limit is None else \
+            TokenBucket(worker_rate(config.rate_limit, config.workers))
         # "All brokers down" (a rolling restart) fails the worker only if it lasts.
         self.brokers = BrokerWatch(config.client, config.topics, config.broker_timeout_s)
         self.poll: Poll | None = None  # the last poll's records not yet acknowledged
@@ -224,12 +228,17 @@ class _Worker:
         t0 = time.monotonic()
         final: list[Final] = []
         if chunk:
-            verdicts = call(self.fn, chunk, self.config)
+            pace = Pace(deadline=poll.deadline - self.settler.settle_s,
+                        backoff=self.config.retry_backoff, limiter=self.limiter,
+                        attempts_allowed=self.spec.attempts_allowed)
+            verdicts = call(self.fn, chunk, self.config, pace)
             t1 = time.monotonic()
-            per = (t1 - t0) / len(chunk)
+            # The waits before retries are not the function's time per record.
+            per = max(0.0, t1 - t0 - pace.counts["retry_wait_ms"] / 1000) / len(chunk)
             first = self.stats["processed"] == 0
             self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
-            self.stats["processed"] += len(chunk)
+            self.stats.update(pace.counts)
+            self.stats["processed"] += len(chunk) - pace.counts["released_rate_limit"]
             self.stats["function_ms"] += int((t1 - t0) * 1000)
             final = self._screened([(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
                                     for m, v in zip(chunk, verdicts, strict=True)])
