@@ -36,7 +36,10 @@ _KINDS = {
     "protobuf": ("confluent_kafka.schema_registry.protobuf", "ProtobufDeserializer"),
     "json": ("confluent_kafka.schema_registry.json_schema", "JSONDeserializer"),
 }
-_CACHE: dict[tuple[str, str], Any] = {}  # per process: one registry client per deserializer
+# Per process (each worker's Python process builds its own): registry clients by settings,
+# deserializers by description.
+_CLIENTS: dict[str, Any] = {}
+_BUILT: dict[tuple[str, str], Any] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -64,28 +67,40 @@ class SchemaRegistryDeserializer:
     message_type: Any = None
     conf: Mapping[str, Any] | None = field(default=None, hash=False, repr=False)
 
-    def build(self) -> Any:
-        import importlib
-
+    def registry_client(self) -> Any:
+        """This process's ``SchemaRegistryClient`` of :attr:`registry` (one per settings)."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        key = repr(sorted(dict(self.registry).items()))
+        with _CACHE_LOCK:
+            client = _CLIENTS.get(key)
+            if client is None:
+                client = _CLIENTS[key] = SchemaRegistryClient.new_client(dict(self.registry))
+        return client
+
+    def build(self) -> Any:
+        """The confluent-kafka deserializer this describes (on this process's client)."""
+        import importlib
 
         module, name = _KINDS[self.kind]
         cls = getattr(importlib.import_module(module), name)
-        client = SchemaRegistryClient.new_client(dict(self.registry))
         conf = dict(self.conf or {})
         if self.kind == "protobuf":
-            return cls(self.message_type, conf)
+            return cls(self.message_type, conf,
+                       schema_registry_client=self.registry_client())
         if self.kind == "json":
-            return cls(self.schema_str, schema_registry_client=client, conf=conf)
-        return cls(client, self.schema_str, conf=conf)
+            return cls(self.schema_str, schema_registry_client=self.registry_client(),
+                       conf=conf)
+        return cls(self.registry_client(), self.schema_str, conf=conf)
 
     def __call__(self, data: bytes | None, ctx: Any) -> Any:
         key = (repr(self), repr(sorted(dict(self.registry).items())) +
                repr(sorted(dict(self.conf or {}).items())))
-        with _CACHE_LOCK:
-            built = _CACHE.get(key)
-            if built is None:
-                built = _CACHE[key] = self.build()
+        built = _BUILT.get(key)
+        if built is None:
+            built = self.build()
+            with _CACHE_LOCK:
+                built = _BUILT.setdefault(key, built)
         return built(data, ctx)
 
 
