@@ -231,3 +231,26 @@ def test_the_rate_limit_is_the_workers_share_of_the_job() -> None:
         assert worker.limiter is not None and worker.limiter.rate == 4.0
     finally:
         worker.run()
+
+
+def test_a_deserializer_holding_its_registry_client_is_refused_at_start() -> None:
+    import threading
+
+    from pyspark_kafka_share.workers.preflight import check_callables
+
+    class HoldsAClient:
+        """As AvroDeserializer(SchemaRegistryClient(...)): a client with a lock inside."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __call__(self, data: bytes | None) -> Any:
+            return data
+
+    config = WorkerConfig.create(topics="in", group="g", bootstrap_servers="b:9092",
+                                 value_deserializer=HoldsAClient())
+    with pytest.raises(OptionError, match=r"value_deserializer.*SchemaRegistryDeserializer"):
+        check_callables(config)
+    check_callables(WorkerConfig.create(topics="in", group="g", bootstrap_servers="b:9092",
+                                        value_deserializer=json.loads,
+                                        recoverer=lambda e, r: Outcome.REJECT))

@@ -59,6 +59,7 @@ from pyspark_kafka_share.workers.mistakes import (
 )
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, WorkerFunction
 from pyspark_kafka_share.workers.preflight import (
+    check_callables,
     check_environment,
     check_function,
     check_python,
@@ -442,6 +443,7 @@ def start_workers(spark: Any, fn: WorkerFunction,
     config = WorkerConfig.create(**options)
     check_session(spark)
     check_function(fn, config.retry_on)
+    check_callables(config)  # issue 40: recoverer, deserializers
     require_pandas()
     check_python(spark)
     spec = check_environment(spark, config)

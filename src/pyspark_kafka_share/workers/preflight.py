@@ -21,6 +21,7 @@ from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.eos_access import check_exactly_once_access
 
 __all__ = [
+    "check_callables",
     "check_environment",
     "check_function",
     "check_python",
@@ -106,6 +107,26 @@ def check_function(fn: object, retry_on: tuple[type[BaseException], ...]) -> Non
             "fn", fn, f"cannot be pickled to the executors ({type(exc).__name__}: {exc}); "
             "create clients such as model sessions or HTTP pools inside the function (e.g. "
             "cached in a module-level variable), not in the enclosing scope") from None
+
+
+def check_callables(config: WorkerConfig) -> None:
+    """The job's other functions (``recoverer``, the deserializers) travel to the executors
+    too: each must pickle (a Schema Registry deserializer holding its client does not)."""
+    from pyspark import cloudpickle
+
+    dumps: Callable[[object], bytes] = cloudpickle.dumps  # vendored, without annotations
+    for name in ("recoverer", "key_deserializer", "value_deserializer"):
+        value = getattr(config, name)
+        if value is None:
+            continue
+        try:
+            dumps(value)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure is the same user error
+            hint = (" A Schema Registry deserializer holds a registry client, which cannot: "
+                    "give SchemaRegistryDeserializer(kind, {'url': ...}) instead, built in "
+                    "each worker" if name.endswith("deserializer") else "")
+            raise OptionError(name, type(value).__name__, f"cannot be pickled to the "
+                              f"executors ({type(exc).__name__}: {exc}).{hint}") from None
 
 
 def check_environment(spark: Any, config: WorkerConfig) -> WorkerSpec:
