@@ -179,6 +179,40 @@ def test_json_schema_registered_and_a_record_that_breaks_it() -> None:
     assert not transient(err.value)
 
 
+def _order_class(version: int) -> Any:
+    """A generated-like protobuf class ``acme.Order`` (v2 adds a field), built at run time."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    field_type = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(name="acme/order.proto", package="acme",
+                                               syntax="proto3")
+    message = proto.message_type.add(name="Order")
+    message.field.add(name="id", number=1, type=field_type.TYPE_INT64)
+    if version == 2:
+        message.field.add(name="priority", number=2, type=field_type.TYPE_STRING)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Order"))
+
+
+def test_protobuf_registered_evolved_and_bad_records() -> None:
+    _needs_registry()
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    v1, v2 = _order_class(1), _order_class(2)
+    conf = {"use.deprecated.format": False}
+    d = SchemaRegistryDeserializer("protobuf", {"url": "mock://protobuf"}, message_type=v1,
+                                   conf=conf)
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    old = ProtobufSerializer(v1, d.registry_client(), conf)(v1(id=7), ctx)
+    new = ProtobufSerializer(v2, d.registry_client(), conf)(v2(id=8, priority="high"), ctx)
+    assert decode(Msg(0, value=old), None, d)[1] == v1(id=7)
+    assert decode(Msg(1, value=new), None, d)[1].id == 8  # a v1 reader of a v2 record
+    with pytest.raises(DecodeError, match=r"value_deserializer: SerializationError.*corrupt"):
+        decode(Msg(2, value=new[:6] + b"\xff\xff\xff"), None, d)
+
+
 def test_a_schema_registry_deserializer_pickles_without_its_client() -> None:
     import pickle
 
