@@ -181,7 +181,7 @@ def test_json_schema_registered_and_a_record_that_breaks_it() -> None:
 
 def _order_class(version: int) -> Any:
     """A generated-like protobuf class ``acme.Order`` (v2 adds a field), built at run time."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
     field_type = descriptor_pb2.FieldDescriptorProto
     proto = descriptor_pb2.FileDescriptorProto(name="acme/order.proto", package="acme",
