@@ -203,8 +203,10 @@ def _retry_in_place(fn: Callable[[Any], Any], chunk: list[Any], verdicts: list[V
                 due[i] = failed_at[i] + wait
         if not due:
             return
-        pace.pause(min(due.values()) - now)
-        now = pace.clock()
+        first = min(due.values())
+        pace.pause(first - now)
+        # The earliest is due whatever the clock says (a sleep may end a hair early).
+        now = max(pace.clock(), first)
         ready = [i for i, at in sorted(due.items(), key=lambda kv: kv[1]) if at <= now]
         again = _again(fn, chunk, ready, config, pace, per_record_s=per_record_s)
         if all(new is None for new in again):
