@@ -321,3 +321,19 @@ def test_a_batch_functions_exception_is_recovered_per_row() -> None:
     verdicts = call(fn, [Msg(0), Msg(1)], config)
     assert [v.outcome for v in verdicts] == [Outcome.ACCEPT, Outcome.REJECT]
     assert isinstance(verdicts[1], Verdict) and verdicts[1].error == "OSError: all rows"
+
+
+def test_the_summary_sums_and_prints_the_pacing_counters() -> None:
+    from pyspark_kafka_share.workers.api import WorkerSummary, _totals
+
+    reports: list[dict[str, Any]] = [
+        {"worker": 0, "attempt": 0, "retries": 3, "retry_wait_ms": 700, "undecodable": 1},
+        {"worker": 1, "attempt": 0, "retries": 2, "retry_wait_ms": 300,
+         "rate_limit_wait_ms": 50, "released_rate_limit": 4}]
+    totals = _totals(reports)
+    assert (totals["retries"], totals["retry_wait_ms"], totals["released_rate_limit"]) == \
+        (5, 1000, 4)
+    assert ("retries in place=5 (waited 1000 ms) rate limit waits=50 ms released by the rate "
+            "limit=4 undecodable=1") in str(WorkerSummary(1.0, "idle timeout", totals, reports))
+    # None of them: no line.
+    assert "retries in place" not in str(WorkerSummary(1.0, "idle timeout", _totals([{}])))
