@@ -158,6 +158,12 @@ class ShareGroupAdmin:
                                              connection=self.connection)
         self._probed = False
 
+    @property
+    def settings(self) -> ClientSettings:
+        """How this admin's clients reach the cluster (for the other clients of a command:
+        ``kafka-share dlq replay`` reads and produces with the same security settings)."""
+        return self._settings
+
     @classmethod
     def from_properties_file(cls, bootstrap_servers: str, path: str | os.PathLike[str], *,
                              timeout_s: float = 30.0) -> ShareGroupAdmin:

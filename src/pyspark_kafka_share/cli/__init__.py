@@ -1,7 +1,8 @@
 """The ``kafka-share`` command line: its parser and :func:`main`.
 
 The commands live by responsibility: :mod:`~pyspark_kafka_share.cli.groups` (share-group
-administration), :mod:`~pyspark_kafka_share.cli.exporter` (Prometheus metrics of share
+administration), :mod:`~pyspark_kafka_share.cli.dlq` (the workers' dead letters sent back),
+:mod:`~pyspark_kafka_share.cli.exporter` (Prometheus metrics of share
 groups), :mod:`~pyspark_kafka_share.cli.broker` (a local broker for development);
 :mod:`~pyspark_kafka_share.cli.codes` holds the exit codes and environment variables.
 ``python -m pyspark_kafka_share.cli`` runs :func:`main` too.
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from pyspark_kafka_share import __version__
-from pyspark_kafka_share.cli import broker, codes, exporter, groups
+from pyspark_kafka_share.cli import broker, codes, dlq, exporter, groups
 from pyspark_kafka_share.cli.codes import *  # noqa: F403  (re-exported: codes.__all__)
 from pyspark_kafka_share.cli.codes import EXIT_ERROR, exit_code
 from pyspark_kafka_share.errors import KafkaShareError, OptionError
@@ -24,8 +25,9 @@ __all__ = ["build_parser", "main"]
 __all__ += codes.__all__  # the exit codes and environment variables, listed once in codes
 
 DESCRIPTION = """\
-kafka-share: watch and manage Kafka share groups (queues), serve their metrics to
-Prometheus, and run a local Kafka broker for development. Each command has its own --help."""
+kafka-share: watch and manage Kafka share groups (queues), send the queue workers' dead
+letters back, serve their metrics to Prometheus, and run a local Kafka broker for
+development. Each command has its own --help."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     broker.add_parsers(sub)
     groups.add_parser(sub)
+    dlq.add_parser(sub)
     exporter.add_parser(sub)
     return parser
 

@@ -59,8 +59,8 @@ EXIT_CODES_HELP = f"""\
 exit codes:
   {EXIT_OK}  success: the output is the whole answer
   {EXIT_ERROR}  any other error (broker unreachable, group not empty, unknown topic, ...)
-  {EXIT_USAGE}  bad arguments, or a change (reset, delete, config --set, dlq --topic)
-     without --execute or --dry-run (the plan is printed, nothing is changed); config
+  {EXIT_USAGE}  bad arguments, or a change (reset, delete, config --set, dlq --topic,
+     dlq replay) without --execute or --dry-run (the plan is printed, nothing is changed); config
      --set of a group config this broker's Kafka line does not have
   {EXIT_GROUP_NOT_FOUND}  no group of that name
   {EXIT_NOT_A_SHARE_GROUP}  the group is not a share group (e.g. a classic consumer group)

@@ -35,7 +35,9 @@ from pyspark_kafka_share.errors import (
 if TYPE_CHECKING:
     from pyspark_kafka_share.admin import GroupDescription, PartitionOffset, ShareGroupAdmin
 
-__all__ = ["add_parser", "admin_from_args", "connection_options", "default_bootstrap"]
+__all__ = ["NeedsBroker", "add_execute_or_dry_run", "add_parser", "admin_from_args",
+           "common_options", "connection_options", "default_bootstrap", "not_executed",
+           "time_arg"]
 
 
 def _group_admin(args: argparse.Namespace) -> ShareGroupAdmin:
@@ -91,7 +93,7 @@ def _offset_dicts(offsets: Sequence[PartitionOffset]) -> list[dict[str, Any]]:
              "lag": o.lag} for o in offsets]
 
 
-def _reset_target(text: str) -> str | datetime:
+def time_arg(text: str) -> str | datetime:
     """``earliest``, ``latest`` or an ISO-8601 time (no zone = this machine's local time)."""
     if text in ("earliest", "latest"):
         return text
@@ -289,7 +291,7 @@ def _cmd_groups_lag(args: argparse.Namespace) -> int:
 # -- reset and delete --------------------------------------------------------------------------
 
 
-def _not_executed(args: argparse.Namespace, action: str) -> None:
+def not_executed(args: argparse.Namespace, action: str) -> None:
     """After printing the plan: the error for neither ``--execute`` nor ``--dry-run``."""
     if not args.execute and not args.dry_run:
         raise OptionError("--execute", None, f"nothing was changed: add --execute to {action} "
@@ -337,7 +339,7 @@ def _cmd_groups_reset(args: argparse.Namespace) -> int:
               f"# plan only: share group {args.group!r} was not changed")
     if note and not args.execute:
         _note(note)
-    _not_executed(args, f"reset share group {args.group!r}")
+    not_executed(args, f"reset share group {args.group!r}")
     return EXIT_OK
 
 
@@ -362,7 +364,7 @@ def _cmd_groups_dlq(args: argparse.Namespace) -> int:
                   + ("" if args.copy_record is None else f", copy records {args.copy_record}")
                   + "; nothing was changed")
     if change:
-        _not_executed(args, f"set the dead-letter queue of share group {args.group!r}")
+        not_executed(args, f"set the dead-letter queue of share group {args.group!r}")
     return EXIT_OK
 
 
@@ -401,7 +403,7 @@ def _cmd_groups_config(args: argparse.Namespace) -> int:
         print(f"# share group {args.group!r} configs set" if args.execute else
               "# plan only (the broker accepted it)" if args.dry_run else
               f"# plan only: share group {args.group!r} was not changed")
-    _not_executed(args, f"set the configs of share group {args.group!r}")
+    not_executed(args, f"set the configs of share group {args.group!r}")
     return EXIT_OK
 
 
@@ -438,7 +440,7 @@ def _cmd_groups_delete(args: argparse.Namespace) -> int:
         _print_table(["TOPIC", "PARTITION", "START-OFFSET", "LAG"], _offset_rows(offsets))
     if note and not args.execute:
         _note(note)
-    _not_executed(args, f"delete {what}")
+    not_executed(args, f"delete {what}")
     return EXIT_OK
 
 
@@ -482,13 +484,13 @@ def connection_options() -> argparse.ArgumentParser:
     return common
 
 
-def _common_options() -> argparse.ArgumentParser:
+def common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False, parents=[connection_options()])
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     return common
 
 
-class _NeedsBroker(argparse.ArgumentParser):
+class NeedsBroker(argparse.ArgumentParser):
     """A ``groups`` command: ``--bootstrap-server`` is optional on the command line (it has an
     environment default) but needed, so a missing one is a usage error (exit code 2)."""
 
@@ -518,7 +520,7 @@ def _add_group_or_all(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--all-groups", action="store_true", help="every share group")
 
 
-def _add_execute_or_dry_run(cmd: argparse.ArgumentParser, action: str) -> None:
+def add_execute_or_dry_run(cmd: argparse.ArgumentParser, action: str) -> None:
     mode = cmd.add_mutually_exclusive_group()
     mode.add_argument("--execute", action="store_true", help=f"{action} (one of --execute "
                       "and --dry-run is required: with neither, the plan is printed, nothing "
@@ -529,13 +531,13 @@ def _add_execute_or_dry_run(cmd: argparse.ArgumentParser, action: str) -> None:
 
 def add_parser(sub: Any) -> None:
     """The ``groups`` command and its subcommands, on the top-level subparsers ``sub``."""
-    common = _common_options()
+    common = common_options()
     groups = sub.add_parser("groups", help="list, watch, reset and delete share groups",
                             description="List, watch, reset and delete share groups.",
                             epilog=EXIT_CODES_HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     gsub = groups.add_subparsers(dest="groups_command", required=True,
-                                 parser_class=_NeedsBroker)
+                                 parser_class=NeedsBroker)
     _add_command(gsub, "list", common, "list the share groups", _cmd_groups_list)
     cmd = _add_command(gsub, "describe", common, "state, members, assignments, start offsets "
                        "and lag of a share group", _cmd_groups_describe)
@@ -551,20 +553,20 @@ def add_parser(sub: Any) -> None:
     cmd = _add_command(gsub, "reset", common, "move a share group's start offsets (the group "
                        "must have no members)", _cmd_groups_reset)
     cmd.add_argument("group")
-    cmd.add_argument("--to", required=True, type=_reset_target, metavar="earliest|latest|TIME",
+    cmd.add_argument("--to", required=True, type=time_arg, metavar="earliest|latest|TIME",
                      help="earliest, latest, or an ISO-8601 time (no zone: local time)")
     cmd.add_argument("--topic", action="append", type=_topic_arg, metavar="TOPIC[:P,P...]",
                      help="reset this topic's partitions: all, or the listed ones as in "
                           "orders:0,1 (repeatable; default: every partition the group has "
                           "offsets for)")
-    _add_execute_or_dry_run(cmd, "reset the offsets")
+    add_execute_or_dry_run(cmd, "reset the offsets")
     cmd = _add_command(gsub, "delete", common, "delete a share group, or only its offsets for "
                        "some topics (the group must have no members)", _cmd_groups_delete)
     cmd.add_argument("group")
     cmd.add_argument("--topic", action="append", type=_topic_arg, metavar="TOPIC",
                      help="delete only the group's offsets for this topic, on all of its "
                           "partitions (repeatable)")
-    _add_execute_or_dry_run(cmd, "delete")
+    add_execute_or_dry_run(cmd, "delete")
     cmd = _add_command(gsub, "config", common, "show or set a share group's configs "
                        "(share.*: lock duration, delivery limit, ...); the broker's version "
                        "decides which exist", _cmd_groups_config)
@@ -573,7 +575,7 @@ def add_parser(sub: Any) -> None:
                      help="change this config (repeatable), e.g. "
                           "share.record.lock.duration.ms=60000; without --set the configs "
                           "are shown")
-    _add_execute_or_dry_run(cmd, "apply --set (--dry-run: the broker checks it, nothing is "
+    add_execute_or_dry_run(cmd, "apply --set (--dry-run: the broker checks it, nothing is "
                             "changed)")
     cmd = _add_command(gsub, "dlq", common, "show or set the broker's dead-letter queue of a "
                        "share group (Apache Kafka 4.4+, share.version 2)", _cmd_groups_dlq)
@@ -584,5 +586,5 @@ def add_parser(sub: Any) -> None:
     target.add_argument("--off", action="store_true", help="no dead-letter topic")
     cmd.add_argument("--copy-record", choices=("true", "false"),
                      help="copy the records too, not only the context headers")
-    _add_execute_or_dry_run(cmd, "apply --topic, --off or --copy-record")
+    add_execute_or_dry_run(cmd, "apply --topic, --off or --copy-record")
 

@@ -31,11 +31,13 @@ from pyspark_kafka_share.workers.mistakes import unsettled
 __all__ = ["WORKER_METRICS", "WORKER_METRIC_NAMES", "WorkerMetrics", "serve_worker_metrics"]
 
 _WORKER = ("group", "worker")
-_SECONDS = {"marker_wait_ms": "marker_wait_seconds"}  # counters kept in ms, served in s
+def _in_ms(key: str) -> bool:
+    """A counter the workers keep in milliseconds (``*_ms``), served in seconds."""
+    return key.endswith("_ms")
 
 
 def _counter_name(key: str) -> str:
-    return f"kafka_share_workers_{_SECONDS.get(key, key)}"
+    return f"kafka_share_workers_{key.removesuffix('_ms') + '_seconds' if _in_ms(key) else key}"
 
 
 WORKER_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -54,7 +56,7 @@ WORKER_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "kafka_share_workers_failures": ("counter", ("group", "worker", "type"), "Records the "
                                      "function failed on, by exception type"),
     **{_counter_name(key): ("counter", _WORKER, f"The worker's {key} counter, every attempt's "
-                            "summed (docs/workers.md)" + (" in seconds" if key in _SECONDS
+                            "summed (docs/workers.md)" + (" in seconds" if _in_ms(key)
                                                           else ""))
        for key in COUNTERS},
 }
@@ -144,7 +146,7 @@ def _add_job(fams: Mapping[str, GaugeMetricFamily | CounterMetricFamily], group:
                                                             float(report.get("idle_s") or 0))
         for key, total in totals[worker].items():
             fams[_counter_name(key)].add_metric(
-                labels, total / 1000 if key in _SECONDS else total)
+                labels, total / 1000 if _in_ms(key) else total)
     for (worker, kind), count in sorted(failures.items()):
         fams["kafka_share_workers_failures"].add_metric([group, str(worker), kind], count)
 

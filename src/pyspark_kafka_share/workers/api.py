@@ -59,8 +59,10 @@ from pyspark_kafka_share.workers.mistakes import (
 )
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, WorkerFunction
 from pyspark_kafka_share.workers.preflight import (
+    check_callables,
     check_environment,
     check_function,
+    check_pacing,
     check_python,
     check_session,
     explained,
@@ -96,7 +98,10 @@ _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_
              "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
              "producers_replaced",
              # concurrency (issue 40; 0 without it): docs/workers.md, "Many calls in flight"
-             "released_in_flight", "late_discarded", "slot_ms", "slot_capacity_ms")
+             "released_in_flight", "late_discarded", "slot_ms", "slot_capacity_ms",
+             # issue 40: retries in place, the rate limit, decoding (docs/workers.md, "Counters")
+             "retries", "retry_wait_ms", "rate_limit_wait_ms", "released_rate_limit",
+             "undecodable")
 COUNTERS = _COUNTERS
 """The counters of every worker's report, summed in ``WorkerProgress.totals`` and
 ``WorkerSummary.totals`` (a worker metric each: pyspark_kafka_share.exporter.workers)."""
@@ -178,6 +183,12 @@ class WorkerSummary:
                 f"  concurrency: slots filled {self.slots_filled:.0%} (mean calls in flight / "
                 f"concurrency while a poll was worked on); released while running="
                 f"{t['released_in_flight']} late results discarded={t['late_discarded']}")
+        if t["retries"] or t["released_rate_limit"] or t["rate_limit_wait_ms"] or \
+                t["undecodable"]:
+            lines.append(
+                f"  retries in place={t['retries']} (waited {t['retry_wait_ms']} ms) "
+                f"rate limit waits={t['rate_limit_wait_ms']} ms released by the rate limit="
+                f"{t['released_rate_limit']} undecodable={t['undecodable']}")
         if self.on_progress_failures:
             lines.append(f"  on_progress raised {self.on_progress_failures} time(s) (the first "
                          "is logged with its traceback)")
@@ -474,6 +485,8 @@ def start_workers(spark: Any, fn: WorkerFunction,
     config = WorkerConfig.create(**options)
     check_session(spark)
     check_function(fn, config.retry_on)
+    check_callables(config)  # issue 40: recoverer, deserializers
+    check_pacing(fn, config)
     require_pandas()
     check_python(spark)
     spec = check_environment(spark, config)
@@ -538,7 +551,10 @@ def run_workers(spark: Any, fn: WorkerFunction,
     report to), ``control_topic`` (the control channel's Kafka topic: always used over Spark
     Connect, default ``kafka-share-control.<group>``; on a classic session it replaces the
     driver port), ``exactly_once_outputs`` (False), ``transaction_interval_s`` (0.1),
-    ``circuit_breaker`` (0.5), ``circuit_breaker_window`` (100) and ``on_progress``.
+    ``circuit_breaker`` (0.5), ``circuit_breaker_window`` (100), ``retry_backoff`` (None: a
+    :class:`Backoff` waits before retrying in the worker), ``rate_limit`` (None: records/s
+    for the job, split across the workers), ``recoverer`` (None: ``retry_on``'s rule),
+    ``key_deserializer`` / ``value_deserializer`` (None) and ``on_progress``.
 
     ``fn`` decides each record's outcome. With ``batch_format="record"`` (default) it gets one
     :class:`Record`; with ``"arrow"`` / ``"pandas"`` a ``pyarrow.Table`` / ``DataFrame`` of up to

@@ -31,6 +31,9 @@ from pyspark_kafka_share.errors import OptionError
 from pyspark_kafka_share.workers.breaker import DEFAULT_THRESHOLD, DEFAULT_WINDOW, check_breaker
 from pyspark_kafka_share.workers.control import Endpoint
 from pyspark_kafka_share.workers.control_kafka import KafkaEndpoint
+from pyspark_kafka_share.workers.decode import Deserializer, check_deserializer
+from pyspark_kafka_share.workers.outcome import Recoverer
+from pyspark_kafka_share.workers.retry import Backoff, check_backoff, check_rate_limit
 
 __all__ = ["CLIENTS", "BatchFormat", "ShareClient", "WorkerConfig", "WorkerOptions",
            "WorkerSpec"]
@@ -86,6 +89,11 @@ class WorkerOptions(_Required, total=False):
     on_progress: Callable[[Any], None] | bool | None
     circuit_breaker: float | None
     circuit_breaker_window: int
+    retry_backoff: Backoff | None
+    rate_limit: float | None
+    recoverer: Recoverer | None
+    key_deserializer: Deserializer | None
+    value_deserializer: Deserializer | None
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,20 @@ class WorkerConfig:
     rejected/dead-lettered or failed with the same exception type; None: never."""
     circuit_breaker_window: int = DEFAULT_WINDOW
     # -- end issue 35 --
+    # -- issue 40: retries that wait, a rate limit, a recoverer, decoding (retry.py, decode.py)
+    retry_backoff: Backoff | None = None
+    """Wait before calling the function again on a record that asked for a retry, in the
+    worker while the record's lock allows, then RELEASE; None: RELEASE at once."""
+    rate_limit: float | None = None
+    """Records per second for the whole job (each worker: ``rate_limit / workers``)."""
+    recoverer: Recoverer | None = field(default=None, compare=False)
+    """``(exception, record) -> Outcome | Result``: what the function's exceptions mean;
+    None: ``retry_on``'s rule."""
+    key_deserializer: Deserializer | None = field(default=None, compare=False)
+    value_deserializer: Deserializer | None = field(default=None, compare=False)
+    """Decode the record's key / value for the function (``Record.decoded_key`` /
+    ``decoded_value``); a record that fails to decode is poison."""
+    # -- end issue 40 --
     token_provider: TokenProvider | None = field(default=None, repr=False, compare=False)
     """``consumer_config['oauth_cb']``: the OAUTHBEARER token callback, kept as it is."""
     _fault_injection: str | None = field(default=None, repr=False)
@@ -232,6 +254,7 @@ class WorkerConfig:
             raise OptionError("retry_on", retry_on, "must be a tuple of Exception subclasses, "
                               "e.g. (TimeoutError,), or () to treat every exception as poison")
         check_breaker(self.circuit_breaker, self.circuit_breaker_window)  # issue 35
+        self._check_issue_40()
         self._check_topics()
         self._check_client_settings()
 
@@ -264,6 +287,18 @@ class WorkerConfig:
             return self.chunk_size
         unit = 1 if self.batch_format == "record" else self.chunk_size
         return min(DEFAULT_MAX_POLL_RECORDS, max(self.chunk_size, 4 * self.concurrency * unit))
+
+    def _check_issue_40(self) -> None:
+        check_backoff(self.retry_backoff)
+        check_rate_limit(self.rate_limit)
+        if self.recoverer is not None and not callable(self.recoverer):
+            raise OptionError("recoverer", type(self.recoverer).__name__,
+                              "give a function (exception, record) -> Outcome or Result")
+        if self.recoverer is not None and self.retry_on != (Exception,):
+            raise OptionError("retry_on", self.retry_on, "the recoverer decides which "
+                              "exceptions are retried: give recoverer or retry_on, not both")
+        check_deserializer("key_deserializer", self.key_deserializer, self.batch_format)
+        check_deserializer("value_deserializer", self.value_deserializer, self.batch_format)
 
     def _check_topics(self) -> None:
         if self.control_topic is not None and \

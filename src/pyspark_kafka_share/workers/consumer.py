@@ -5,7 +5,8 @@ native client the renewal of long work's locks.
 :class:`~pyspark_kafka_share._kafka.share.ShareSession` (confluent-kafka, ``"librdkafka"``)
 or a :class:`~pyspark_kafka_share._kafka.native.adapter.NativeSession` (``"native"``: the
 strict ``record_limit`` acquire mode with ``max.poll.records`` = ``poll_records``: one chunk,
-or with ``concurrency`` enough to refill its slots), both a :class:`~pyspark_kafka_share._kafka.share.ConsumerSession`.
+or with ``concurrency`` enough to refill its slots), both a
+:class:`~pyspark_kafka_share._kafka.share.ConsumerSession`.
 
 :class:`LockRenewer` (native only): while the user's function runs, a thread RENEWs the
 locks of every record the worker holds unacknowledged (the chunk, and with exactly-once

@@ -54,6 +54,7 @@ from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettle
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.inflight import InFlight, is_async
 from pyspark_kafka_share.workers.outcome import Outcome, WorkerFunction
+from pyspark_kafka_share.workers.retry import Pace, TokenBucket, worker_rate
 from pyspark_kafka_share.workers.settle import DLQ_HEADERS, AtLeastOnceSettler, Poll, Settler
 from pyspark_kafka_share.workers.verdict import Final, call, resolve
 
@@ -84,6 +85,9 @@ class _Worker:
         self.stop_reason: str | None = None
         self.per_record_s = 0.0  # moving average of the function's time per record
         self.budget_s = lock_budget_s(spec.lock_ms, config.lock_safety_fraction)
+        # The job's rate limit, this worker's share of it (issue 40, retry.py).
+        self.limiter = None if config.rate_limit is None else \
+            TokenBucket(worker_rate(config.rate_limit, config.workers))
         # "All brokers down" (a rolling restart) fails the worker only if it lasts.
         self.brokers = BrokerWatch(config.client, config.topics, config.broker_timeout_s)
         self.poll: Poll | None = None  # the last poll's records not yet acknowledged
@@ -244,9 +248,16 @@ class _Worker:
         t0 = time.monotonic()
         final: list[Final] = []
         if chunk:
+            pace = Pace(deadline=poll.deadline - self.settler.settle_s,
+                        backoff=self.config.retry_backoff, limiter=self.limiter,
+                        attempts_allowed=self.spec.attempts_allowed)
             with self._renewing(poll):
-                verdicts = call(self.fn, chunk, self.config)
-            final = self._screened(self._judged(chunk, verdicts, time.monotonic() - t0))
+                verdicts = call(self.fn, chunk, self.config, pace)
+            self.stats.update(pace.counts)
+            # The waits before retries are not the function's time per record.
+            took_s = max(0.0, time.monotonic() - t0 - pace.counts["retry_wait_ms"] / 1000)
+            final = self._screened(self._judged(
+                chunk, verdicts, took_s, unprocessed=pace.counts["released_rate_limit"]))
         self.settler.settle(final, poll, poll_ends=poll_ends, began=t0)
         self.last_active = time.monotonic()
 
@@ -258,12 +269,14 @@ class _Worker:
         return self.renewer.covering(poll) if self.renewer is not None \
             else contextlib.nullcontext()
 
-    def _judged(self, chunk: list[Any], verdicts: list[Any], took_s: float) -> list[Final]:
-        """The records of one call (``took_s`` long) with their outcomes resolved; counted."""
+    def _judged(self, chunk: list[Any], verdicts: list[Any], took_s: float, *,
+                unprocessed: int = 0) -> list[Final]:
+        """The records of one call (``took_s`` long) with their outcomes resolved; counted
+        (less the ``unprocessed`` the rate limit RELEASEd before the function ran)."""
         per = took_s / len(chunk)
         first = self.stats["processed"] == 0
         self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
-        self.stats["processed"] += len(chunk)
+        self.stats["processed"] += len(chunk) - unprocessed
         self.stats["function_ms"] += int(took_s * 1000)
         return [(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
                 for m, v in zip(chunk, verdicts, strict=True)]

@@ -2,7 +2,8 @@
 the job rather than of a record.
 
 **Configuration mistakes.** An output value without ``output_topic``, a result of a type the
-workers do not know, a batch function returning the wrong number of results: every record
+workers do not know, a batch function returning the wrong number of results, a ``recoverer``
+that raises: every record
 would fail the same way, so none of them is poison. The worker raises :class:`JobMistake` at
 the first one, RELEASEs every record it holds (none is REJECTed or dead-lettered), ends its
 task normally (so Spark does not retry it) with the mistake in its final report
@@ -33,7 +34,7 @@ from pyspark_kafka_share.errors import (
 )
 
 __all__ = ["JobMistake", "failure_of", "failure_report", "job_error", "no_output_topic",
-           "spark_gave_up", "unknown_fate", "unsettled", "wrong_result"]
+           "recoverer_failed", "spark_gave_up", "unknown_fate", "unsettled", "wrong_result"]
 
 
 class JobMistake(Exception):
@@ -54,6 +55,15 @@ def no_output_topic() -> JobMistake:
 def wrong_result(why: str) -> JobMistake:
     """A result of the wrong type, or a batch of results of the wrong length (``why``)."""
     return JobMistake("fn", f"{why} (every record would fail the same way)")
+
+
+def recoverer_failed(bad: Exception, exc: Exception) -> JobMistake:
+    """The job's ``recoverer`` raised ``bad`` deciding on the function's exception ``exc``: a
+    bug of the job, which would decide every failing record the same way."""
+    return JobMistake("recoverer", f"the recoverer raised {type(bad).__name__}: {bad} on the "
+                      f"function's {type(exc).__name__}: {exc}; a recoverer returns an Outcome "
+                      "or a Result for any exception (fix it, or leave recoverer unset for "
+                      "retry_on's rule)"[:2000])
 
 
 def failure_report(kind: str, message: str, option: str | None = None) -> dict[str, Any]:

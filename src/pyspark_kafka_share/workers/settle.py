@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pyspark_kafka_share._kafka import redrive
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share._kafka.share import SETTLE_COUNTERS, ConsumerSession, Settled
 from pyspark_kafka_share.errors import BrokerError
@@ -33,12 +34,9 @@ __all__ = ["DLQ_HEADERS", "AtLeastOnceSettler", "Item", "Out", "Poll", "ProduceF
            "Settler", "dead_letter_items", "output_failed", "output_items", "produce_all",
            "produce_items"]
 
-# Header names written on dead-letter records (and the origin ones on output records).
-DLQ_HEADERS = (
-    "kafka-share.error", "kafka-share.error.type", "kafka-share.attempts",
-    "kafka-share.origin.topic", "kafka-share.origin.partition", "kafka-share.origin.offset",
-    "kafka-share.origin.group",
-)
+# Header names written on dead-letter records (and the origin ones on output records): named
+# once, in the kernel, where the redrive (``kafka-share dlq replay``) reads them back.
+DLQ_HEADERS = redrive.DLQ_HEADERS
 _PRODUCE_FAILURE_LIMIT = 3  # chunks in a row with a failed produce: the worker fails
 
 
@@ -201,16 +199,15 @@ def output_failed(final: list[Final], i: int, err: str, spec: WorkerSpec,
 
 
 def _origin_headers(m: Any, group: str) -> list[tuple[str, bytes | None]]:
-    return [("kafka-share.origin.topic", m.topic().encode()),
-            ("kafka-share.origin.partition", str(m.partition()).encode()),
-            ("kafka-share.origin.offset", str(m.offset()).encode()),
-            ("kafka-share.origin.group", group.encode())]
+    values = (m.topic(), str(m.partition()), str(m.offset()), group)
+    return [(name, value.encode())
+            for name, value in zip(redrive.ORIGIN_HEADERS, values, strict=True)]
 
 
 def _dlq_headers(m: Any, group: str, v: Verdict) -> list[tuple[str, bytes | None]]:
-    return [("kafka-share.error", (v.error or "rejected").encode()),
-            ("kafka-share.error.type", (v.error_type or "Reject").encode()),
-            ("kafka-share.attempts", str(m.delivery_count()).encode()),
+    return [(redrive.ERROR, (v.error or "rejected").encode()),
+            (redrive.ERROR_TYPE, (v.error_type or "Reject").encode()),
+            (redrive.ATTEMPTS, str(m.delivery_count()).encode()),
             *_origin_headers(m, group)]
 
 
