@@ -290,8 +290,8 @@ bench: $(BENCH_STAMP) jars
 # The journal's requests in a real run (bench/journal_real.py): a paced stream at each of
 # JOURNAL_RATES records/s, kafka-share with JOURNAL_TASKS tasks, its journal on the local S3
 # server (and both queries' checkpoints through s3a), beside Spark's kafka source; every
-# request counted from the server's log. About 2 min per case (JOURNAL_SECONDS counted after
-# a 30 s warm-up). The first run fetches hadoop-aws and the AWS SDK bundle (~690 MB) once.
+# request counted from the server's log. About 2.5 min per case (JOURNAL_SECONDS counted after
+# a 60 s warm-up). The first run fetches hadoop-aws and the AWS SDK bundle (~690 MB) once.
 JOURNAL_RATES ?= 1000,10000
 JOURNAL_TASKS ?= 8,32
 JOURNAL_SECONDS ?= 60

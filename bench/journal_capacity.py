@@ -371,8 +371,12 @@ FORMULA_LOADS = [
     ("200 tasks, 1,000,000 rec/s, 5,000 per slot", 200, 1_000_000 / 5_000 / 200),
     ("1,000 tasks x 1 poll/s", 1000, 1.0),
     ("1,000 tasks x 5 polls/s", 1000, 5.0),
-    ("8 tasks, 1,000 rec/s, 100 per slot (the real run's load)", 8, 1_000 / 100 / 8),
-    ("8 tasks, 1,000 rec/s, 1,000 per slot", 8, 1_000 / 1_000 / 8),
+    ("8 tasks, 1,000 rec/s, 100 per slot", 8, 1_000 / 100 / 8),
+    ("8 tasks, 1,000 rec/s, 750 per slot (the real run before issue 36 item 2)", 8,
+     1_000 / 750 / 8),
+    ("8 tasks, 1,000 rec/s, 1,200 per slot (the real run after it)", 8, 1_000 / 1_200 / 8),
+    ("8 tasks, 10,000 rec/s, 2,000 per slot (the real run at 10,000/s)", 8,
+     10_000 / 2_000 / 8),
 ]
 
 
