@@ -50,7 +50,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-u
 
 CONFIG = ChaosConfig.from_env()
 WORKERS_CONFIG = replace(CONFIG, records=int(os.environ.get("CHAOS_WORKER_RECORDS") or 3_000),
-                         faults=int(os.environ.get("CHAOS_WORKER_FAULTS") or 7))
+                         faults=int(os.environ.get("CHAOS_WORKER_FAULTS") or 7),
+                         topic_partitions=2)  # the workers' source topic: leader-move's range
 
 Report = Callable[[str], None]
 
@@ -130,11 +131,12 @@ def test_workers_outputs_exactly_once_under_a_seeded_cluster_fault_schedule(
     schedule = scale_schedule(config, kinds=(WORKER_SIGKILL, *CLUSTER_KINDS))
     fault_report(f"workers chaos-scale seed={config.seed}: {config.records} records, "
                  f"{config.faults} faults every ~{config.interval_s:.0f}s")
-    src, out, dlq = (cluster_topic_factory(n) for n in (2, 1, 1))
+    src, out, dlq = (cluster_topic_factory(n) for n in (config.topic_partitions, 1, 1))
     kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", 8_000)
     kafka_cluster.set_group_config(cluster_group, "share.delivery.count.limit", 10)
     bootstrap = kafka_cluster.bootstrap_servers
-    producer = SteadyProducer(bootstrap, src, 2, config.rate, config.records)
+    producer = SteadyProducer(bootstrap, src, config.topic_partitions, config.rate,
+                              config.records)
     job = start_workers(spark, _work, topics=src, group=cluster_group,
                         bootstrap_servers=bootstrap, workers=2, chunk_size=10,
                         output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
