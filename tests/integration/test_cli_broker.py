@@ -159,8 +159,7 @@ def test_broker_refuses_a_data_dir_it_cannot_use(case: str, tmp_path: Path) -> N
     assert f"option '--data-dir' = '{data}'" in done.stderr
     fix = "plaintext listener" if case == "secured" else "not empty and holds no earlier broker"
     assert fix in done.stderr
-    # No broker was started: no address on stdout (above) says so. The bound only catches a
-    # refusal that hangs short of the 120 s timeout (30 s was tight for a Python start-up on
-    # a loaded machine).
-    assert time.monotonic() - started < 60
+    # At once, not after starting a broker (no address on stdout, above, says none started):
+    # 1.2 s at a load average of 32, so 30 s is no tight bound.
+    assert time.monotonic() - started < 30
     assert [p.name for p in (tmp_path / "photos").iterdir()] == ["holiday.jpg"]
