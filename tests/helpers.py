@@ -372,21 +372,25 @@ def group_lag(kafka: LocalKafka, group: str) -> int | None:
 
 def stop_when_drained(job: WorkerJob, kafka: LocalKafka, group: str, timeout_s: float = 300,
                       *, settled: Callable[[], bool] | None = None,
-                      retried: Iterable[int | str] = ()) -> WorkerSummary:
+                      retried: Iterable[int | str] = (),
+                      lag: Callable[[], int | None] | None = None) -> WorkerSummary:
     """Stop ``job`` once the share group's lag is 0 (every record acknowledged for good:
     accepted, rejected or dead-lettered), with ``settled`` once it holds too and with
     ``retried`` once a later attempt of each of those workers reported (Spark's retry of a
     killed one, which fences its open transaction; see :func:`retried_attempt`); the summary.
+    ``lag`` reads the group's total lag (``None``: unknown); by default :func:`group_lag`,
+    which connects without credentials: a secured listener's test passes a read as its user.
 
     What a test means by "the workers are done". Idle timeouts of a few seconds stood for it and
     ended jobs with records left on a loaded machine (a task's start, a retried task, a lock's
     expiry outlast them). ``timeout_s`` only bounds a failure (a job that never drains): the
     workers are stopped either way and the test fails with the last lag and the summary."""
+    read_lag = lag if lag is not None else (lambda: group_lag(kafka, group))
     drained = False
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if group_lag(kafka, group) == 0 and (settled is None or settled()) \
+            if read_lag() == 0 and (settled is None or settled()) \
                     and all(retried_attempt(job, w) for w in retried):
                 drained = True
                 break
@@ -395,7 +399,7 @@ def stop_when_drained(job: WorkerJob, kafka: LocalKafka, group: str, timeout_s: 
         summary = job.stop("the test is done", grace_s=120)
     assert summary is not None
     assert drained, (f"group {group} not drained within {timeout_s}s (lag "
-                     f"{group_lag(kafka, group)}):\n{summary}")
+                     f"{read_lag()}):\n{summary}")
     return summary
 
 

@@ -33,12 +33,21 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def _ctrl_c(proc: subprocess.Popen[str]) -> str:
-    """Stop the broker as Ctrl-C does; it must exit cleanly within 120 s; its stderr."""
+    """Stop the broker as Ctrl-C does; it must exit cleanly; its stderr. 120 s only bounds a
+    broker that does not stop (it is then terminated, not left running, and the test fails);
+    a check of the elapsed time after ``communicate(timeout=120)`` could never fail."""
     proc.send_signal(signal.SIGINT)
-    started = time.monotonic()
-    _, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        pytest.fail("the broker did not stop within 120 s of Ctrl-C")
     assert proc.returncode == 0, err
-    assert time.monotonic() - started < 120
     return err
 
 
@@ -150,5 +159,7 @@ def test_broker_refuses_a_data_dir_it_cannot_use(case: str, tmp_path: Path) -> N
     assert f"option '--data-dir' = '{data}'" in done.stderr
     fix = "plaintext listener" if case == "secured" else "not empty and holds no earlier broker"
     assert fix in done.stderr
+    # At once, not after starting a broker (no address on stdout, above, says none started):
+    # 1.2 s at a load average of 32, so 30 s is no tight bound.
     assert time.monotonic() - started < 30
     assert [p.name for p in (tmp_path / "photos").iterdir()] == ["holiday.jpg"]

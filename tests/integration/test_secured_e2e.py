@@ -41,14 +41,16 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 
+from pyspark_kafka_share.errors import KafkaShareError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
-from pyspark_kafka_share.workers import Record, Result, run_workers
+from pyspark_kafka_share.workers import Record, Result, run_workers, start_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
 from tests.helpers import (
     DRIVER_LOG_SENTINEL,
     assert_exactly_once,
     driver_log,
     sink_keys,
+    stop_when_drained,
     wait_for,
 )
 
@@ -128,9 +130,34 @@ def _revoke(kafka: LocalKafka, user: str, resource_type: str, name: str, operati
         assert fut.result(timeout=30), f"no ACL {operation} on {resource_type} {name} to revoke"
 
 
-def _settle_acls() -> None:
-    """ACL changes reach the authorizer through the metadata log: asynchronously."""
-    time.sleep(2)
+def _settle_acls(kafka: LocalKafka) -> None:
+    """Wait until the broker's authorizer applied every ACL change made so far.
+
+    ACL changes reach it through the metadata log, asynchronously but in log order: a
+    barrier binding created after them shows in the broker's ACL describe (served from that
+    authorizer) only once every earlier change is applied there too. The barrier (DESCRIBE
+    on a topic of its own, for a user of its own: it grants nothing a test uses) is removed
+    after. 60 s only bounds a broker that never applies it."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    barrier = _name("acl-barrier")
+    kafka.grant(barrier, "TOPIC", barrier, "DESCRIBE")
+    admin = kafka.admin()  # kept alive until its futures are done
+    match = AclBindingFilter(ResourceType.TOPIC, barrier, ResourcePatternType.LITERAL,
+                             f"User:{barrier}", "*", AclOperation.DESCRIBE,
+                             AclPermissionType.ALLOW)
+
+    def shown() -> int:
+        return len(admin.describe_acls(match).result(timeout=30))
+
+    wait_for(shown, lambda n: n == 1, 60, "the ACL barrier in the broker's authorizer")
+    _revoke(kafka, barrier, "TOPIC", barrier, "DESCRIBE")
 
 
 def _kafka_options(kafka: LocalKafka, user: str, listener: str, **extra: str) -> dict[str, str]:
@@ -194,6 +221,20 @@ def _group_lags(kafka: LocalKafka, user: str, listener: str, group: str) -> list
                                  timeout_s=30)
     with client:
         return [p.lag for _, p in iter_partitions(client.describe_share_group_offsets(group))]
+
+
+def _total_lag(kafka: LocalKafka, user: str, listener: str, group: str) -> int | None:
+    """The group's total lag read as :func:`_group_lags` reads it; ``None`` while unknown (no
+    share state yet, a partition's lag not known, the read failed): what
+    ``tests.helpers.stop_when_drained`` takes on a listener where ``group_lag`` (no
+    credentials) reads nothing."""
+    try:
+        lags = _group_lags(kafka, user, listener, group)
+    except (KafkaShareError, OSError):
+        return None
+    if not lags or any(lag is None for lag in lags):
+        return None
+    return sum(lag for lag in lags if lag is not None)
 
 
 def _group_start_offsets(kafka: LocalKafka, user: str, listener: str,
@@ -292,7 +333,7 @@ def test_source_exactly_once_with_lag_and_no_trailing_empty_batch(
             "ssl.certificate.location": str(cert), "ssl.key.location": str(key),
             "ssl.key.password": "alice-key-Pw5"})
         options = {}
-    _settle_acls()
+    _settle_acls(secured)
     expected = _produce(secured, topic, 1000)
     df = _reader(spark, security, topic, group, tmp_path / "journal", **options)
     q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
@@ -309,7 +350,7 @@ def test_a_failed_task_attempt_on_a_secured_listener_is_retried_exactly_once(
     (``fail-before-end``); Spark retries it and the retry replays the journal."""
     topic, group = _topic(secured), _group(secured)
     _grant_source(secured, ALICE, topic, group)
-    _settle_acls()
+    _settle_acls(secured)
     expected = _produce(secured, topic, 1000)
     df = _reader(spark, _kafka_options(secured, ALICE, listener), topic, group,
                  tmp_path / "journal", _faultInjection="fail-before-end:seq=1:part=0:attempt=0")
@@ -325,7 +366,7 @@ def _secured_source(kafka: LocalKafka, listener: str, topic: str) -> tuple[str, 
     (``sasl_ssl`` or ``ssl``: mutual TLS), with the source's ACLs granted and settled."""
     group = _group(kafka)
     _grant_source(kafka, ALICE, topic, group)
-    _settle_acls()
+    _settle_acls(kafka)
     return group, _kafka_options(kafka, ALICE, listener)  # mutual TLS: alice's certificate
 
 
@@ -353,9 +394,15 @@ def test_no_empty_micro_batches_while_the_topic_is_idle(
             return {p.batchId for p in q.recentProgress
                     if p.numInputRows == 0 and "addBatch" in p.durationMs}
 
-        wait_for(rows, lambda n: n >= 1, 90, "the first record read")
-        time.sleep(3)  # let the lag settle at 0
+        # The record read and the source's lag known to be 0 (its last report says so), not a
+        # fixed pause: until then an empty batch asking for the lag is the source's right.
+        wait_for(lambda: (rows(), [r.get("lag") for r in _reports(q)]),
+                 lambda got: got[0] >= 1 and bool(got[1]) and got[1][-1] == 0, 120,
+                 "the first record read and the source's lag at 0")
         idle_from, empty_before = max(p.batchId for p in q.recentProgress), empty_batches()
+        # The test's point is that time passes with nothing to read: the window is a sleep
+        # (on a loaded machine fewer triggers fit in it, which can hide a fault but not fail
+        # a correct source).
         time.sleep(8)
         idle_to, empty_during = max(p.batchId for p in q.recentProgress), \
             empty_batches() - empty_before
@@ -469,11 +516,15 @@ def test_workers_on_a_secured_listener_with_output_and_dead_letter_topics(
         secured.grant(ALICE, "GROUP", group, operation)
     for topic in (out, dlq):
         secured.grant(ALICE, "TOPIC", topic, "WRITE")
-    _settle_acls()
+    _settle_acls(secured)
     secured.produce(src, [f"{kind}-{i}".encode() for i in range(10) for kind in ("ok", "poison")])
-    summary = run_workers(spark, _triage, topics=src, group=group, bootstrap_servers=bootstrap,
-                          workers=2, output_topic=out, dead_letter_topic=dlq, idle_timeout_s=5,
-                          on_progress=False, **how)
+    job = start_workers(spark, _triage, topics=src, group=group, bootstrap_servers=bootstrap,
+                        workers=2, output_topic=out, dead_letter_topic=dlq, on_progress=False,
+                        **how)
+    # Stopped once every record is acknowledged (a 5 s idle timeout could end the job with
+    # records left on a loaded machine), the lag read as alice on this listener.
+    summary = stop_when_drained(job, secured, group,
+                                lag=lambda: _total_lag(secured, ALICE, listener, group))
     t = summary.totals
     assert (t["accepted"], t["rejected"], t["dead_lettered"], t["outputs"]) == \
         (10, 10, 10, 10), str(summary)
@@ -500,7 +551,7 @@ def test_workers_control_topic_with_exactly_the_listed_acls(
         secured.grant(ALICE, "GROUP", group, operation)
     for operation in ("WRITE", "READ"):
         secured.grant(ALICE, "TOPIC", control, operation)
-    _settle_acls()
+    _settle_acls(secured)
     secured.produce(src, [f"ok-{i}".encode() for i in range(10)])
     common: dict[str, Any] = {"topics": src, "group": group, "bootstrap_servers": bootstrap,
                               "consumer_config": kafka_conf, "workers": 2,
@@ -508,11 +559,15 @@ def test_workers_control_topic_with_exactly_the_listed_acls(
     with pytest.raises(AuthorizationError, match=rf"(?s)Create.*topic '{control}'"):
         run_workers(spark, lambda r: None, **common)
     secured.grant(ALICE, "TOPIC", control, "CREATE")
-    _settle_acls()
-    summary = run_workers(spark, lambda r: None, idle_timeout_s=5, **common)
+    _settle_acls(secured)
+    # Stopped by the driver once every record is acknowledged (the lag read as alice), not on
+    # a 5 s idle timeout that could end the job with records left on a loaded machine.
+    summary = stop_when_drained(start_workers(spark, lambda r: None, **common), secured, group,
+                                lag=lambda: _total_lag(secured, ALICE, "sasl_ssl", group))
     assert summary.totals["accepted"] == 10, str(summary)
     # The driver's stop reached every worker through the topic (a worker that could not read
-    # it would have stopped on its own idle timeout).
+    # it would not stop: no idle timeout here; the job would be cancelled after the stop's
+    # grace, its worker shown lost, or it would report "lost the driver").
     assert {w.get("stop_reason") for w in summary.workers} == {"stopped by driver"}, \
         str(summary)
 
@@ -570,7 +625,7 @@ def test_workers_exactly_once_outputs_with_exactly_the_listed_acls(
     kafka_conf = secured.client_config(ALICE, mechanism="SCRAM-SHA-512", listener="sasl_ssl")
     bootstrap = kafka_conf.pop("bootstrap.servers")
     grants = _grant_eos(secured, ALICE, src, (out, dlq), group)
-    _settle_acls()
+    _settle_acls(secured)
     secured.produce(src, [f"{kind}-{i}".encode() for i in range(10) for kind in ("ok", "poison")])
     common: dict[str, Any] = {"topics": src, "group": group, "bootstrap_servers": bootstrap,
                               "consumer_config": kafka_conf, "workers": 2, "output_topic": out,
@@ -589,7 +644,7 @@ def test_workers_exactly_once_outputs_with_exactly_the_listed_acls(
 
     denied(markers, "Create")
     secured.grant(ALICE, "TOPIC", markers, "CREATE")
-    _settle_acls()
+    _settle_acls(secured)
     # Stops once all 20 are processed (a short idle timeout stopped it early on a loaded
     # machine: the first transactional producers wait for the coordinator to load).
     summary = run_workers(spark, _triage, idle_timeout_s=60, max_records=20, **common)
@@ -611,21 +666,21 @@ def test_workers_exactly_once_outputs_with_exactly_the_listed_acls(
         pattern = "PREFIXED" if rtype == "TRANSACTIONAL_ID" else "LITERAL"
         assert (rtype, name, op, pattern) in grants
         _revoke(secured, ALICE, rtype, name, op, pattern=pattern)
-        _settle_acls()
+        _settle_acls(secured)
         denied(name, label)
         secured.grant(ALICE, rtype, name, op, pattern=pattern)
-        _settle_acls()
+        _settle_acls(secured)
     # WRITE on the output topic (with DESCRIBE, so that it is not hidden from the workers).
     secured.grant(ALICE, "TOPIC", out, "DESCRIBE")
     _revoke(secured, ALICE, "TOPIC", out, "WRITE")
-    _settle_acls()
+    _settle_acls(secured)
     denied(out, "Write")
     secured.grant(ALICE, "TOPIC", out, "WRITE")
     _revoke(secured, ALICE, "TOPIC", out, "DESCRIBE")
     # Not needed: CREATE on a marker topic that exists; the transactional ids' DESCRIBE.
     _revoke(secured, ALICE, "TOPIC", markers, "CREATE")
     _revoke(secured, ALICE, "TRANSACTIONAL_ID", prefix, "DESCRIBE", pattern="PREFIXED")
-    _settle_acls()
+    _settle_acls(secured)
     settings = WorkerConfig.create(topics=src, group=group, bootstrap_servers=bootstrap,
                                    consumer_config=kafka_conf)
     assert check_exactly_once_access(settings.client, settings.producer_settings()) == markers
@@ -679,7 +734,7 @@ def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
 ) -> None:
     topic, group = _topic(secured), _group(secured)
     _grant_source(secured, ALICE, topic, group)
-    _settle_acls()
+    _settle_acls(secured)
     security = _kafka_options(secured, ALICE, listener)
     first = _produce(secured, topic, 200)
     df = _reader(spark, security, topic, group, tmp_path / "journal")
@@ -687,7 +742,7 @@ def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), first)
 
     _revoke(secured, ALICE, "TOPIC", topic, "READ")
-    _settle_acls()
+    _settle_acls(secured)
     second = _produce(secured, topic, 200, start=200)
     text, took = _run_expecting_failure(spark, security, topic, group, tmp_path)
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), first)  # nothing committed
@@ -697,7 +752,7 @@ def test_missing_topic_read_is_an_authorization_error_then_the_query_resumes(
 
     # the resume is checked whatever the message said; the message's problems fail the test
     secured.grant(ALICE, "TOPIC", topic, "READ")
-    _settle_acls()
+    _settle_acls(secured)
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), first | second)
@@ -712,7 +767,7 @@ def test_a_topic_without_any_acl_is_not_reported_missing(
     topic, group = _topic(secured), _group(secured)
     _grant_source(secured, ALICE, topic, group, topic_read=False)
     _revoke(secured, ALICE, "TOPIC", topic, "DESCRIBE")
-    _settle_acls()
+    _settle_acls(secured)
     security = _kafka_options(secured, ALICE, "sasl_ssl")
     expected = _produce(secured, topic, 100)
     text, _ = _run_expecting_failure(spark, security, topic, group, tmp_path)
@@ -720,7 +775,7 @@ def test_a_topic_without_any_acl_is_not_reported_missing(
     problems = _authorization_problems(text, topic, "DESCRIBE")
 
     _grant_source(secured, ALICE, topic, group)
-    _settle_acls()
+    _settle_acls(secured)
     df = _reader(spark, security, topic, group, tmp_path / "journal")
     _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
@@ -740,7 +795,7 @@ def test_no_secret_in_any_log_line(
     caplog.set_level(logging.DEBUG, logger="pyspark_kafka_share")
     topic, group = _topic(secured), _group(secured)
     _grant_source(secured, CAROL, topic, group)
-    _settle_acls()
+    _settle_acls(secured)
     cert, key = secured.secured.client_cert(CAROL, key_password=KEY_PW)
     mtls = _kafka_options(secured, CAROL, "ssl", **{
         "ssl.certificate.location": str(cert), "ssl.key.location": str(key),
