@@ -133,11 +133,12 @@ def classify(method: str, target: str) -> tuple[str, str] | None:
     return (kind, _group(key)) if kind else None
 
 
-class RequestLog:
-    """The requests LocalS3 logged since the last :meth:`take`."""
+class LogTail:
+    """The request lines a server log gained since the last :meth:`lines` (the S3 server's
+    access log: LocalS3's; the real run's in journal_real.py too)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, *, settle: bool = True) -> None:
+        self.path, self.settle = path, settle
         self.offset = path.stat().st_size
 
     def _settled_size(self) -> int:
@@ -145,17 +146,27 @@ class RequestLog:
         size = -1
         while (now := self.path.stat().st_size) != size:
             size = now
+            if not self.settle:
+                break
             time.sleep(0.15)
         return size
 
-    def take(self) -> Tally:
+    def lines(self) -> Iterator[re.Match[str]]:
+        """The request lines (``_LINE``: method, path, status) logged since the last call."""
         end = self._settled_size()
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             text = f.read(end - self.offset).decode(errors="replace")
         self.offset = end
+        return _LINE.finditer(text)
+
+
+class RequestLog(LogTail):
+    """The requests LocalS3 logged since the last :meth:`take`."""
+
+    def take(self) -> Tally:
         tally = Tally()
-        for m in _LINE.finditer(text):
+        for m in self.lines():
             found = classify(m.group(1), m.group(2))
             if found is None:
                 continue

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _jars
 from _contenders import LATENCY_PRODUCER_CONFIG, VALUE_BYTES, BenchError
 from _machine import describe
-from journal_capacity import _LINE, S3_PRICE_READ, S3_PRICE_WRITE
+from journal_capacity import S3_PRICE_READ, S3_PRICE_WRITE, LogTail
 
 from pyspark_kafka_share.harness import LocalKafka, LocalS3, local_spark
 
@@ -102,21 +102,16 @@ def _group(key: str, journal_root: str) -> str:
     return f"journal/{parts[0]}"
 
 
-class ServerLog:
-    """The requests the S3 server logged since the last :meth:`take`."""
+class ServerLog(LogTail):
+    """The requests the S3 server logged since the last :meth:`take` (read as it stands: the
+    real run counts a window, not a settled step)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = path.stat().st_size
+        super().__init__(path, settle=False)
 
     def take(self, journal_root: str) -> Counted:
-        end = self.path.stat().st_size
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            text = f.read(end - self.offset).decode(errors="replace")
-        self.offset = end
         counted = Counted()
-        for m in _LINE.finditer(text):
+        for m in self.lines():
             found = _kind(m.group(1), m.group(2))
             if found is None:
                 continue

@@ -8,12 +8,13 @@ exactly once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,21 @@ from tests.helpers import (
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 N = 200  # records over 2 partitions
+
+
+@contextlib.contextmanager
+def _producing(job: WorkerJob, producer: SteadyProducer) -> Iterator[None]:
+    """``producer`` running for the block; a failure stops ``job`` (then raises), and the
+    producer is finished and joined either way."""
+    producer.start()
+    try:
+        yield
+    except BaseException:
+        job.stop("the test failed", grace_s=60)
+        raise
+    finally:
+        producer.finish()
+        producer.join(300)
 
 
 def _poison(value: bytes) -> bool:
@@ -128,18 +144,11 @@ def test_workers_exactly_once_outputs_through_latency_resets_and_a_slow_drip_on_
                         bootstrap_servers=kafka_cluster.bootstrap_servers, workers=2,
                         chunk_size=5, output_topic=out, dead_letter_topic=dlq,
                         exactly_once_outputs=True, on_progress=False, broker_timeout_s=60)
-    producer.start()
-    try:
+    with _producing(job, producer):
         wait_for(lambda: _processed(job), lambda n: n >= 40, 180, "the workers processing")
         node = kafka_cluster.leader(src, 0)
         hits = run_network_faults(toxiproxy, kafka_cluster.proxy_name(node),
                                   lambda: _processed(job))
-    except BaseException:
-        job.stop("the test failed", grace_s=60)
-        raise
-    finally:
-        producer.finish()
-        producer.join(300)
     summary = stop_when_drained(job, cluster_broker, cluster_group, 300)
     stats = _stats(summary, "transactions", "transactions_aborted", "ack_failures",
                    "marker_conflicts")
@@ -274,9 +283,8 @@ def test_workers_outputs_through_leader_moves_with_every_commit_delayed(
                         exactly_once_outputs=True, on_progress=False, broker_timeout_s=60,
                         transaction_interval_s=0,
                         **worker_faults("sleep-before-commit:ms=1000"))
-    producer.start()
     moves = []
-    try:
+    with _producing(job, producer):
         wait_for(lambda: _processed(job), lambda n: n >= 20, 180, "the workers processing")
         for i in range(4):
             leader, at = kafka_cluster.leader(src, i % 2), _processed(job)
@@ -285,12 +293,6 @@ def test_workers_outputs_through_leader_moves_with_every_commit_delayed(
                          f"leader is node {kafka_cluster.leader(src, i % 2)} now")
             wait_for(lambda: _processed(job), more_than(at), 180,
                      "the workers processing after the move")
-    except BaseException:
-        job.stop("the test failed", grace_s=60)
-        raise
-    finally:
-        producer.finish()
-        producer.join(300)
     summary = stop_when_drained(job, cluster_broker, cluster_group, 300)
     stats = _stats(summary, "transactions", "transactions_aborted", "marker_conflicts")
     keys = {(src, p, o) for p, o in producer.delivered.values()}
