@@ -113,14 +113,21 @@ def _group(key: str) -> str:
     return f"{parts[0]}/" if len(parts) > 1 else parts[0]
 
 
+def request_key(target: str, bucket: str) -> tuple[str, dict[str, list[str]]] | None:
+    """(key, query) of one logged request target to ``bucket``; None for another bucket."""
+    url = urlsplit(target)
+    found, _, key = unquote(url.path).lstrip("/").partition("/")
+    if found != bucket:
+        return None
+    return key, parse_qs(url.query, keep_blank_values=True)
+
+
 def classify(method: str, target: str) -> tuple[str, str] | None:
     """(kind, key group) of one request of the journal's bucket; None for anything else."""
-    url = urlsplit(target)
-    path = unquote(url.path).lstrip("/")
-    bucket, _, key = path.partition("/")
-    if bucket != BUCKET:
+    parsed = request_key(target, BUCKET)
+    if parsed is None:
         return None
-    query = parse_qs(url.query, keep_blank_values=True)
+    key, query = parsed
     if method == "GET" and "list-type" in query:
         return "list", _group(query.get("prefix", [""])[0])
     if method == "POST" and "delete" in query:

@@ -38,14 +38,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _jars
 from _contenders import LATENCY_PRODUCER_CONFIG, VALUE_BYTES, BenchError
 from _machine import describe
-from journal_capacity import S3_PRICE_READ, S3_PRICE_WRITE, LogTail
+from journal_capacity import S3_PRICE_READ, S3_PRICE_WRITE, LogTail, request_key
 
 from pyspark_kafka_share.harness import LocalKafka, LocalS3, local_spark
 
@@ -72,12 +71,10 @@ class Counted:
 
 def _kind(method: str, target: str) -> tuple[str, str] | None:
     """(kind, key) of one request to :data:`BUCKET`; None for anything else."""
-    url = urlsplit(target)
-    path = unquote(url.path).lstrip("/")
-    bucket, _, key = path.partition("/")
-    if bucket != BUCKET:
+    parsed = request_key(target, BUCKET)
+    if parsed is None:
         return None
-    query = parse_qs(url.query, keep_blank_values=True)
+    key, query = parsed
     if method == "GET" and ("list-type" in query or not key):
         return "list", query.get("prefix", [""])[0]
     if method == "POST":
