@@ -277,6 +277,7 @@ class _Worker:
         first = self.stats["processed"] == 0
         self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
         self.stats["processed"] += len(chunk) - unprocessed
+        self.stats["undecodable"] += sum(1 for v in verdicts if v.undecodable)
         self.stats["function_ms"] += int(took_s * 1000)
         return [(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
                 for m, v in zip(chunk, verdicts, strict=True)]

@@ -133,7 +133,7 @@ class Pace:
     be decided (``deadline``, monotonic: the poll's safety deadline less the settling's
     time; None: no bound), the retry policy, the job's rate limit and the counters of what
     the pacing did (merged into the worker's: ``retries``, ``retry_wait_ms``,
-    ``rate_limit_wait_ms``, ``released_rate_limit``, ``undecodable``)."""
+    ``rate_limit_wait_ms``, ``released_rate_limit``)."""
 
     deadline: float | None = None
     backoff: Backoff | None = None

@@ -50,6 +50,8 @@ class Verdict:
     """Calls of the function on the record in this delivery."""
     unprocessed: bool = False
     """RELEASEd by the rate limit before the function ran."""
+    undecodable: bool = False
+    """Poison because its deserializer failed (counted by the worker as ``undecodable``)."""
 
 
 Final = tuple[Any, Outcome, Verdict]
@@ -143,13 +145,11 @@ def call(fn: Callable[[Any], Any], chunk: list[Any], config: WorkerConfig,
 
 def _attempt(fn: Callable[[Any], Any], m: Any, config: WorkerConfig, pace: Pace) -> Verdict:
     """One call of a per-record function: decoded, within the rate limit, recovered."""
-    try:
-        decoded = decode(m, config.key_deserializer, config.value_deserializer)
-    except DecodeError as exc:
-        return _undecodable(exc, pace)
+    record = _decoded(m, config)
+    if isinstance(record, Verdict):
+        return record
     if not pace.tokens(1, last_delivery=m.delivery_count() >= pace.attempts_allowed):
         return Verdict(Outcome.RELEASE, unprocessed=True)
-    record = _record(m, decoded)
     try:
         result = fn(record)
     except Exception as exc:  # noqa: BLE001 - the user's failure is the record's
@@ -157,14 +157,17 @@ def _attempt(fn: Callable[[Any], Any], m: Any, config: WorkerConfig, pace: Pace)
     return checked(result, config)
 
 
-def _undecodable(exc: DecodeError, pace: Pace) -> Verdict:
-    """A record its deserializer failed on: poison with the decoder's error, or a retry when
-    the registry rather than the record failed (:func:`transient`)."""
-    if transient(exc):
-        return Verdict(Outcome.RELEASE, error=str(exc)[:2000],
-                       error_type=type(exc.cause).__qualname__, retry=True)
-    pace.counts["undecodable"] += 1
-    return Verdict(Outcome.REJECT, error=str(exc)[:2000], error_type=type(exc.cause).__qualname__)
+def _decoded(m: Any, config: WorkerConfig) -> Record | Verdict:
+    """``m`` as the function's :class:`Record`, its key and value decoded; or, when its
+    deserializer failed, its verdict: poison with the decoder's error, or a retry when the
+    registry rather than the record failed (:func:`transient`)."""
+    try:
+        return _record(m, decode(m, config.key_deserializer, config.value_deserializer))
+    except DecodeError as exc:
+        error, error_type = str(exc)[:2000], type(exc.cause).__qualname__
+        if transient(exc):
+            return Verdict(Outcome.RELEASE, error=error, error_type=error_type, retry=True)
+        return Verdict(Outcome.REJECT, error=error, error_type=error_type, undecodable=True)
 
 
 def _call_batch(fn: Callable[[Any], Any], chunk: list[Any], config: WorkerConfig,
@@ -193,10 +196,9 @@ async def call_async(fn: Callable[[Any], Awaitable[Any]], chunk: list[Any],
         return batch_verdicts(results, len(chunk), config)
     out = []
     for m in chunk:
-        try:
-            record = _record(m, decode(m, config.key_deserializer, config.value_deserializer))
-        except DecodeError as exc:
-            out.append(_undecodable(exc, Pace()))
+        record = _decoded(m, config)
+        if isinstance(record, Verdict):
+            out.append(record)
             continue
         try:
             result = await fn(record)
