@@ -26,7 +26,7 @@ from pyspark_kafka_share.harness import Toxiproxy
 from tests.helpers import wait_for
 
 __all__ = ["NETWORK_FAULTS", "TOXICS", "FaultHit", "NetworkFault", "Probe", "RowsRead",
-           "more_than", "probe", "run_network_faults"]
+           "check_hits", "more_than", "probe", "run_network_faults"]
 
 
 Toxics = Callable[[Toxiproxy, str], list[str]]
@@ -150,6 +150,19 @@ def run_network_faults(toxiproxy: Toxiproxy, proxy: str, progress: Callable[[], 
         hits.append(FaultHit(fault, proxy, seen, through, before, at_end - before))
         wait_for(progress, more_than(at_end), recover_s, f"progress after {fault.name}")
     return hits
+
+
+def check_hits(hits: list[FaultHit], where: str, produced: str, producer_errors: list[str],
+               report: Callable[[str], None]) -> None:
+    """Report each fault ``where`` it acted and ``produced`` (what the run made of it); fail
+    if the steady producer failed or a fault's probe did not meet its toxic (the fault never
+    acted, and the test would prove nothing)."""
+    for hit in hits:
+        report(f"{where}: {hit.describe()}")
+    report(produced)
+    assert not producer_errors, f"the producer failed: {producer_errors[:3]}"
+    for hit in hits:
+        assert hit.hit, f"the probe through the proxy did not meet the toxic: {hit.describe()}"
 
 
 def more_than(at: int) -> Callable[[int], bool]:

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster, ProducerRecord, Toxiproxy
-from tests.brokers.network import RowsRead, run_network_faults
+from tests.brokers.network import RowsRead, check_hits, run_network_faults
 from tests.chaos.chaos_harness import SteadyProducer
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.helpers import (
@@ -224,12 +224,8 @@ def test_source_exactly_once_through_latency_resets_and_a_slow_drip_on_a_leaders
         rows.until(total, 300, "after the faults")
     finally:
         q.stop()
-    for hit in hits:
-        fault_report(f"node {node} (leader of {topic}-0): {hit.describe()}")
-    fault_report(f"{total} records produced, {rows()} rows read")
-    assert not producer.errors, f"the producer failed: {producer.errors[:3]}"
-    for hit in hits:
-        assert hit.hit, f"the probe through the proxy did not meet the toxic: {hit.describe()}"
+    check_hits(hits, f"node {node} (leader of {topic}-0)",
+               f"{total} records produced, {rows()} rows read", producer.errors, fault_report)
     expected = {(topic, p, o) for p, o in producer.delivered.values()}
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     _nothing_left(kafka_cluster, cluster_group, topic)

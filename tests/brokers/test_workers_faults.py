@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster
 from pyspark_kafka_share.harness.toxiproxy import Toxiproxy
 from pyspark_kafka_share.workers import Record, Result, WorkerJob, WorkerSummary, start_workers
-from tests.brokers.network import more_than, run_network_faults
+from tests.brokers.network import check_hits, more_than, run_network_faults
 from tests.chaos.chaos_harness import SteadyProducer
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.helpers import (
@@ -152,12 +152,9 @@ def test_workers_exactly_once_outputs_through_latency_resets_and_a_slow_drip_on_
     summary = stop_when_drained(job, cluster_broker, cluster_group, 300)
     stats = _stats(summary, "transactions", "transactions_aborted", "ack_failures",
                    "marker_conflicts")
-    for hit in hits:
-        fault_report(f"node {node} (leader of {src}-0): {hit.describe()}")
-    fault_report(f"{len(producer.delivered)} records produced; workers: {stats}")
-    assert not producer.errors, f"the producer failed: {producer.errors[:3]}"
-    for hit in hits:
-        assert hit.hit, f"the probe through the proxy did not meet the toxic: {hit.describe()}"
+    check_hits(hits, f"node {node} (leader of {src}-0)",
+               f"{len(producer.delivered)} records produced; workers: {stats}", producer.errors,
+               fault_report)
     keys = {(src, p, o) for p, o in producer.delivered.values()}
     poison = {(src, p, o) for v, (p, o) in producer.delivered.items() if v % 7 == 0}
     _check_outputs(cluster_broker, out, dlq, keys, poison)
