@@ -4,10 +4,11 @@ pure unit tests of the loops that drive them (no broker)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyspark_kafka_share.workers.exactly_once import MarkerSet
+from pyspark_kafka_share.workers.exactly_once import MarkerSet, Origin
+from pyspark_kafka_share.workers.exactly_once.markers import Overlap
 
 
 class Msg:
@@ -117,13 +118,24 @@ class FakeProducer:
 
 
 class FakeMarkerLog:
-    """A marker log with nothing committed by others (the barrier is always done)."""
+    """A marker log with nothing committed by others (the barrier is always done) and, for
+    the commit check, the overlaps ``overlaps`` gives each transaction's origins (default:
+    none; None: the check's read failed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, overlaps: Callable[[Sequence[Origin]], list[Overlap] | None]
+                 = lambda origins: []) -> None:
         self.markers, self.errors, self.conflicts = MarkerSet(), list[Any](), 0
+        self.overlaps = overlaps
+        self.barrier_at: dict[int, int] = {}
+        self.checked_at = -1
+        self.checked: list[list[Origin]] = []
 
-    def catch_up(self, until: float) -> bool:
+    def catch_up(self, until: float, *, barrier: bool = False) -> bool:
         return True
+
+    def check(self, origins: Sequence[Origin], key: bytes, until: float) -> list[Overlap] | None:
+        self.checked.append(list(origins))
+        return self.overlaps(origins)
 
     def close(self) -> None:
         pass

@@ -199,6 +199,20 @@ def test_the_marker_topic_must_be_compacted_and_its_configs_readable(admin: Fake
         ensure_group_topic(SETTINGS, MARKERS)
 
 
+def test_a_marker_topic_of_more_than_one_partition_is_refused(admin: FakeAdmin) -> None:
+    # The commit check reads the markers in their one order (issue 37; docs/design.md).
+    from pyspark_kafka_share.workers.exactly_once import ensure_marker_topic
+
+    topic = "kafka-share-markers.orders"
+    admin.topics[topic] = _TopicMeta({0: _Partition(), 1: _Partition()})
+    admin.configs[topic] = {"cleanup.policy": _Config("compact")}
+    with pytest.raises(OptionError, match=r"'exactly_once_outputs'.*has 2 partitions.*one "
+                                          r"partition.*Delete it"):
+        ensure_marker_topic(SETTINGS)
+    admin.topics[topic] = _TopicMeta({0: _Partition()})
+    assert ensure_marker_topic(SETTINGS) == topic
+
+
 def test_a_topic_without_leaders_fails_by_the_timeout(admin: FakeAdmin) -> None:
     admin.topics["t"] = _TopicMeta({0: _Partition(leader=-1)})
     fast = ClientSettings("h:9093", "orders", timeout_s=0.3)

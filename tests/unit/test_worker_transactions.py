@@ -7,7 +7,7 @@ tests/integration/test_workers_eos.py."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import pytest
@@ -18,9 +18,11 @@ from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.exactly_once import (
     ExactlyOnce,
     MarkerLog,
+    Origin,
     Transactions,
     decode_marker,
 )
+from pyspark_kafka_share.workers.exactly_once.markers import Overlap
 from pyspark_kafka_share.workers.loop import _Worker
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result
 
@@ -77,16 +79,16 @@ def _spec(**kw: Any) -> WorkerSpec:
 
 
 def _worker(spec: WorkerSpec, fn: Callable[[Any], Any], polls: list[list[Msg]],
-            producer: _TxnProducer | None = None) -> tuple[
+            producer: _TxnProducer | None = None, log: FakeMarkerLog | None = None) -> tuple[
         _Worker, _Consumer, _TxnProducer, list[Event]]:
     """``producer``: one of the test's (sharing ``events``), also the replacement of a
-    producer after a refused produce."""
+    producer after a refused produce; ``log``: the marker log (its commit check's answers)."""
     events: list[Event] = producer.events if producer is not None else []
     consumer = _Consumer(polls, events)
     txn = Transactions(producer or _TxnProducer(events), "markers", timeout_s=1.0,
                        txn_timeout_s=15.0)
-    eos = ExactlyOnce(cast(MarkerLog, FakeMarkerLog()), txn, spec.config.client, b"w0:0:x:",
-                      {}, lock_budget_s=15.0)
+    eos = ExactlyOnce(cast(MarkerLog, log or FakeMarkerLog()), txn, spec.config.client,
+                      b"w0:0:x:", {}, lock_budget_s=15.0)
     if producer is not None:
         eos.replace_producer = lambda: producer  # type: ignore[method-assign]
     worker = _Worker(spec, fn, session=ShareSession(consumer, timeout_s=1.0), eos=eos)
@@ -243,3 +245,42 @@ def test_a_crash_in_flight_commits_nothing_of_the_open_transaction() -> None:
         worker.run()
     assert producer.committed == [] and producer.sent == []
     assert consumer.acks == dict.fromkeys(range(8), "RELEASE")
+
+
+def _others(offsets: set[int]) -> Callable[[Sequence[Origin]], list[Overlap]]:
+    """A commit check that finds another attempt's marker over ``offsets`` of ``in``-0."""
+
+    def check(origins: Sequence[Origin]) -> list[Overlap]:
+        n = sum(1 for _t, _p, o, _ in origins if o in offsets)
+        return [Overlap(b"1:0:y:7", 42, n)] if n else []
+
+    return check
+
+
+def test_another_attempts_marker_over_a_transactions_records_aborts_it() -> None:
+    # Issue 37: records 2-3 were handed to another worker too (an acquisition lost with nobody
+    # told), whose marker the check finds between the barrier and this transaction's own.
+    log = FakeMarkerLog(_others({3}))
+    worker, consumer, producer, events = _worker(_spec(transaction_interval_s=0), _echo,
+                                                 [[Msg(i) for i in range(6)]], log=log)
+    summary = worker.run()
+    # Each transaction was checked with its records' origins, after its produce.
+    assert [sorted(o for _t, _p, o, _ in c) for c in log.checked] == [[0, 1], [2, 3], [4, 5]]
+    # Its transaction aborted and RELEASEd (never ACCEPTed); the others committed.
+    assert [sorted(_marked(t)) for t in _with_markers(producer)] == [[0, 1], [4, 5]]
+    assert consumer.acks == {0: "ACCEPT", 1: "ACCEPT", 2: "RELEASE", 3: "RELEASE",
+                             4: "REJECT", 5: "ACCEPT"}
+    assert events[4:7] == [("begin",), ("abort",), ("ack", "RELEASE", "2")]
+    assert (summary["marker_overlaps_aborted"], summary["transactions_aborted"]) == (1, 1)
+
+
+def test_a_check_that_cannot_read_to_its_own_marker_aborts() -> None:
+    log = FakeMarkerLog(lambda origins: None)
+    worker, consumer, producer, _ = _worker(_spec(), _echo, [[Msg(i) for i in range(4)]],
+                                            log=log)
+    summary = worker.run()
+    assert _with_markers(producer) == [] and len(log.checked) == 1
+    assert consumer.acks == dict.fromkeys(range(4), "RELEASE")
+    # Aborted, but no overlap was seen: not counted as one.
+    assert (summary.get("marker_overlaps_aborted", 0), summary["transactions_aborted"]) == \
+        (0, 1)

@@ -75,7 +75,7 @@ def test_names_of_the_marker_topic_and_transactional_ids() -> None:
 
 EOS_COUNTERS = ("transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
                 "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
-                "producers_replaced")
+                "producers_replaced", "marker_overlaps_aborted")
 
 
 def test_the_summary_totals_count_the_exactly_once_counters_of_every_attempt() -> None:

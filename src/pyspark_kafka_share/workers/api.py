@@ -95,8 +95,8 @@ _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_
              "renewed", "renew_failures",
              # exactly_once_outputs (0 without it): docs/workers.md, "Counters"
              "transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
-             "marker_conflicts", "released_marker_wait", "unchecked_last_deliveries",
-             "producers_replaced",
+             "marker_conflicts", "marker_overlaps_aborted", "released_marker_wait",
+             "unchecked_last_deliveries", "producers_replaced",
              # concurrency (issue 40; 0 without it): docs/workers.md, "Many calls in flight"
              "released_in_flight", "late_discarded", "slot_ms", "slot_capacity_ms",
              # issue 40: retries in place, the rate limit, decoding (docs/workers.md, "Counters")
@@ -174,7 +174,8 @@ class WorkerSummary:
                 f"  exactly-once: transactions={t['transactions']} aborted="
                 f"{t['transactions_aborted']} decided by a committed marker="
                 f"{t['already_committed']} marker waits={t['marker_wait_ms']} ms "
-                f"marker conflicts={t['marker_conflicts']} released at the marker wait="
+                f"marker conflicts={t['marker_conflicts']} aborted on another's marker="
+                f"{t['marker_overlaps_aborted']} released at the marker wait="
                 f"{t['released_marker_wait']} unchecked last deliveries="
                 f"{t['unchecked_last_deliveries']} producers replaced="
                 f"{t['producers_replaced']}")

@@ -6,8 +6,11 @@ and the outcome decided for them); markers go to a compacted topic of the worker
 
 - :func:`encode_marker`, :func:`decode_marker`, :func:`runs`: a marker's value.
 - :class:`MarkerSet`: the committed markers, by key and by partition (pure; unit-tested).
-- :class:`MarkerLog`: the read_committed reader of the marker topic and its barrier.
-- :func:`ensure_marker_topic`: creates the topic, or checks that it is compacted (driver).
+- :class:`MarkerLog`: the read_committed reader of the marker topic and its barrier, and the
+  commit check's read of the markers written since the barrier (:meth:`MarkerLog.check`).
+- :func:`covered`, :class:`Overlap`: another attempt's marker over a transaction's origins.
+- :func:`ensure_marker_topic`: creates the topic, or checks that it is compacted and has one
+  partition (driver).
 - :func:`marker_key`, :func:`attempt_prefix`, :func:`origins_of`: a transaction's marker.
 """
 
@@ -29,6 +32,7 @@ from pyspark_kafka_share.errors import (
     AuthorizationError,
     BrokerError,
     ErrorCode,
+    OptionError,
     denied_resource,
     is_partition_eof,
     kafka_error,
@@ -39,7 +43,9 @@ __all__ = [
     "MarkerLog",
     "MarkerSet",
     "Origin",
+    "Overlap",
     "attempt_prefix",
+    "covered",
     "decode_marker",
     "encode_marker",
     "ensure_marker_topic",
@@ -164,11 +170,19 @@ class MarkerSet:
 
 def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_outputs") -> str:
     """Create the group's marker topic (compacted, one partition), or check that the existing
-    one is compacted; its name. Raises :class:`OptionError` for a topic that would lose
-    markers, :class:`AuthorizationError` for a missing ACL (CREATE, or DESCRIBE_CONFIGS) and
-    the broker's error otherwise (``_kafka.topics.ensure_group_topic``)."""
-    ensure_group_topic(settings, MARKERS, option=option)
-    return marker_topic(settings.group_id)
+    one is compacted and has one partition; its name. Raises :class:`OptionError` for a topic
+    that would lose markers or not order them, :class:`AuthorizationError` for a missing ACL
+    (CREATE, or DESCRIBE_CONFIGS) and the broker's error otherwise
+    (``_kafka.topics.ensure_group_topic``)."""
+    partitions = ensure_group_topic(settings, MARKERS, option=option)
+    topic = marker_topic(settings.group_id)
+    if partitions != 1:
+        # The commit check (MarkerLog.check) relies on one order of all markers.
+        raise OptionError(option, True, f"the marker topic {topic!r} has {partitions} "
+                          "partitions: the commit check needs every marker in one partition, "
+                          "in one order (docs/design.md, exactly-once outputs). Delete it (the "
+                          "workers create it, compacted, with one partition) or create it so")
+    return topic
 
 
 _READER_FETCH_WAIT_MS = 20
@@ -188,7 +202,13 @@ class MarkerLog:
     errors: list[Any] = field(default_factory=list)
     eof: dict[int, int] = field(default_factory=dict)
     conflicts: int = 0
-    """Offsets a marker of this worker covered that another committed marker already did."""
+    """Offsets of this attempt's markers, as it read them back, that a live committed marker
+    applied before them already covered (see docs/workers.md, "Counters", for what it misses)."""
+    barrier_at: dict[int, int] = field(default_factory=dict)
+    """Where the marker topic ended when the latest barrier began (:meth:`catch_up` with
+    ``barrier=True``): where :meth:`check` reads from."""
+    checked_at: int = -1
+    """The offset of the marker the latest :meth:`check` read up to (logged with overlaps)."""
 
     @classmethod
     def open(cls, settings: ClientSettings, own_prefix: bytes) -> MarkerLog:
@@ -203,7 +223,8 @@ class MarkerLog:
         reader = Consumer(settings.marker_reader(isolation_level="read_committed",
                                                  fetch_wait_ms=_READER_FETCH_WAIT_MS,
                                                  error_cb=errors.append))
-        probe = Consumer(settings.marker_reader(isolation_level="read_uncommitted"))
+        probe = Consumer(settings.marker_reader(isolation_level="read_uncommitted",
+                                                fetch_wait_ms=_READER_FETCH_WAIT_MS))
         try:
             md = reader.list_topics(topic, timeout=settings.timeout_s)
             meta = md.topics.get(topic)
@@ -218,10 +239,11 @@ class MarkerLog:
             raise
         return cls(topic, reader, probe, parts, settings.timeout_s, own_prefix, errors=errors)
 
-    def catch_up(self, until: float) -> bool:
+    def catch_up(self, until: float, *, barrier: bool = False) -> bool:
         """Read the committed markers up to where the topic ended when called, transactions
         still open there included (waiting for their commit or abort); False if ``until``
-        (monotonic) passed first."""
+        (monotonic) passed first. ``barrier``: a poll's barrier, whose start :meth:`check`
+        reads from (kept in :attr:`barrier_at`)."""
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
         try:
@@ -234,6 +256,8 @@ class MarkerLog:
             if err is not None:  # a KafkaError: session_lost() judges it
                 self.errors.append(err)
             return False
+        if barrier:
+            self.barrier_at = target
         while any(self.eof.get(p, -1) < end for p, end in target.items()):
             if time.monotonic() > until:
                 return False
@@ -265,10 +289,66 @@ class MarkerLog:
         if overlap and key.startswith(self.own_prefix):
             self.conflicts += overlap
 
+    def check(self, origins: Sequence[Origin], key: bytes, until: float) -> list[Overlap] | None:
+        """The commit check's read (docs/design.md, exactly-once outputs): the markers written
+        from where the latest barrier began up to this transaction's own (``key``, flushed),
+        read_uncommitted (open and aborted transactions' too); those of other attempts that
+        cover any of ``origins``. None if the own marker was not reached by ``until``
+        (monotonic) or the read failed: the caller aborts."""
+        from confluent_kafka import OFFSET_BEGINNING
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        (p,) = self.partitions  # one partition: ensure_marker_topic
+        found: list[Overlap] = []
+        try:
+            start = self.barrier_at.get(p, OFFSET_BEGINNING)
+            self.probe.assign([KafkaTopicPartition(self.topic, p, start)])
+            while time.monotonic() <= until:
+                batch = self.probe.consume(500, timeout=0) or \
+                    [m for m in (self.probe.poll(0.05),) if m is not None]
+                for m in batch:
+                    err = m.error()
+                    if err is not None and not is_partition_eof(err):
+                        return None
+                    if err is not None:
+                        continue  # the end for now: the own marker may still be on its way
+                    if m.key() == key:
+                        self.checked_at = m.offset()
+                        return found
+                    n = covered(origins, m.value()) \
+                        if not (m.key() or b"").startswith(self.own_prefix) else 0
+                    if n:
+                        found.append(Overlap(m.key() or b"", m.offset(), n))
+            return None
+        except Exception:  # noqa: BLE001 - a read that failed is a check that failed: abort
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                self.probe.unassign()
+
     def close(self) -> None:
         for c in (self.reader, self.probe):
             with contextlib.suppress(Exception):
                 c.close()
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Another attempt's marker, at ``offset`` of the marker topic, covering ``origins`` of a
+    transaction's records."""
+
+    key: bytes
+    offset: int
+    origins: int
+
+
+def covered(origins: Sequence[Origin], value: bytes | None) -> int:
+    """How many of ``origins`` the marker ``value`` covers (a tombstone, None: none)."""
+    if value is None:
+        return 0
+    runs_of = decode_marker(value)
+    return sum(1 for t, p, o, _ in origins
+               for s, e, _ in runs_of.get(TopicPartition(t, p), ()) if s <= o < e)
 
 
 

@@ -12,11 +12,17 @@ A transaction ends :class:`Committed`, :class:`Refused` (produces the broker ref
 record's index in its group, and those of the marker or tombstones, which have no index) or
 :class:`NotCommitted`. A refusal starts the bisection (:meth:`TransactionalSettler._bisect`).
 The fault points of the commit path (``kill-before-commit`` and the others) are here.
+
+The commit check (:meth:`TransactionalSettler._check_commit`): no connection lost since the
+poll, no other attempt's marker written since the poll's barrier over the transaction's
+records (:meth:`~.markers.MarkerLog.check`; ``marker_overlaps_aborted``), the deadline not too
+close; else abort and RELEASE.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -45,6 +51,8 @@ from pyspark_kafka_share.workers.settle import (
 from pyspark_kafka_share.workers.verdict import Final
 
 __all__ = ["Committed", "NotCommitted", "Refused", "TransactionalSettler"]
+
+_log = logging.getLogger(__name__)
 
 _COMMIT_MARGIN_S = 0.2  # at least this much of the lock budget left for a commit
 
@@ -110,7 +118,7 @@ class TransactionalSettler:
         except records on their last delivery (processed unchecked, counted)."""
         self.eos.new_poll()
         t0 = time.monotonic()
-        done = self.eos.log.catch_up(poll.deadline)
+        done = self.eos.log.catch_up(poll.deadline, barrier=True)
         self.stats["marker_wait_ms"] += int((time.monotonic() - t0) * 1000)
         self.stats["marker_conflicts"] = self.eos.log.conflicts
         if done:
@@ -311,6 +319,8 @@ class TransactionalSettler:
             return Committed(None)
         faults = Faults(self.config._fault_injection, seq=eos.seq, part=self.index,
                         attempt_number=self.attempt)
+        if origins:  # test only: the marker written late (after another worker's barrier)
+            faults.hit("sleep-before-produce")
         eos.txn.begin()
         errs = produce_all(eos.txn.producer, [*(it.out for it in items), *own],
                            self.config.broker_timeout_s)
@@ -323,7 +333,7 @@ class TransactionalSettler:
         faults.hit("kill-before-commit")
         faults.hit("sleep-before-commit")
         if poll is not None:
-            self._check_deadline(poll)
+            self._check_commit(poll, key, origins, faults)
         during = faults.points.get("kill-during-commit")
         if during is not None:  # the worker dies while commit_transaction runs
             threading.Timer(int(during.get("ms", "5")) / 1000, os._exit, (137,)).start()
@@ -334,16 +344,40 @@ class TransactionalSettler:
         faults.hit("sleep-after-commit")  # the cluster tier kills the executor meanwhile
         return Committed(key)
 
-    def _check_deadline(self, poll: Poll) -> None:
-        """Abort (TransactionFailed) unless the poll's locks are provably held through the
-        commit: no connection lost since the poll, and the deadline not too close."""
+    def _check_commit(self, poll: Poll, key: bytes | None, origins: list[Origin],
+                      faults: Faults) -> None:
+        """Abort (TransactionFailed) unless the poll's records can be committed: no connection
+        lost since the poll, no other attempt's marker over them written since the poll's
+        barrier (docs/design.md, "Why no record's outputs are committed twice"), and the
+        deadline not too close. ``faults``: test only, ``ignore-deadline`` waives the
+        deadline (an acquisition lost with nobody told, which the deadline cannot see)."""
         eos = self.eos
-        why = eos.session_lost() or (
+        why = eos.session_lost() or self._overlap(key, origins, poll) or (
             "the poll's lock deadline is too close"
-            if poll.ends_past(max(_COMMIT_MARGIN_S, 2 * eos.txn.commit_s)) else None)
+            if poll.ends_past(max(_COMMIT_MARGIN_S, 2 * eos.txn.commit_s))
+            and "ignore-deadline" not in faults.points else None)
         if why is not None:
             eos.txn.abort(why)
             raise TransactionFailed(f"not committed: {why}")
+
+    def _overlap(self, key: bytes | None, origins: list[Origin], poll: Poll) -> str | None:
+        """Why the transaction of marker ``key`` must not commit for what the marker topic
+        holds between the poll's barrier and ``key`` (None: it may)."""
+        if key is None:
+            return None
+        found = self.eos.log.check(origins, key, poll.deadline)
+        if found is None:
+            return "the markers since the poll's barrier could not be read up to its own"
+        if not found:
+            return None
+        self.stats["marker_overlaps_aborted"] += 1
+        log = self.eos.log
+        _log.warning("kafka-share worker %d: transaction of marker %r (offset %d of the marker "
+                     "topic; the poll's barrier began at %s) aborted: %s", self.index, key,
+                     log.checked_at, log.barrier_at,
+                     ", ".join(f"marker {o.key!r} at offset {o.offset} covers {o.origins} of "
+                               f"its {len(origins)} record(s)" for o in found))
+        return f"another attempt's marker covers its records ({found[0].key!r})"
 
     def _open_fault(self) -> None:
         """Test only: ``kill-in-open-transaction:chunks=N`` (``seq``: the open transaction's
