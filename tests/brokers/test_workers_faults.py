@@ -262,15 +262,15 @@ def test_workers_outputs_through_leader_moves_with_every_commit_delayed(
     cluster_topic_factory: ClusterTopicFactory, cluster_group: str,
     fault_report: Callable[[str], None],
 ) -> None:
-    """An attempt at the exactly-once outputs' remaining window (docs/design.md): a source
-    partition's leader moving while a worker sits between its produce and its commit, its
-    producer and marker reader talking to other brokers. Every transaction of both workers
-    waits 1 s before its commit check (the window held open; chunks of 10, one a transaction)
-    while the leader of each source partition in turn is restarted cleanly (its leaderships
-    handed to a follower), four times, under a producer writing 6 records a second. Nothing
-    may be lost. Origins output twice (the window hit) and ``marker_conflicts`` are reported,
-    not asserted: the window is documented and this test measures it (first run, 2026-11-27:
-    4 of 825 origins output twice, ``marker_conflicts`` 0; issue 37)."""
+    """A source partition's leader moving while a worker sits between its produce and its
+    commit, its producer and marker reader talking to other brokers: the acquisitions are
+    dropped with nobody told, and the records handed to the other worker. Every transaction of
+    both workers waits 1 s before its commit check (chunks of 10, one a transaction) while the
+    leader of each source partition in turn is restarted cleanly (its leaderships handed to a
+    follower), four times, under a producer writing 6 records a second. Nothing lost, nothing
+    twice. Before the commit check read the markers since the barrier (issue 37), the first
+    run, 2026-11-27, output 4 of 825 origins twice with ``marker_conflicts`` 0; such overlaps
+    now abort (``marker_overlaps_aborted``, reported; docs/design.md)."""
     src, out, dlq = (cluster_topic_factory(n) for n in (2, 1, 1))
     kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", 12_000)
     producer = SteadyProducer(kafka_cluster.bootstrap_servers, src, 2, 6.0, 1)
@@ -291,7 +291,8 @@ def test_workers_outputs_through_leader_moves_with_every_commit_delayed(
             wait_for(lambda: _processed(job), more_than(at), 180,
                      "the workers processing after the move")
     summary = stop_when_drained(job, cluster_broker, cluster_group, 300)
-    stats = _stats(summary, "transactions", "transactions_aborted", "marker_conflicts")
+    stats = _stats(summary, "transactions", "transactions_aborted", "marker_conflicts",
+                   "marker_overlaps_aborted")
     keys = {(src, p, o) for p, o in producer.delivered.values()}
     poison = {(src, p, o) for v, (p, o) in producer.delivered.items() if v % 7 == 0}
     got = output_origins(read_topic(cluster_broker, out, len(keys - poison), settle_s=1.0)) \
@@ -301,3 +302,4 @@ def test_workers_outputs_through_leader_moves_with_every_commit_delayed(
                  f"workers: {stats}")
     assert not keys - set(got), f"lost: {sorted(keys - set(got))[:5]}"
     assert set(got) == keys, f"outputs of records never produced: {sorted(set(got) - keys)[:5]}"
+    assert not twice, f"output twice: {sorted(twice)[:10]}; workers: {stats}"

@@ -133,6 +133,9 @@ class FakeMarkerLog:
     def catch_up(self, until: float, *, barrier: bool = False) -> bool:
         return True
 
+    def polling(self) -> None:
+        pass
+
     def check(self, origins: Sequence[Origin], key: bytes, until: float) -> list[Overlap] | None:
         self.checked.append(list(origins))
         return self.overlaps(origins)

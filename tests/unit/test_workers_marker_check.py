@@ -1,6 +1,7 @@
 """The exactly-once workers' commit check against the marker topic (``MarkerLog.check``, issue
-37): the markers written between a poll's barrier and the transaction's own marker, read
-``read_uncommitted``; another attempt's marker there over the transaction's records aborts it.
+37): the markers written from where the poll's barrier began up to the transaction's own
+marker, read ``read_uncommitted``; another attempt's marker there over the transaction's
+records aborts it. And the markers tombstoned lately, which lookups still find.
 Against a scripted read_uncommitted consumer (no broker); the settler's side is in
 tests/unit/test_worker_transactions.py, the window provoked for real in
 tests/integration/test_workers_eos.py."""
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from pyspark_kafka_share.workers.exactly_once import MarkerLog, Origin, encode_marker
+from pyspark_kafka_share.workers.exactly_once import MarkerLog, MarkerSet, Origin, encode_marker
 from pyspark_kafka_share.workers.exactly_once.markers import Overlap, covered
 from pyspark_kafka_share.workers.outcome import Outcome
 
@@ -77,11 +78,12 @@ class _Probe:
         return None
 
 
-def _log(probe: _Probe, barrier_at: int | None = 3) -> MarkerLog:
+def _log(probe: _Probe, since: int | None = 3) -> MarkerLog:
+    """A marker log whose poll's barrier began at ``since`` (None: no barrier yet)."""
     log = MarkerLog("markers", reader=None, probe=probe, partitions=[0], timeout_s=1.0,
                     own_prefix=OWN)
-    if barrier_at is not None:
-        log.barrier_at = {0: barrier_at}
+    if since is not None:
+        log.barrier_at = {0: since}
     return log
 
 
@@ -121,7 +123,7 @@ def test_another_attempts_marker_since_the_barrier_is_an_overlap() -> None:
 def test_nothing_of_another_attempt_over_the_records_lets_it_commit() -> None:
     entries: list[tuple[bytes | None, bytes | None]] = [
         (b"1:0:def:4", _marker([("t", 0, 9, A), ("t", 0, 15, A)])), (OWN + b"4", _marker(MINE))]
-    assert _log(_Probe(entries), barrier_at=0).check(MINE, OWN + b"4", _soon()) == []
+    assert _log(_Probe(entries), since=0).check(MINE, OWN + b"4", _soon()) == []
 
 
 def test_the_end_of_the_partition_before_the_own_marker_is_read_on() -> None:
@@ -130,7 +132,7 @@ def test_the_end_of_the_partition_before_the_own_marker_is_read_on() -> None:
     entries: list[tuple[bytes | None, bytes | None]] = [
         (b"1:0:def:5", _marker([("t", 0, 10, A)])), (b"z", None), (OWN + b"4", _marker(MINE))]
     probe = _Probe(entries, step=1, ends=(1, 1, 1))
-    assert _log(probe, barrier_at=0).check(MINE, OWN + b"4", _soon()) == \
+    assert _log(probe, since=0).check(MINE, OWN + b"4", _soon()) == \
         [Overlap(b"1:0:def:5", 0, 1)]
 
 
@@ -138,14 +140,14 @@ def test_no_barrier_yet_reads_from_the_beginning() -> None:
     from confluent_kafka import OFFSET_BEGINNING
 
     probe = _Probe([(OWN + b"1", _marker(MINE))])
-    assert _log(probe, barrier_at=None).check(MINE, OWN + b"1", _soon()) == []
+    assert _log(probe, since=None).check(MINE, OWN + b"1", _soon()) == []
     assert probe.assigned == [OFFSET_BEGINNING]
 
 
 def test_the_own_marker_not_reached_by_the_deadline_fails_the_check() -> None:
     probe = _Probe([(b"1:0:def:5", _marker([("t", 0, 99, A)]))])  # the own one never shows
     started = time.monotonic()
-    assert _log(probe, barrier_at=0).check(MINE, OWN + b"4", started + 0.2) is None
+    assert _log(probe, since=0).check(MINE, OWN + b"4", started + 0.2) is None
     assert time.monotonic() - started < 1.0
     assert probe.unassigned == 1
 
@@ -159,5 +161,57 @@ def test_a_read_that_fails_fails_the_check(failure: str) -> None:
             return [_Rec(0, error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))]
 
     probe = Failing([(OWN + b"4", _marker(MINE))])
-    assert _log(probe, barrier_at=0).check(MINE, OWN + b"4", _soon()) is None
+    assert _log(probe, since=0).check(MINE, OWN + b"4", _soon()) is None
     assert probe.unassigned == 1
+
+
+def test_the_retired_markers_bound_is_where_the_topic_ended_before_the_previous_poll() -> None:
+    # The records of a poll may have been acquired by a fetch the previous (empty) poll began:
+    # a tombstone below the topic's end before that poll was written before they were
+    # acquired. The first poll: where the start's read found the end (before the share
+    # consumer existed).
+    log = _log(_Probe([]), since=None)
+    log.before = ({0: 5}, {0: 5})  # as ExactlyOnce.start leaves it after its read
+    log.seen = {0: 5}
+    log.polling()
+    assert log.before == ({0: 5}, {0: 5})
+    log.seen = {0: 9}  # the first poll's barrier
+    log.polling()
+    assert log.before == ({0: 5}, {0: 9})
+    log.polling()  # an empty poll in between: nothing read meanwhile
+    assert log.before == ({0: 9}, {0: 9})
+
+
+def test_a_tombstoned_marker_is_still_found_until_its_tombstone_is_below_the_bound() -> None:
+    # Case b of the argument: a record whose acquisition was dropped unseen can reach a
+    # barrier that also reads its marker's tombstone; the lookup must still find the marker.
+    markers = MarkerSet()
+    markers.apply(b"a", _marker([("t", 0, o, A) for o in range(10)]), 4)
+    markers.apply(b"b", _marker([("t", 0, 20, R)]), 5)
+    markers.apply(b"a", None, 8)
+    markers.apply(b"b", None, 12)
+    markers.apply(b"gone", None, 13)  # never applied: nothing to keep
+    assert len(markers) == 0  # not live: never tombstoned again, nor counted
+    assert markers.lookup("t", 0, 3) is A and markers.lookup("t", 0, 20) is R
+    markers.forget_retired(9)  # a's tombstone (8) is below the current poll's bound
+    assert markers.lookup("t", 0, 3) is None and markers.lookup("t", 0, 20) is R
+    markers.forget_retired(13)
+    assert markers.lookup("t", 0, 20) is None
+    # A tombstone without its offset (a test's set): not kept.
+    markers.apply(b"c", _marker([("t", 0, 30, A)]))
+    markers.apply(b"c", None)
+    assert markers.lookup("t", 0, 30) is None
+
+
+def test_polling_forgets_the_retired_markers_below_the_current_polls_bound() -> None:
+    log = _log(_Probe([]), since=None)
+    log.seen = {0: 3}
+    log.polling()
+    log.polling()
+    log.markers.apply(b"a", _marker([("t", 0, 1, A)]), 2)
+    log.markers.apply(b"a", None, 6)
+    log.seen = {0: 7}
+    log.polling()
+    assert log.markers.lookup("t", 0, 1) is A  # the bound is 7 only from the next poll on
+    log.polling()
+    assert log.markers.lookup("t", 0, 1) is None

@@ -8,7 +8,9 @@ with ``seq`` = the worker's transaction number and ``part`` = its worker index. 
 ``sleep-*`` (``ms=``), ``fail-*`` (raise), and ``timeout-commit`` (:meth:`Faults.commit`).
 Conditions: ``seq``, ``part``, ``attempt``. The workers' ``kill-in-open-transaction:chunks=N``
 fires once N chunks wait in the open transaction (``seq``: its number), before its Kafka
-transaction begins.
+transaction begins; ``sleep-before-produce`` delays a transaction's begin and produce (its
+marker written late), ``ignore-deadline`` waives its commit check's deadline (an acquisition
+lost with nobody told).
 See tests/integration/test_source.py and test_workers_eos.py.
 """
 

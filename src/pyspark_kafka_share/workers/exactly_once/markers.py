@@ -7,7 +7,8 @@ and the outcome decided for them); markers go to a compacted topic of the worker
 - :func:`encode_marker`, :func:`decode_marker`, :func:`runs`: a marker's value.
 - :class:`MarkerSet`: the committed markers, by key and by partition (pure; unit-tested).
 - :class:`MarkerLog`: the read_committed reader of the marker topic and its barrier, and the
-  commit check's read of the markers written since the barrier (:meth:`MarkerLog.check`).
+  commit check's read of the markers written since the poll's barrier began
+  (:meth:`MarkerLog.check`).
 - :func:`covered`, :class:`Overlap`: another attempt's marker over a transaction's origins.
 - :func:`ensure_marker_topic`: creates the topic, or checks that it is compacted and has one
   partition (driver).
@@ -109,29 +110,47 @@ def decode_marker(value: bytes) -> dict[TopicPartition, list[tuple[int, int, Out
 
 @dataclass
 class MarkerSet:
-    """The committed, not yet tombstoned markers: what a worker looks records up in."""
+    """The committed, not yet tombstoned markers: what a worker looks records up in; and the
+    markers tombstoned lately (at or above the offset :meth:`forget_retired` keeps), which
+    lookups still find: a record whose acquisition was dropped unseen can reach a worker's
+    barrier after its marker's tombstone (docs/design.md, "Why no record's outputs are
+    committed twice", case b)."""
 
     _by_key: dict[bytes, dict[TopicPartition, list[tuple[int, int, Outcome]]]] = \
         field(default_factory=dict)
     _by_tp: dict[TopicPartition, list[_Run]] = field(default_factory=dict)
+    _retired: dict[TopicPartition, list[_Run]] = field(default_factory=dict)
+    _retired_at: dict[bytes, int] = field(default_factory=dict)  # key: its tombstone's offset
 
     def __len__(self) -> int:
         return len(self._by_key)
 
-    def apply(self, key: bytes, value: bytes | None) -> int:
-        """Add a committed marker (``value``) or drop one (a tombstone, ``None``); the number of
-        its offsets that other live markers already covered (two commits of one record)."""
+    def apply(self, key: bytes, value: bytes | None, offset: int = -1) -> int:
+        """Add a committed marker (``value``) or drop one (a tombstone, ``None``, at ``offset``
+        of the marker topic: kept among the retired when known); the number of the marker's
+        offsets that other live markers already covered (two commits of one record)."""
+        old = self._by_key.get(key)
         self._drop(key)
         if value is None:
+            if old is not None and offset >= 0:
+                self._retired_at[key] = offset
+                _index(self._retired, key, old)
             return 0
         marker = decode_marker(value)
         overlap = sum(self._covered(tp, s, e) for tp, spans in marker.items() for s, e, _ in spans)
         self._by_key[key] = marker
-        for tp, spans in marker.items():
-            entries = self._by_tp.setdefault(tp, [])
-            for s, e, outcome in spans:
-                bisect.insort(entries, _Run(s, e, outcome, key), key=lambda r: r.start)
+        _index(self._by_tp, key, marker)
         return overlap
+
+    def forget_retired(self, below: int) -> None:
+        """Forget the retired markers whose tombstone lies below ``below``."""
+        gone = {k for k, at in self._retired_at.items() if at < below}
+        if not gone:
+            return
+        for k in gone:
+            del self._retired_at[k]
+        self._retired = {tp: kept for tp, runs_ in self._retired.items()
+                         if (kept := [r for r in runs_ if r.key not in gone])}
 
     def _covered(self, tp: TopicPartition, start: int, end: int) -> int:
         return sum(max(0, min(end, r.end) - max(start, r.start))
@@ -147,15 +166,11 @@ class MarkerSet:
                 self._by_tp.pop(tp, None)
 
     def lookup(self, topic: str, partition: int, offset: int) -> Outcome | None:
-        """The outcome a committed marker decided for this record, or None."""
-        entries = self._by_tp.get(TopicPartition(topic, partition))
-        if not entries:
-            return None
-        i = bisect.bisect_right(entries, offset, key=lambda r: r.start)
-        for r in reversed(entries[:i]):  # runs starting at or before offset
-            if r.end > offset:
-                return r.outcome
-        return None
+        """The outcome a committed marker (live, else retired) decided for this record, or
+        None."""
+        tp = TopicPartition(topic, partition)
+        found = _find(self._by_tp.get(tp), offset)
+        return found if found is not None else _find(self._retired.get(tp), offset)
 
     def passed(self, start_offsets: Mapping[TopicPartition, int]) -> list[bytes]:
         """Keys of the markers whose every run lies below its partition's share-partition start
@@ -166,6 +181,24 @@ class MarkerSet:
 
     def partitions_of(self, key: bytes) -> set[TopicPartition]:
         return set(self._by_key.get(key, {}))
+
+
+def _index(by_tp: dict[TopicPartition, list[_Run]], key: bytes,
+           marker: Mapping[TopicPartition, list[tuple[int, int, Outcome]]]) -> None:
+    for tp, spans in marker.items():
+        entries = by_tp.setdefault(tp, [])
+        for s, e, outcome in spans:
+            bisect.insort(entries, _Run(s, e, outcome, key), key=lambda r: r.start)
+
+
+def _find(entries: list[_Run] | None, offset: int) -> Outcome | None:
+    if not entries:
+        return None
+    i = bisect.bisect_right(entries, offset, key=lambda r: r.start)
+    for r in reversed(entries[:i]):  # runs starting at or before offset
+        if r.end > offset:
+            return r.outcome
+    return None
 
 
 def ensure_marker_topic(settings: ClientSettings, option: str = "exactly_once_outputs") -> str:
@@ -205,8 +238,16 @@ class MarkerLog:
     """Offsets of this attempt's markers, as it read them back, that a live committed marker
     applied before them already covered (see docs/workers.md, "Counters", for what it misses)."""
     barrier_at: dict[int, int] = field(default_factory=dict)
-    """Where the marker topic ended when the latest barrier began (:meth:`catch_up` with
-    ``barrier=True``): where :meth:`check` reads from."""
+    """Where the marker topic ended when the latest poll's barrier began (:meth:`catch_up`
+    with ``barrier=True``): where :meth:`check` reads from."""
+    seen: dict[int, int] = field(default_factory=dict)
+    """Where the marker topic ended when a read (:meth:`catch_up`) last began."""
+    before: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
+    """:attr:`seen` before the previous poll and before the latest (:meth:`polling`): the
+    current poll's records were acquired after the first (``_kafka.share``'s dating: no
+    earlier than the previous poll's start when that one came back empty, less a margin
+    shorter than that poll's wait). A tombstone below it was written before they were
+    acquired: the retired markers tombstoned below it are forgotten."""
     checked_at: int = -1
     """The offset of the marker the latest :meth:`check` read up to (logged with overlaps)."""
 
@@ -242,8 +283,7 @@ class MarkerLog:
     def catch_up(self, until: float, *, barrier: bool = False) -> bool:
         """Read the committed markers up to where the topic ended when called, transactions
         still open there included (waiting for their commit or abort); False if ``until``
-        (monotonic) passed first. ``barrier``: a poll's barrier, whose start :meth:`check`
-        reads from (kept in :attr:`barrier_at`)."""
+        (monotonic) passed first. ``barrier``: a poll's barrier (:attr:`barrier_at`)."""
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
         try:
@@ -256,6 +296,7 @@ class MarkerLog:
             if err is not None:  # a KafkaError: session_lost() judges it
                 self.errors.append(err)
             return False
+        self.seen = target
         if barrier:
             self.barrier_at = target
         while any(self.eof.get(p, -1) < end for p, end in target.items()):
@@ -283,15 +324,26 @@ class MarkerLog:
                                           f"{err}")
         return True
 
+    def polling(self) -> None:
+        """Before each poll: :attr:`before` moves on (it starts as where the start's read found
+        the topic's end, before the share consumer existed: ``ExactlyOnce.start``); the
+        retired markers tombstoned below the current poll's bound are forgotten."""
+        self.before = (self.before[1], dict(self.seen))
+        bound = self.before[0].get(self.partitions[0]) if self.partitions else None
+        if bound is not None:
+            self.markers.forget_retired(bound)
+
     def _apply(self, m: Any) -> None:
         key = m.key() or b""
-        overlap = self.markers.apply(key, m.value())
+        overlap = self.markers.apply(key, m.value(), m.offset())
         if overlap and key.startswith(self.own_prefix):
             self.conflicts += overlap
 
     def check(self, origins: Sequence[Origin], key: bytes, until: float) -> list[Overlap] | None:
         """The commit check's read (docs/design.md, exactly-once outputs): the markers written
-        from where the latest barrier began up to this transaction's own (``key``, flushed),
+        from where the latest poll's barrier began (:attr:`barrier_at`; a committed marker
+        below it was applied before the poll's records were looked up) up to this
+        transaction's own (``key``, flushed),
         read_uncommitted (open and aborted transactions' too); those of other attempts that
         cover any of ``origins``. None if the own marker was not reached by ``until``
         (monotonic) or the read failed: the caller aborts."""

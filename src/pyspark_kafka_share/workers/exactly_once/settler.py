@@ -14,8 +14,8 @@ record's index in its group, and those of the marker or tombstones, which have n
 The fault points of the commit path (``kill-before-commit`` and the others) are here.
 
 The commit check (:meth:`TransactionalSettler._check_commit`): no connection lost since the
-poll, no other attempt's marker written since the poll's barrier over the transaction's
-records (:meth:`~.markers.MarkerLog.check`; ``marker_overlaps_aborted``), the deadline not too
+poll, no other attempt's marker over the transaction's records written since the poll's
+barrier began (:meth:`~.markers.MarkerLog.check`; ``marker_overlaps_aborted``), the deadline not too
 close; else abort and RELEASE.
 """
 
@@ -174,6 +174,7 @@ class TransactionalSettler:
         return held
 
     def idle(self) -> None:
+        self.eos.log.polling()  # first: before this idle's own marker read
         if self.eos.due(time.monotonic()):
             self._tombstones_alone()
 
@@ -319,7 +320,7 @@ class TransactionalSettler:
             return Committed(None)
         faults = Faults(self.config._fault_injection, seq=eos.seq, part=self.index,
                         attempt_number=self.attempt)
-        if origins:  # test only: the marker written late (after another worker's barrier)
+        if origins:  # test only: the marker written late (after another worker's poll)
             faults.hit("sleep-before-produce")
         eos.txn.begin()
         errs = produce_all(eos.txn.producer, [*(it.out for it in items), *own],
@@ -348,7 +349,7 @@ class TransactionalSettler:
                       faults: Faults) -> None:
         """Abort (TransactionFailed) unless the poll's records can be committed: no connection
         lost since the poll, no other attempt's marker over them written since the poll's
-        barrier (docs/design.md, "Why no record's outputs are committed twice"), and the
+        barrier began (docs/design.md, "Why no record's outputs are committed twice"), and the
         deadline not too close. ``faults``: test only, ``ignore-deadline`` waives the
         deadline (an acquisition lost with nobody told, which the deadline cannot see)."""
         eos = self.eos
@@ -362,7 +363,7 @@ class TransactionalSettler:
 
     def _overlap(self, key: bytes | None, origins: list[Origin], poll: Poll) -> str | None:
         """Why the transaction of marker ``key`` must not commit for what the marker topic
-        holds between the poll's barrier and ``key`` (None: it may)."""
+        holds from the poll's barrier up to ``key`` (None: it may)."""
         if key is None:
             return None
         found = self.eos.log.check(origins, key, poll.deadline)
@@ -373,8 +374,8 @@ class TransactionalSettler:
         self.stats["marker_overlaps_aborted"] += 1
         log = self.eos.log
         _log.warning("kafka-share worker %d: transaction of marker %r (offset %d of the marker "
-                     "topic; the poll's barrier began at %s) aborted: %s", self.index, key,
-                     log.checked_at, log.barrier_at,
+                     "topic, read from %s) aborted: %s", self.index, key, log.checked_at,
+                     log.barrier_at,
                      ", ".join(f"marker {o.key!r} at offset {o.offset} covers {o.origins} of "
                                f"its {len(origins)} record(s)" for o in found))
         return f"another attempt's marker covers its records ({found[0].key!r})"

@@ -185,6 +185,7 @@ class ExactlyOnce:
         try:
             log = MarkerLog.open(settings, prefix)
             log.catch_up(time.monotonic() + settings.timeout_s)  # the first read: all of it
+            log.before = (dict(log.seen), dict(log.seen))  # before any record was acquired
         except BaseException:
             txn.close()
             if log is not None:
