@@ -162,7 +162,8 @@ def test_workers_outputs_exactly_once_under_a_seeded_cluster_fault_schedule(
     stats = Counter[str]()
     for w in summary.workers:
         stats.update({k: int(w.get(k, 0)) for k in ("transactions", "transactions_aborted",
-                                                     "already_committed", "marker_conflicts")})
+                                                     "already_committed", "marker_conflicts",
+                                                     "marker_overlaps_aborted")})
     produced = set(producer.delivered)
     poison = {v for v in produced if v % 50 == 0}
     outputs = Counter(int(m.value() or b"-1") for m in read_topic(
@@ -174,7 +175,7 @@ def test_workers_outputs_exactly_once_under_a_seeded_cluster_fault_schedule(
     fault_report(f"workers chaos-scale seed={config.seed}: {len(produced)} produced, "
                  f"{sum(outputs.values())} outputs, {sum(dead.values())} dead letters, "
                  f"{len(dups)} duplicated, {len(lost)} lost; {len(summary.failed_attempts)} "
-                 f"attempt(s) died; {dict(stats)} (marker_conflicts: the remaining window)")
+                 f"attempt(s) died; {dict(stats)} (marker_conflicts: a canary, docs/design.md)")
     assert not dups, f"{len(dups)} records twice (read_committed), e.g. {dups[:5]}"
     assert not lost, f"{len(lost)} records lost, e.g. {sorted(lost)[:5]}"
     assert set(dead) == poison

@@ -10,7 +10,8 @@ faults (the same ``CHAOS_SEED`` as the source's chaos test):
 
 Then production stops, the workers drain the group (lag 0), and a ``read_committed`` reader of
 the output and dead-letter topics must see every produced record exactly once. The workers'
-``marker_conflicts`` (the remaining window, docs/design.md) is reported, whatever it is.
+``marker_conflicts`` (a canary, docs/design.md) and ``marker_overlaps_aborted`` (transactions
+the commit check aborted on another attempt's marker) are reported, whatever they are.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def test_workers_outputs_exactly_once_under_a_seeded_fault_schedule(
     for w in summary.workers:
         stats.update({k: int(v) for k, v in w.items() if isinstance(v, int)
                       and k in ("transactions", "transactions_aborted", "already_committed",
-                                "marker_conflicts", "producers_replaced",
+                                "marker_conflicts", "marker_overlaps_aborted",
+                                "producers_replaced",
                                 "unchecked_last_deliveries")})
     chaos_report(f"  workers: {len(summary.failed_attempts)} attempt(s) died; {dict(stats)}")
     produced = set(producer.delivered)
