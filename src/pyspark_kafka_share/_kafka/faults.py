@@ -10,7 +10,7 @@ Conditions: ``seq``, ``part``, ``attempt``. The workers' ``kill-in-open-transact
 fires once N chunks wait in the open transaction (``seq``: its number), before its Kafka
 transaction begins; ``sleep-before-produce`` delays a transaction's begin and produce (its
 marker written late), ``ignore-deadline`` waives its commit check's deadline (an acquisition
-lost with nobody told).
+lost with nobody told; the check's marker read then has ``broker_timeout_s``).
 See tests/integration/test_source.py and test_workers_eos.py.
 """
 

@@ -350,23 +350,26 @@ class TransactionalSettler:
         """Abort (TransactionFailed) unless the poll's records can be committed: no connection
         lost since the poll, no other attempt's marker over them written since the poll's
         barrier began (docs/design.md, "Why no record's outputs are committed twice"), and the
-        deadline not too close. ``faults``: test only, ``ignore-deadline`` waives the
-        deadline (an acquisition lost with nobody told, which the deadline cannot see)."""
+        deadline not too close (the marker read gets until the deadline). ``faults``: test
+        only, ``ignore-deadline`` waives the deadline (an acquisition lost with nobody told,
+        which the deadline cannot see; the read then gets ``broker_timeout_s``)."""
         eos = self.eos
-        why = eos.session_lost() or self._overlap(key, origins, poll) or (
+        waived = "ignore-deadline" in faults.points
+        until = time.monotonic() + self.config.broker_timeout_s if waived else poll.deadline
+        why = eos.session_lost() or self._overlap(key, origins, until) or (
             "the poll's lock deadline is too close"
-            if poll.ends_past(max(_COMMIT_MARGIN_S, 2 * eos.txn.commit_s))
-            and "ignore-deadline" not in faults.points else None)
+            if poll.ends_past(max(_COMMIT_MARGIN_S, 2 * eos.txn.commit_s)) and not waived
+            else None)
         if why is not None:
             eos.txn.abort(why)
             raise TransactionFailed(f"not committed: {why}")
 
-    def _overlap(self, key: bytes | None, origins: list[Origin], poll: Poll) -> str | None:
+    def _overlap(self, key: bytes | None, origins: list[Origin], until: float) -> str | None:
         """Why the transaction of marker ``key`` must not commit for what the marker topic
-        holds from the poll's barrier up to ``key`` (None: it may)."""
+        holds from the poll's barrier up to ``key``, read until ``until`` (None: it may)."""
         if key is None:
             return None
-        found = self.eos.log.check(origins, key, poll.deadline)
+        found = self.eos.log.check(origins, key, until)
         if found is None:
             return "the markers since the poll's barrier could not be read up to its own"
         if not found:
