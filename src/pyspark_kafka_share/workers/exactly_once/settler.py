@@ -15,8 +15,8 @@ The fault points of the commit path (``kill-before-commit`` and the others) are 
 
 The commit check (:meth:`TransactionalSettler._check_commit`): no connection lost since the
 poll, no other attempt's marker over the transaction's records written since the poll's
-barrier began (:meth:`~.markers.MarkerLog.check`; ``marker_overlaps_aborted``), the deadline not too
-close; else abort and RELEASE.
+barrier began (:meth:`~.markers.MarkerLog.check`; ``marker_overlaps_aborted``), the deadline
+not too close; else abort and RELEASE.
 """
 
 from __future__ import annotations
