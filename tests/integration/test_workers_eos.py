@@ -315,6 +315,11 @@ def test_a_zombie_past_its_lock_commits_nothing(
     assert _stat(summary, "transactions_aborted") >= 1, str(summary.workers)
 
 
+def _values_from(n: int) -> Callable[[int], bytes]:
+    """Values ``v<n>``, ``v<n+1>``, ... for :func:`produce_spread`."""
+    return lambda i: b"v%d" % (n + i)
+
+
 def test_records_handed_to_two_workers_are_committed_once(
     kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
     tmp_path: Path,
@@ -329,8 +334,9 @@ def test_records_handed_to_two_workers_are_committed_once(
     commit check of the one whose marker is later finds the other's and aborts. With the check
     disabled the chunk's outputs were committed twice (docs/design.md).
 
-    One source partition: with no more workers than partitions the broker's assignor gives
-    each partition to one member, and worker 0's records would come back to worker 0."""
+    One source partition, fed a record at a time until worker 0 got one: with as many workers
+    as partitions the broker's assignor gives each partition to one member (worker 0's records
+    came back to worker 0), and a member that joins late gets nothing of a burst."""
     src, out, dlq = topic_factory(1), topic_factory(1), topic_factory(1)
     log = str(tmp_path / "calls.jsonl")
     kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
@@ -341,14 +347,23 @@ def test_records_handed_to_two_workers_are_committed_once(
                         on_progress=False, transaction_interval_s=0,
                         **worker_faults(f"sleep-before-produce:{late}:ms={LOCK_MS + 2000};"
                                         f"ignore-deadline:{late}"))
+    sent = 0
     try:
-        # Both workers up before the records exist: worker 0 gets a chunk of them.
         wait_for(lambda: job.progress().workers, lambda w: len(w) == 2, timeout_s=120,
                  what="both workers running")
+        # A record at a time until worker 0 got one (its first transaction is the late one).
+        while sent < N and not job.progress().workers.get(0, {}).get("received"):
+            produce_spread(kafka, src, 1, 1, value=_values_from(sent))
+            sent += 1
+            time.sleep(0.3)
+        if sent < N:
+            produce_spread(kafka, src, 1, N - sent, value=_values_from(sent))
+        wait_for(lambda: job.progress().workers.get(0, {}), lambda w: bool(w.get("received")),
+                 timeout_s=60, what="worker 0 getting records")
     except BaseException:
         job.stop("the test failed", grace_s=60)
         raise
-    keys = produce_spread(kafka, src, 1, N)
+    keys = {(src, 0, n) for n in range(N)}  # one partition: record n at offset n
 
     def worker_0_decided() -> bool:  # its late transaction committed or aborted
         w = job.progress().workers.get(0, {})
