@@ -332,7 +332,7 @@ def test_records_handed_to_two_workers_are_committed_once(
     then passes its deadline check regardless (``ignore-deadline``: an acquisition lost with
     nobody told, which the deadline cannot see). Both produce a marker over the chunk; the
     commit check of the one whose marker is later finds the other's and aborts. With the check
-    disabled the chunk's outputs were committed twice (docs/design.md).
+    disabled, 2 of the 60 origins were output twice (2026-11-27; docs/design.md).
 
     One source partition, fed a record at a time until worker 0 got one: with as many workers
     as partitions the broker's assignor gives each partition to one member (worker 0's records
