@@ -206,7 +206,8 @@ test-brokers-ci: $(STAMP) jars $(TOXIPROXY)
 # the source under 1,000,000 records and 100 faults (node crashes, leader moves, latency,
 # resets, blackholes, slow drips, Python worker kills and exits, query restarts, a task past
 # its lock), then the queue workers under 100,000 records and 25 faults; CHAOS_SEED=<seed>
-# replays (tests/brokers/chaos_scale.py, docs/guarantees.md).
+# replays (tests/brokers/chaos_scale.py, docs/guarantees.md); CHAOS_CLIENT=native runs the
+# workers on the package's own share consumer (make chaos too; default librdkafka).
 chaos-scale: $(STAMP) jars $(TOXIPROXY)
 	CHAOS_RECORDS=$${CHAOS_RECORDS:-1000000} CHAOS_FAULTS=$${CHAOS_FAULTS:-100} \
 		CHAOS_INTERVAL_S=$${CHAOS_INTERVAL_S:-30} \
