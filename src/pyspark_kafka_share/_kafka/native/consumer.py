@@ -308,16 +308,20 @@ class NativeShareConsumer:
         return answer
 
     def _partition_ok(self, part: SharePartitionAnswer) -> bool:
-        tp = (part.topic_id, part.partition)
         if not part.error_code:
             return True
         if part.error_code in _LEADER_MOVED:
-            self._stale = True
-            if part.leader_id >= 0 and part.leader_id in self._nodes:
-                self._leaders[tp] = part.leader_id  # the new leader, as the broker says
+            self._moved(part)
             return False
         raise error_for(part.error_code, f"ShareFetch of partition {part.partition} of topic "
                         f"{self._names.get(part.topic_id, part.topic_id)}", part.error_message)
+
+    def _moved(self, part: SharePartitionAnswer) -> None:
+        """The partition's leader moved (NOT_LEADER_OR_FOLLOWER, ...): the new one the broker
+        names is used at once, and metadata is refreshed before the next fetch."""
+        self._stale = True
+        if part.leader_id >= 0 and part.leader_id in self._nodes:
+            self._leaders[(part.topic_id, part.partition)] = part.leader_id
 
     def _acquired(self, part: SharePartitionAnswer, deadline: float) -> list[ShareRecord]:
         if not part.acquired:
@@ -383,6 +387,8 @@ class NativeShareConsumer:
             session.reset() if final else session.advanced(req, fetch=False)
             for part in answer.partitions:
                 self._settled(part, req, answer.lock_timeout_ms)
+                if part.error_code in _LEADER_MOVED:  # its acknowledgements failed: move on
+                    self._moved(part)
 
     # -- connections and metadata --
 
