@@ -297,3 +297,51 @@ def test_connection_events_are_bounded_and_taken_once() -> None:
                                        "_ALL_BROKERS_DOWN: none answered"]
     assert [is_all_brokers_down(e) for e in taken] == [False, False, True]
     assert events.take() == []
+
+
+def _acknowledge_response(code: int, leader: int) -> bytes:
+    """A ShareAcknowledge v2 response: partition 0 of TOPIC answered ``code``, the current
+    leader ``leader`` and its endpoint."""
+    w = Writer(flexible=True).int32(0).int16(0).string(None).int32(15_000)
+    w.array_header(1).uuid(TOPIC).array_header(1)
+    w.int32(0).int16(code).string(None)
+    w.int32(leader).int32(7).tags()  # CurrentLeader
+    w.tags().tags()
+    w.array_header(1).int32(leader).string("h2").int32(9093).string(None).tags()
+    return w.tags().getvalue()
+
+
+class _AnsweringConn:
+    """A leader's connection that answers every request with ``response``."""
+
+    def __init__(self, response: bytes) -> None:
+        self.response, self.sent = response, list[ApiKey]()
+
+    def version_for(self, api: ApiKey) -> int:
+        return 2
+
+    def send(self, api: ApiKey, version: int, body: bytes, deadline: float) -> Reader:
+        self.sent.append(api)
+        return Reader(self.response, flexible=True)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_acknowledgement_answered_not_leader_moves_to_the_named_leader() -> None:
+    """A RENEW (as the exactly-once commit check sends) to a leader that moved: it fails with
+    the code, and the partition's leader becomes the one the broker named, metadata to be
+    refreshed before the next fetch."""
+    config = NativeConsumerConfig(f"127.0.0.1:{_closed_port()}", "g", timeout_s=1.0)
+    with NativeShareConsumer(config, ["t"]) as consumer:
+        conn = _AnsweringConn(_acknowledge_response(ErrorCode.NOT_LEADER_OR_FOLLOWER, 2))
+        consumer._names, consumer._nodes = {TOPIC: "t"}, {1: ("h1", 9092), 2: ("h2", 9093)}
+        consumer._leaders, consumer._stale = {A: 1}, False
+        consumer._conns = {1: LeaderSession(1, conn, epoch=1, members={A})}  # type: ignore[arg-type]
+        record = ShareRecord("t", 0, 10, 1, None, b"v", (), 1, time.monotonic() + 30)
+        consumer._held.hold(A, record)
+        consumer.acknowledge(record, "RENEW")
+        assert consumer.commit_sync() == {("t", 0): ErrorCode.NOT_LEADER_OR_FOLLOWER}
+        assert conn.sent == [ApiKey.SHARE_ACKNOWLEDGE]
+        assert (consumer._leaders[A], consumer._stale) == (2, True)
+        assert consumer.held() == [record]  # a RENEW keeps it held (its lock is the broker's)
