@@ -10,7 +10,9 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from confluent_kafka import Producer
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
@@ -42,6 +44,17 @@ def _java_share_consumer(kafka: LocalKafka, group: str, topic: str,
         return subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
 
 
+def _produce_in_batches(kafka: LocalKafka, topic: str) -> None:
+    """``BATCHES`` producer batches of ``PER_BATCH`` records (a flush after each), values
+    ``0``, ``1``, ..."""
+    extra: dict[str, Any] = {"linger.ms": 0, "acks": "all"}
+    producer = Producer(kafka.client_config(**extra))
+    for b in range(BATCHES):
+        for i in range(PER_BATCH):
+            producer.produce(topic, value=b"%d" % (b * PER_BATCH + i))
+        assert producer.flush(30) == 0, "records left undelivered"
+
+
 def _members(admin: ShareGroupAdmin, group: str) -> int:
     try:
         return len(admin.describe(group).members)
@@ -69,8 +82,7 @@ def test_a_java_share_consumer_and_two_native_workers_split_the_records_once(
         with ShareGroupAdmin(kafka.bootstrap_servers) as admin:
             wait_for(lambda: _members(admin, group), lambda n: n == 3, 120,
                      "the Java consumer and both workers in the group")
-        for b in range(BATCHES):  # one producer batch each
-            kafka.produce(src, [b"%d" % (b * PER_BATCH + i) for i in range(PER_BATCH)])
+        _produce_in_batches(kafka, src)
         summary = stop_when_drained(job, kafka, group, timeout_s=180)  # bounds a hang only
         job = None
     finally:
