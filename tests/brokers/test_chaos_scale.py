@@ -9,6 +9,7 @@ Sizes: ``CHAOS_SEED``, ``CHAOS_RECORDS``, ``CHAOS_FAULTS``, ``CHAOS_INTERVAL_S``
 run, as for ``make chaos``), ``CHAOS_WORKER_RECORDS`` and ``CHAOS_WORKER_FAULTS`` (the workers'
 run). ``make chaos-scale`` sets 1,000,000 records and 100 faults for the source, 100,000
 records and 25 faults for the workers; without them the sizes are ``make chaos``'s.
+``CHAOS_CLIENT=native``: the workers' run on the package's own share consumer.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from tests.chaos.chaos_harness import (
     kill_busy_worker,
     read_log,
 )
-from tests.chaos.chaos_schedule import WORKER_SIGKILL, ChaosConfig, Fault
+from tests.chaos.chaos_schedule import WORKER_SIGKILL, ChaosConfig, Fault, worker_client
 from tests.chaos.test_chaos import ChaosRun
 from tests.fixtures.brokers import ClusterTopicFactory
 from tests.helpers import read_topic, wait_for
@@ -127,9 +128,10 @@ def test_workers_outputs_exactly_once_under_a_seeded_cluster_fault_schedule(
     cluster_topic_factory: ClusterTopicFactory, cluster_group: str, toxiproxy: Toxiproxy,
     fault_report: Report,
 ) -> None:
-    config = WORKERS_CONFIG
+    config, client = WORKERS_CONFIG, worker_client()
     schedule = scale_schedule(config, kinds=(WORKER_SIGKILL, *CLUSTER_KINDS))
-    fault_report(f"workers chaos-scale seed={config.seed}: {config.records} records, "
+    fault_report(f"workers chaos-scale seed={config.seed}, client={client}: "
+                 f"{config.records} records, "
                  f"{config.faults} faults every ~{config.interval_s:.0f}s")
     src, out, dlq = (cluster_topic_factory(n) for n in (config.topic_partitions, 1, 1))
     kafka_cluster.set_group_config(cluster_group, "share.record.lock.duration.ms", 8_000)
@@ -137,7 +139,7 @@ def test_workers_outputs_exactly_once_under_a_seeded_cluster_fault_schedule(
     bootstrap = kafka_cluster.bootstrap_servers
     producer = SteadyProducer(bootstrap, src, config.topic_partitions, config.rate,
                               config.records)
-    job = start_workers(spark, _work, topics=src, group=cluster_group,
+    job = start_workers(spark, _work, topics=src, group=cluster_group, client=client,
                         bootstrap_servers=bootstrap, workers=2, chunk_size=10,
                         output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
                         max_attempts=10, broker_timeout_s=60, on_progress=False)

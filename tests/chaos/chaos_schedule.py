@@ -8,7 +8,9 @@ busy when a SIGKILL lands, which batch is running) depends on timing and is prin
 happens.
 
 Environment: ``CHAOS_SEED`` (default: random), ``CHAOS_RECORDS`` (default 15,000),
-``CHAOS_FAULTS`` (default 10), ``CHAOS_INTERVAL_S`` (mean seconds between faults, default 10).
+``CHAOS_FAULTS`` (default 10), ``CHAOS_INTERVAL_S`` (mean seconds between faults, default 10),
+``CHAOS_CLIENT`` (the queue workers' share consumer, :func:`worker_client`: ``librdkafka``, the
+default, or ``native``; the schedule does not depend on it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "ChaosConfig", "Fault", "make_schedule"]
+from pyspark_kafka_share.workers.config import CLIENTS, ShareClient
+
+__all__ = ["KINDS", "ChaosConfig", "Fault", "make_schedule", "worker_client"]
 
 WORKER_SIGKILL = "worker-sigkill"
 """SIGKILL (kill -9, from outside) a PySpark Python worker while a read stage is running."""
@@ -32,6 +36,17 @@ QUERY_RESTART = "query-restart"
 LOCK_EXPIRY = "lock-expiry"
 """Restart the query with a ``sleep-before-publish`` longer than the group's acquisition
 lock: the broker takes the records back while the task still holds them."""
+
+def worker_client(env: Mapping[str, str] | None = None) -> ShareClient:
+    """The workers' ``client`` for a chaos run: ``$CHAOS_CLIENT`` (``librdkafka`` or
+    ``native``; unset: ``librdkafka``, as CI's ``make chaos`` runs it)."""
+    env = os.environ if env is None else env
+    wanted = env.get("CHAOS_CLIENT") or CLIENTS[0]
+    for client in CLIENTS:
+        if client == wanted:
+            return client
+    raise ValueError(f"CHAOS_CLIENT={wanted!r}: use one of {', '.join(CLIENTS)}")
+
 
 KINDS = (WORKER_SIGKILL, WORKER_EXIT, BROKER_CRASH, QUERY_RESTART, LOCK_EXPIRY)
 KILL_POINTS = ("kill-after-publish", "kill-after-end")

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.chaos.chaos_schedule import KINDS, ChaosConfig, make_schedule
+from tests.chaos.chaos_schedule import KINDS, ChaosConfig, make_schedule, worker_client
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
@@ -42,3 +42,10 @@ def test_sizes_come_from_the_environment() -> None:
     assert ChaosConfig.from_env({}).seed > 0  # random when not given
     with pytest.raises(ValueError, match="bad chaos size"):
         ChaosConfig.from_env({"CHAOS_RECORDS": "0"})
+
+
+def test_the_workers_client_comes_from_the_environment() -> None:
+    assert worker_client({}) == "librdkafka"  # make chaos in CI: unchanged
+    assert worker_client({"CHAOS_CLIENT": "native"}) == "native"
+    with pytest.raises(ValueError, match="CHAOS_CLIENT='java': use one of librdkafka, native"):
+        worker_client({"CHAOS_CLIENT": "java"})

@@ -8,7 +8,9 @@ faults (the same ``CHAOS_SEED`` as the source's chaos test):
 - a busy Python worker SIGKILLed from outside;
 - the broker SIGKILLed, down for seconds, restarted on its data.
 
-Then production stops, the workers drain the group (lag 0), and a ``read_committed`` reader of
+The workers' client is ``$CHAOS_CLIENT`` (``librdkafka`` by default, ``native``: the package's
+own share consumer; tests/chaos/chaos_schedule.py). Then production stops, the workers drain
+the group (lag 0), and a ``read_committed`` reader of
 the output and dead-letter topics must see every produced record exactly once. The workers'
 ``marker_conflicts`` (a canary, docs/design.md) and ``marker_overlaps_aborted`` (transactions
 the commit check aborted on another attempt's marker) are reported, whatever they are.
@@ -30,7 +32,7 @@ from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.workers import Record, Result, start_workers
 from tests.chaos.chaos_harness import SparkTasks, SteadyProducer, crash_broker, group_lag
 from tests.chaos.chaos_harness import kill_busy_worker as kill_worker
-from tests.chaos.chaos_schedule import ChaosConfig
+from tests.chaos.chaos_schedule import ChaosConfig, worker_client
 from tests.helpers import read_topic, wait_for, worker_faults
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
@@ -54,15 +56,15 @@ def test_workers_outputs_exactly_once_under_a_seeded_fault_schedule(
     chaos_kafka: LocalKafka, spark: SparkSession, chaos_report: Callable[[str], None],
 ) -> None:
     kafka = chaos_kafka
-    seed = ChaosConfig.from_env().seed
+    seed, client = ChaosConfig.from_env().seed, worker_client()
     rng = random.Random(seed)
     points = [f"{rng.choice(POINTS)}:part={w}:attempt=0:seq={rng.randrange(2, 8)}:ms=3"
               for w in (0, 1)]
     external = sorted([(round(rng.uniform(6, 10), 1), "worker-sigkill"),
                        (round(rng.uniform(12, 16), 1), "broker-crash")])
     down_s = round(rng.uniform(1.0, 5.0), 1)
-    chaos_report(f"workers chaos seed={seed}: {RECORDS} records at {RATE:.0f}/s; fault points "
-                 f"{points}; then {external} (broker down {down_s}s)")
+    chaos_report(f"workers chaos seed={seed}, client={client}: {RECORDS} records at "
+                 f"{RATE:.0f}/s; fault points {points}; then {external} (broker down {down_s}s)")
     src = kafka.create_topic("workers-chaos", 2)
     out, dlq = kafka.create_topic("workers-out", 1), kafka.create_topic("workers-dlq", 1)
     group = "workers-chaos"
@@ -70,7 +72,7 @@ def test_workers_outputs_exactly_once_under_a_seeded_fault_schedule(
     kafka.set_group_config(group, "share.record.lock.duration.ms", 8_000)
     kafka.set_group_config(group, "share.delivery.count.limit", 10)
     producer = SteadyProducer(kafka.bootstrap_servers, src, 2, RATE, RECORDS)
-    job = start_workers(spark, _work, topics=src, group=group,
+    job = start_workers(spark, _work, topics=src, group=group, client=client,
                         bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=10,
                         output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
                         max_attempts=10, broker_timeout_s=60, on_progress=False,

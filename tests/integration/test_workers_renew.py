@@ -83,3 +83,40 @@ def test_work_three_times_the_lock_is_renewed_and_processed_once(
     assert t["renewed"] >= N * 6, str(summary)
     assert_exactly_once(output_origins(read_topic(kafka, out, N)),
                         {(src, 0, i) for i in range(N)})
+
+
+SHORT_LOCK_MS = 5_000
+SHORT_WORK_S = 11.0  # more than two locks
+
+
+@pytest.mark.kafka_subset
+@pytest.mark.spark_subset
+def test_a_short_lock_outlived_twice_is_renewed_on_every_kafka_line(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """The cheapest RENEW test, in the version tiers (on 4.2.2 and 4.3.1 too, which run only
+    what they select): a 5 s group lock (the harness's brokers allow locks from 1 s) and a
+    function of 11 s, 2 records on 2 workers at least once: each processed once, on its first
+    delivery, every renewal confirmed."""
+    src = topic_factory(1)
+    kafka.set_group_config(group, "share.record.lock.duration.ms", SHORT_LOCK_MS)
+    kafka.produce(src, [b"0", b"1"])
+    log = str(tmp_path / "calls.jsonl")
+
+    def slow(rec: Record) -> Result:
+        log_call(log, rec)
+        time.sleep(SHORT_WORK_S)
+        return Result.accept()  # no output topic: the call log is the record
+
+    job = start_workers(spark, slow, client="native", topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=1,
+                        on_progress=False)
+    summary = stop_when_drained(job, kafka, group, timeout_s=300)  # bounds a hang only
+    calls = read_calls(Path(log))
+    assert sorted(c["value"] for c in calls) == ["0", "1"], calls
+    assert all(c["dc"] == 1 for c in calls), calls
+    t = summary.totals
+    assert (t["accepted"], t["ack_failures"], t["renew_failures"]) == (2, 0, 0), str(summary)
+    # Renewed every half lock budget (1.25 s) for 11 s: about 8 times per record.
+    assert t["renewed"] >= 2 * 4, str(summary)

@@ -1,5 +1,5 @@
-"""Scripted stand-ins for confluent-kafka's share consumer, producer and messages, for the
-pure unit tests of the loops that drive them (no broker)."""
+"""Scripted stand-ins for confluent-kafka's share consumer, producer and messages, and for
+the native consumer, for the pure unit tests of the loops that drive them (no broker)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pyspark_kafka_share._kafka.native.consumer import ShareRecord
 from pyspark_kafka_share.workers.exactly_once import MarkerSet, Origin
 from pyspark_kafka_share.workers.exactly_once.markers import Overlap
 
@@ -142,3 +143,43 @@ class FakeMarkerLog:
 
     def close(self) -> None:
         pass
+
+
+class FakeNative:
+    """A scripted native consumer: the polls given, then nothing; every acknowledgement
+    recorded; ``commit_sync`` answers ``renew_code`` for a RENEW, 0 otherwise; ``errors``:
+    the connection failures ``take_errors`` hands out (once)."""
+
+    def __init__(self, polls: list[list[ShareRecord]], renew_code: int = 0) -> None:
+        self.polls = list(polls)
+        self.renew_code = renew_code
+        self.acks: dict[int, str] = {}
+        self.renews = 0  # ShareAcknowledge requests with RENEWs
+        self.queued: list[tuple[ShareRecord, str]] = []
+        self.closed = False
+        self.errors: list[Any] = []
+
+    def poll(self, timeout_s: float) -> list[ShareRecord]:
+        if not self.polls:
+            time.sleep(0.01)
+            return []
+        return self.polls.pop(0)
+
+    def acknowledge(self, record: ShareRecord, kind: str) -> None:
+        self.queued.append((record, kind))
+        if kind != "RENEW":
+            self.acks[record.offset] = kind
+
+    def commit_sync(self) -> dict[tuple[str, int], int]:
+        queued, self.queued = self.queued, []
+        renew = any(kind == "RENEW" for _, kind in queued)
+        self.renews += renew
+        code = self.renew_code if renew else 0
+        return {(r.topic, r.partition): code for r, _ in queued}
+
+    def take_errors(self) -> list[Any]:
+        errors, self.errors = self.errors, []
+        return errors
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,14 +1,19 @@
 """The native consumer's pure parts: share-session bookkeeping (``_kafka/native/session.py``),
 the consumer APIs' bodies (``_kafka/protocol/consume.py``, against bytes built here from the
-message schemas), its membership against a scripted coordinator, and its configuration
-(``ClientSettings.native_consumer``)."""
+message schemas), its membership against a scripted coordinator, its configuration
+(``ClientSettings.native_consumer``), and its connection failures reported as librdkafka's
+(``_kafka/native/events.py``: a consumer whose bootstrap server refuses connections)."""
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any
 
 import pytest
 
+from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig, NativeShareConsumer
+from pyspark_kafka_share._kafka.native.events import ConnectionEvents
 from pyspark_kafka_share._kafka.native.membership import Membership
 from pyspark_kafka_share._kafka.native.session import (
     INT32_MAX,
@@ -21,7 +26,14 @@ from pyspark_kafka_share._kafka.protocol import consume
 from pyspark_kafka_share._kafka.protocol.codec import ApiKey, Reader, Writer
 from pyspark_kafka_share._kafka.protocol.consume import AckType, AcquireMode, FetchParams
 from pyspark_kafka_share._kafka.settings import WORKER_NAMES, ClientSettings
-from pyspark_kafka_share.errors import AuthorizationError, BrokerError, ErrorCode, OptionError
+from pyspark_kafka_share._kafka.share import BrokerWatch
+from pyspark_kafka_share.errors import (
+    AuthorizationError,
+    BrokerError,
+    ErrorCode,
+    OptionError,
+    is_all_brokers_down,
+)
 
 TOPIC = "AAAAAAAAAAAAAAAAAAAAAQ"  # a topic id as Kafka prints it
 A, B, C = (TOPIC, 0), (TOPIC, 1), (TOPIC, 2)
@@ -236,3 +248,100 @@ def test_an_authorization_error_is_fatal_not_retried() -> None:
     m = _membership(_Coordinator([(int(ErrorCode.GROUP_AUTHORIZATION_FAILED), 0, None)]))
     with pytest.raises(AuthorizationError):
         m._beat()
+
+
+def _closed_port() -> int:
+    """A local port nobody listens on (connections to it are refused at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_no_broker_answering_is_reported_as_all_brokers_down_not_empty_polls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real consumer whose bootstrap server refuses connections: its polls come back empty,
+    and ``take_errors`` says why (``_ALL_BROKERS_DOWN``, as librdkafka's ``error_cb``), so
+    that the workers' ``BrokerWatch`` fails it after its limit instead of reading no data."""
+    config = NativeConsumerConfig(f"127.0.0.1:{_closed_port()}", "g", timeout_s=1.0)
+    errors: list[Any] = []
+    with NativeShareConsumer(config, ["t"]) as consumer:
+        deadline = time.monotonic() + 30  # only guards a hang: refusals come in milliseconds
+        while not any(is_all_brokers_down(e) for e in errors):
+            assert time.monotonic() < deadline, f"no outage reported: {errors}"
+            assert consumer.poll(0.2) == []
+            errors.extend(consumer.take_errors())
+    down = next(e for e in errors if is_all_brokers_down(e))
+    assert (down.name(), down.fatal()) == ("_ALL_BROKERS_DOWN", False)
+    assert "no bootstrap server answered" in down.str(), down
+    monkeypatch.setattr(BrokerWatch, "_cluster_answers", lambda self: False)
+    watch = BrokerWatch(ClientSettings("h:1", "g", names=WORKER_NAMES), ["t"], limit_s=0.2,
+                        every_s=0.05)
+    watch.observe(errors, got_records=False)
+    assert watch.down
+    with pytest.raises(BrokerError, match=r"all brokers down for more than 0s.*"
+                       r"_ALL_BROKERS_DOWN: .*no bootstrap server answered"):
+        while True:
+            time.sleep(0.06)
+            watch.observe([], got_records=False)
+
+
+def test_connection_events_are_bounded_and_taken_once() -> None:
+    events = ConnectionEvents(limit=3)
+    for i in range(5):
+        events.transport(f"lost {i}")
+    events.all_down("none answered")
+    taken = events.take()
+    assert [str(e) for e in taken] == ["_TRANSPORT: lost 3", "_TRANSPORT: lost 4",
+                                       "_ALL_BROKERS_DOWN: none answered"]
+    assert [is_all_brokers_down(e) for e in taken] == [False, False, True]
+    assert events.take() == []
+
+
+def _acknowledge_response(code: int, leader: int) -> bytes:
+    """A ShareAcknowledge v2 response: partition 0 of TOPIC answered ``code``, the current
+    leader ``leader`` and its endpoint."""
+    w = Writer(flexible=True).int32(0).int16(0).string(None).int32(15_000)
+    w.array_header(1).uuid(TOPIC).array_header(1)
+    w.int32(0).int16(code).string(None)
+    w.int32(leader).int32(7).tags()  # CurrentLeader
+    w.tags().tags()
+    w.array_header(1).int32(leader).string("h2").int32(9093).string(None).tags()
+    return w.tags().getvalue()
+
+
+class _AnsweringConn:
+    """A leader's connection that answers every request with ``response``."""
+
+    def __init__(self, response: bytes) -> None:
+        self.response, self.sent = response, list[ApiKey]()
+
+    def version_for(self, api: ApiKey) -> int:
+        return 2
+
+    def send(self, api: ApiKey, version: int, body: bytes, deadline: float) -> Reader:
+        self.sent.append(api)
+        return Reader(self.response, flexible=True)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_acknowledgement_answered_not_leader_moves_to_the_named_leader() -> None:
+    """A RENEW (as the exactly-once commit check sends) to a leader that moved: it fails with
+    the code, and the partition's leader becomes the one the broker named, metadata to be
+    refreshed before the next fetch."""
+    config = NativeConsumerConfig(f"127.0.0.1:{_closed_port()}", "g", timeout_s=1.0)
+    with NativeShareConsumer(config, ["t"]) as consumer:
+        conn = _AnsweringConn(_acknowledge_response(ErrorCode.NOT_LEADER_OR_FOLLOWER, 2))
+        consumer._names, consumer._nodes = {TOPIC: "t"}, {1: ("h1", 9092), 2: ("h2", 9093)}
+        consumer._leaders, consumer._stale = {A: 1}, False
+        consumer._conns = {1: LeaderSession(1, conn, epoch=1, members={A})}  # type: ignore[arg-type]
+        record = ShareRecord("t", 0, 10, 1, None, b"v", (), 1, time.monotonic() + 30)
+        consumer._held.hold(A, record)
+        consumer.acknowledge(record, "RENEW")
+        assert consumer.commit_sync() == {("t", 0): ErrorCode.NOT_LEADER_OR_FOLLOWER}
+        assert conn.sent == [ApiKey.SHARE_ACKNOWLEDGE]
+        assert (consumer._leaders[A], consumer._stale) == (2, True)
+        assert consumer.held() == [record]  # a RENEW keeps it held (its lock is the broker's)

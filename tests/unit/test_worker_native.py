@@ -28,7 +28,7 @@ from pyspark_kafka_share.workers.loop import _Worker
 from pyspark_kafka_share.workers.outcome import Record
 from pyspark_kafka_share.workers.settle import Poll
 
-from .fakes import FakeProducer
+from .fakes import FakeNative, FakeProducer
 
 _REQUIRED = {"bootstrap_servers": "unused:9092", "group": "g", "topics": "in"}
 
@@ -37,40 +37,6 @@ def _record(offset: int, *, partition: int = 0, dc: int = 1,
             headers: tuple[tuple[str, bytes | None], ...] = ()) -> ShareRecord:
     return ShareRecord("in", partition, offset, 1_700_000_000_000, b"k%d" % offset, b"v",
                        headers, dc, time.monotonic() + 30)
-
-
-class FakeNative:
-    """A scripted native consumer: the polls given, then nothing; every acknowledgement
-    recorded; ``commit_sync`` answers ``renew_code`` for a RENEW, 0 otherwise."""
-
-    def __init__(self, polls: list[list[ShareRecord]], renew_code: int = 0) -> None:
-        self.polls = list(polls)
-        self.renew_code = renew_code
-        self.acks: dict[int, str] = {}
-        self.renews = 0  # ShareAcknowledge requests with RENEWs
-        self.queued: list[tuple[ShareRecord, str]] = []
-        self.closed = False
-
-    def poll(self, timeout_s: float) -> list[ShareRecord]:
-        if not self.polls:
-            time.sleep(0.01)
-            return []
-        return self.polls.pop(0)
-
-    def acknowledge(self, record: ShareRecord, kind: str) -> None:
-        self.queued.append((record, kind))
-        if kind != "RENEW":
-            self.acks[record.offset] = kind
-
-    def commit_sync(self) -> dict[tuple[str, int], int]:
-        queued, self.queued = self.queued, []
-        renew = any(kind == "RENEW" for _, kind in queued)
-        self.renews += renew
-        code = self.renew_code if renew else 0
-        return {(r.topic, r.partition): code for r, _ in queued}
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def _session(fake: FakeNative) -> NativeSession:

@@ -4,8 +4,9 @@ The transactional settler's refused-produce bisection branch by branch: the deli
 commit in a new transaction, the refused ones are halved until alone, a record refused alone
 has its verdict changed and is tried once more, a marker or a tombstone refused alone, a commit
 of unknown outcome, an abortable commit, a commit too close to the poll's deadline, a fenced
-producer. The at-least-once settler: what it produces before it acknowledges, and a refused
-output or dead letter. The loops around them: test_worker_loop.py, test_worker_transactions.py.
+producer; with the native client, the commit check's RENEW (confirmed, refused). The
+at-least-once settler: what it produces before it acknowledges, and a refused output or dead
+letter. The loops around them: test_worker_loop.py, test_worker_transactions.py.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError
 
+from pyspark_kafka_share._kafka.native.adapter import NativeMessage, NativeSession
+from pyspark_kafka_share._kafka.native.consumer import NativeShareConsumer, ShareRecord
 from pyspark_kafka_share._kafka.share import ShareSession
-from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.errors import BrokerError, ErrorCode
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.exactly_once import (
     ExactlyOnce,
@@ -32,7 +35,7 @@ from pyspark_kafka_share.workers.outcome import Outcome
 from pyspark_kafka_share.workers.settle import AtLeastOnceSettler, Poll
 from pyspark_kafka_share.workers.verdict import Final, Verdict
 
-from .fakes import FakeConsumer, FakeMarkerLog, FakeProducer, Msg
+from .fakes import FakeConsumer, FakeMarkerLog, FakeNative, FakeProducer, Msg
 
 Sent = tuple[str, bytes | None, bytes | None]  # topic, key, value
 Refuse = Callable[[str, bytes | None], bool]
@@ -302,3 +305,56 @@ def test_at_least_once_fails_after_three_chunks_of_failures() -> None:
     with pytest.raises(BrokerError, match="failed in 3 chunks in a row"):
         settler.settle([_final(3)[2]], _poll(consumer, settler.stats), poll_ends=True,
                        began=time.monotonic())
+
+
+class _RenewSeesFlush(FakeNative):
+    """A native consumer that notes, at each RENEW, what the producer's open transaction
+    holds then (whether the marker was flushed before the renewal)."""
+
+    def __init__(self, producer: _TxnProducer, renew_code: int) -> None:
+        super().__init__([], renew_code=renew_code)
+        self.producer, self.flushed_at_renew = producer, list[list[Sent]]()
+
+    def commit_sync(self) -> dict[tuple[str, int], int]:
+        if any(kind == "RENEW" for _, kind in self.queued):
+            self.flushed_at_renew.append(list(self.producer._open))
+        return super().commit_sync()
+
+
+def _native_transaction(renew_code: int) -> tuple[TransactionalSettler, _TxnProducer,
+                                                   _RenewSeesFlush]:
+    """Two records of a native poll settled in one transaction."""
+    producer = _TxnProducer()
+    settler, _, _ = _transactional(producer)
+    native = _RenewSeesFlush(producer, renew_code)
+    poll = Poll(NativeSession(cast(NativeShareConsumer, native)), settler.stats,
+                time.monotonic() + 30)
+    final: list[Final] = [(NativeMessage(_native_record(i)), Outcome.ACCEPT,
+                           Verdict(Outcome.ACCEPT, b"o%d" % i)) for i in range(2)]
+    _settle(settler, final, poll)
+    return settler, producer, native
+
+
+def _native_record(offset: int) -> ShareRecord:
+    return ShareRecord("in", 0, offset, 1, None, b"v", (), 1, time.monotonic() + 30)
+
+
+def test_a_native_commit_check_renews_the_records_once_the_marker_is_flushed() -> None:
+    """With the native client the commit check asks the leader: a RENEW of the transaction's
+    records, sent after the marker is in the log and confirmed, proves the acquisitions were
+    still this worker's then (a leader change or an expired session would fail it)."""
+    settler, producer, native = _native_transaction(renew_code=0)
+    assert producer.events == ["begin", "commit"] and _marked(producer) == [[0, 1]]
+    assert [sum(t == "markers" for t, _, _ in txn) for txn in native.flushed_at_renew] == [1]
+    assert native.acks == {0: "ACCEPT", 1: "ACCEPT"}
+    assert (settler.stats["renewed"], settler.stats["renew_failures"]) == (2, 0)
+
+
+def test_a_native_commit_the_leader_no_longer_holds_is_aborted_and_released() -> None:
+    """The leader moved or the session expired unseen by the producer and the marker reader:
+    the RENEW fails, so the transaction is aborted and its records RELEASEd, not committed."""
+    settler, producer, native = _native_transaction(renew_code=ErrorCode.INVALID_RECORD_STATE)
+    assert producer.events == ["begin", "abort"] and producer.committed == []
+    assert native.acks == {0: "RELEASE", 1: "RELEASE"}
+    assert settler.stats["transactions_aborted"] == 1
+    assert (settler.stats["renewed"], settler.stats["renew_failures"]) == (0, 2)

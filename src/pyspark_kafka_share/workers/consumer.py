@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pyspark_kafka_share._kafka.native.adapter import NativeSession
 from pyspark_kafka_share._kafka.share import (
@@ -36,12 +36,14 @@ from pyspark_kafka_share.errors import KafkaShareError
 from pyspark_kafka_share.workers.config import WorkerSpec
 from pyspark_kafka_share.workers.settle import Poll
 
-__all__ = ["LockRenewer", "open_consumer"]
+__all__ = ["LockRenewer", "Renewing", "open_consumer"]
 
 _log = logging.getLogger(__name__)
 
+
+@runtime_checkable
 class Renewing(Protocol):
-    """A consumer that can RENEW its records' locks."""
+    """A consumer that can RENEW its records' locks (the native client's session)."""
 
     def renew(self, msgs: Sequence[Any]) -> Settled:
         """RENEW ``msgs`` and ``commit_sync``: which partitions the broker confirmed."""

@@ -92,8 +92,10 @@ class NativeSession:
         return cls(NativeShareConsumer(config, topics))
 
     def take_errors(self) -> list[Any]:
-        """Always empty: the native consumer raises its errors from ``poll()`` instead."""
-        return []
+        """The connection failures reported since the last call (``_TRANSPORT``,
+        ``_ALL_BROKERS_DOWN``, as librdkafka's ``error_cb``: for ``BrokerWatch``); its other
+        errors the native consumer raises from ``poll()``."""
+        return list(self.consumer.take_errors())
 
     def poll(self, wait_s: float) -> tuple[list[NativeMessage], float]:
         """One poll: its records and when their locks may have started. The native consumer

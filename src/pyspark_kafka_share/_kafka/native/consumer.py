@@ -4,7 +4,9 @@ with what confluent-kafka's share consumer lacks: RENEW (KIP-1222), the strict
 
 It fetches only inside :meth:`NativeShareConsumer.poll` (an idle consumer acquires nothing).
 Membership runs on a heartbeat thread (:mod:`.membership`); share sessions and the records
-held are in :mod:`.session`. Not thread-safe, except :meth:`~NativeShareConsumer.wakeup`.
+held are in :mod:`.session`. Lost connections are reported as librdkafka's ``error_cb``
+reports them (:mod:`.events`, :meth:`~NativeShareConsumer.take_errors`): a broker outage is
+never just empty polls. Not thread-safe, except :meth:`~NativeShareConsumer.wakeup`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from pyspark_kafka_share._kafka.connection import ConnectionConfig
+from pyspark_kafka_share._kafka.native.events import ConnectionEvent, ConnectionEvents
 from pyspark_kafka_share._kafka.native.membership import Membership
 from pyspark_kafka_share._kafka.native.session import (
     Held,
@@ -103,10 +106,12 @@ class NativeShareConsumer:
         self._woken = False
         self._error: KafkaShareError | None = None  # a partition's, raised by the next poll
         self._closed = False
+        self._events = ConnectionEvents()
         self.batch_codecs: Counter[str] = Counter()
         """Record batches decoded, per codec (``"none"``, ``"gzip"``, ...)."""
         self._membership = Membership(config.group_id, tuple(topics), self._connect,
-                                      self._bootstrap, config.timeout_s)
+                                      self._bootstrap, config.timeout_s,
+                                      events=self._events)
         self._membership.start()
 
     def __enter__(self) -> NativeShareConsumer:
@@ -171,6 +176,12 @@ class NativeShareConsumer:
         """The records delivered and not yet settled (their deadlines included)."""
         return [r for recs in self._held.records.values() for r in recs.values()]
 
+    def take_errors(self) -> list[ConnectionEvent]:
+        """The connection failures since the last call (``_TRANSPORT``: a broker's connection
+        lost or refused; ``_ALL_BROKERS_DOWN``: no broker answered), as librdkafka reports
+        them through ``error_cb``; thread-safe."""
+        return self._events.take()
+
     def wakeup(self) -> None:
         """Make the current (or next) :meth:`poll` raise :class:`WakeupError`; thread-safe."""
         self._woken = True
@@ -227,6 +238,7 @@ class NativeShareConsumer:
             except KafkaConnectionError as exc:  # brokers down: retried by the next fetch
                 _log.info("native share consumer of %r: metadata: %s", self.config.group_id,
                           exc)
+                self._events.all_down(f"metadata of group {self.config.group_id!r}: {exc}")
         return tps
 
     def _fetch_from(self, node: int, tps: list[TopicPartitionId], wait_ms: int,
@@ -235,6 +247,7 @@ class NativeShareConsumer:
             session = self._session(node)
         except KafkaConnectionError as exc:
             _log.debug("leader %d unreachable: %s", node, exc)
+            self._events.transport(f"leader {node} unreachable: {exc}")
             self._stale = True
             time.sleep(min(wait_ms, 200) / 1000.0)  # no busy loop while it is down
             return []
@@ -271,6 +284,7 @@ class NativeShareConsumer:
             r.expect_end(f"{api.name} response")
         except KafkaConnectionError as exc:
             _log.info("share session with broker %d lost: %s", session.node, exc)
+            self._events.transport(f"share session with broker {session.node} lost: {exc}")
             self._drop(session)
             self._fail(req, ErrorCode.NETWORK_EXCEPTION)
             return None
@@ -294,16 +308,20 @@ class NativeShareConsumer:
         return answer
 
     def _partition_ok(self, part: SharePartitionAnswer) -> bool:
-        tp = (part.topic_id, part.partition)
         if not part.error_code:
             return True
         if part.error_code in _LEADER_MOVED:
-            self._stale = True
-            if part.leader_id >= 0 and part.leader_id in self._nodes:
-                self._leaders[tp] = part.leader_id  # the new leader, as the broker says
+            self._moved(part)
             return False
         raise error_for(part.error_code, f"ShareFetch of partition {part.partition} of topic "
                         f"{self._names.get(part.topic_id, part.topic_id)}", part.error_message)
+
+    def _moved(self, part: SharePartitionAnswer) -> None:
+        """The partition's leader moved (NOT_LEADER_OR_FOLLOWER, ...): the new one the broker
+        names is used at once, and metadata is refreshed before the next fetch."""
+        self._stale = True
+        if part.leader_id >= 0 and part.leader_id in self._nodes:
+            self._leaders[(part.topic_id, part.partition)] = part.leader_id
 
     def _acquired(self, part: SharePartitionAnswer, deadline: float) -> list[ShareRecord]:
         if not part.acquired:
@@ -369,6 +387,8 @@ class NativeShareConsumer:
             session.reset() if final else session.advanced(req, fetch=False)
             for part in answer.partitions:
                 self._settled(part, req, answer.lock_timeout_ms)
+                if part.error_code in _LEADER_MOVED:  # its acknowledgements failed: move on
+                    self._moved(part)
 
     # -- connections and metadata --
 

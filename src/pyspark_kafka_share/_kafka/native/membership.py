@@ -7,8 +7,9 @@ the coordinator gave; the assignment it sent) -> LEAVING (epoch -1) -> LEFT. A f
 unknown member (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) rejoins at epoch 0 with the same
 member id and an empty assignment, as the Java client does; a moving coordinator
 (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) and lost
-connections are looked up and retried with a backoff; any other error is fatal and raised
-by the consumer's next ``poll()``.
+connections are looked up and retried with a backoff (each lost connection reported to
+``events``: ``_TRANSPORT``, or ``_ALL_BROKERS_DOWN`` when no bootstrap server answered); any
+other error is fatal and raised by the consumer's next ``poll()``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from pyspark_kafka_share._kafka.native.events import ConnectionEvents
 from pyspark_kafka_share._kafka.protocol import consume
 from pyspark_kafka_share._kafka.protocol import messages as msg
 from pyspark_kafka_share._kafka.protocol.client import BrokerConnection
@@ -46,8 +48,10 @@ class Membership:
     ``{topic id: partitions}`` as last sent by the coordinator."""
 
     def __init__(self, group: str, topics: tuple[str, ...], connect: Connect,
-                 bootstrap: list[tuple[str, int]], timeout_s: float) -> None:
+                 bootstrap: list[tuple[str, int]], timeout_s: float, *,
+                 events: ConnectionEvents | None = None) -> None:
         self.group, self.topics = group, topics
+        self.events = events if events is not None else ConnectionEvents()
         self.member_id = _member_id()
         self.epoch = 0
         self._connect, self._bootstrap, self._timeout_s = connect, bootstrap, timeout_s
@@ -82,6 +86,10 @@ class Membership:
                 self._stop.wait(self._interval_s)
             except (KafkaConnectionError, _Retry) as exc:
                 _log.debug("share group %r heartbeat: %s; retrying", self.group, exc)
+                if isinstance(exc, _NoBroker):
+                    self.events.all_down(f"share group {self.group!r} heartbeat: {exc}")
+                elif isinstance(exc, KafkaConnectionError):
+                    self.events.transport(f"share group {self.group!r} coordinator: {exc}")
                 self._close_conn()
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 1.0)
@@ -149,7 +157,7 @@ class Membership:
                 conn.close()
             self._conn = self._connect(node.host, node.port, deadline)
             return self._conn
-        raise KafkaConnectionError(f"no bootstrap server answered: {'; '.join(errors)}")
+        raise _NoBroker(f"no bootstrap server answered: {'; '.join(errors)}")
 
     def _close_conn(self) -> None:
         conn, self._conn = self._conn, None
@@ -176,6 +184,10 @@ class Membership:
 
 class _Retry(BrokerError):
     """A heartbeat error that is retried (rejoin or coordinator lookup)."""
+
+
+class _NoBroker(KafkaConnectionError):
+    """No bootstrap server answered the coordinator lookup (all brokers down)."""
 
 
 def _member_id() -> str:

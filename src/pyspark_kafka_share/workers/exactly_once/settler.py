@@ -3,8 +3,9 @@
 The chunks a worker processed within ``transaction_interval_s`` (never of two polls) are held
 open, then their outputs, dead letters and one marker of their origins produced in one Kafka
 transaction, committed only while the poll's locks are provably held (before the deadline,
-with the commit's own time as margin, and no connection loss since the poll); their
-acknowledgements follow the commit. Before a poll's records are processed, the committed
+with the commit's own time as margin, no connection loss since the poll, and with the native
+client the broker confirming a RENEW of the transaction's records once its marker is in the
+log); their acknowledgements follow the commit. Before a poll's records are processed, the committed
 markers are read (:meth:`TransactionalSettler.admit`) and the records a marker covers are
 acknowledged as it decided (:meth:`TransactionalSettler.undecided`).
 
@@ -35,6 +36,7 @@ from pyspark_kafka_share._kafka.faults import Faults
 from pyspark_kafka_share._kafka.share import lock_budget_s, split_last_delivery
 from pyspark_kafka_share.errors import BrokerError, Fenced, TransactionFailed
 from pyspark_kafka_share.workers.config import WorkerSpec
+from pyspark_kafka_share.workers.consumer import Renewing
 from pyspark_kafka_share.workers.exactly_once.markers import Origin, origins_of
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.outcome import Outcome
@@ -238,7 +240,8 @@ class TransactionalSettler:
         dead = dead_letter_items(group, self.config)
         try:
             result = self._transact([*outputs, *dead],
-                                     origins_of([(m, o) for m, o, _ in group]), poll)
+                                     origins_of([(m, o) for m, o, _ in group]), poll,
+                                     [m for m, _, _ in group])
         except TransactionFailed as exc:
             self._aborted(exc)
             return NotCommitted(str(exc))
@@ -303,8 +306,9 @@ class TransactionalSettler:
             self.eos.replace_producer()
 
     def _transact(self, items: Sequence[Item], origins: list[Origin],
-                  poll: Poll | None) -> Committed | Refused:
-        """One transaction: ``items``, the marker of ``origins`` and the tombstones due.
+                  poll: Poll | None, held: Sequence[Any] = ()) -> Committed | Refused:
+        """One transaction: ``items``, the marker of ``origins`` (of the records ``held``)
+        and the tombstones due.
         Raises :class:`TransactionFailed` if it was not committed for another reason than a
         refused produce: past the ``poll``'s deadline (with the commit's own time as margin), a
         connection lost since the poll, a failed commit; :class:`Fenced` if a newer attempt of
@@ -334,7 +338,7 @@ class TransactionalSettler:
         faults.hit("kill-before-commit")
         faults.hit("sleep-before-commit")
         if poll is not None:
-            self._check_commit(poll, key, origins, faults)
+            self._check_commit(poll, key, origins, held, faults)
         during = faults.points.get("kill-during-commit")
         if during is not None:  # the worker dies while commit_transaction runs
             threading.Timer(int(during.get("ms", "5")) / 1000, os._exit, (137,)).start()
@@ -346,20 +350,22 @@ class TransactionalSettler:
         return Committed(key)
 
     def _check_commit(self, poll: Poll, key: bytes | None, origins: list[Origin],
-                      faults: Faults) -> None:
+                      held: Sequence[Any], faults: Faults) -> None:
         """Abort (TransactionFailed) unless the poll's records can be committed: no connection
         lost since the poll, no other attempt's marker over them written since the poll's
-        barrier began (docs/design.md, "Why no record's outputs are committed twice"), and the
-        deadline not too close (the marker read gets until the deadline). ``faults``: test
-        only, ``ignore-deadline`` waives the deadline (an acquisition lost with nobody told,
-        which the deadline cannot see; the read then gets ``broker_timeout_s``)."""
+        barrier began (docs/design.md, "Why no record's outputs are committed twice"), the
+        deadline not too close (the marker read gets until the deadline), and with a consumer
+        that RENEWs (the native client) the broker still holding ``held`` for it now that the
+        marker is in the log (:func:`_not_held`). ``faults``: test only, ``ignore-deadline``
+        waives the deadline (an acquisition lost with nobody told, which the deadline cannot
+        see; the read then gets ``broker_timeout_s``)."""
         eos = self.eos
         waived = "ignore-deadline" in faults.points
         until = time.monotonic() + self.config.broker_timeout_s if waived else poll.deadline
         why = eos.session_lost() or self._overlap(key, origins, until) or (
             "the poll's lock deadline is too close"
             if poll.ends_past(max(_COMMIT_MARGIN_S, 2 * eos.txn.commit_s)) and not waived
-            else None)
+            else None) or _not_held(poll, held)
         if why is not None:
             eos.txn.abort(why)
             raise TransactionFailed(f"not committed: {why}")
@@ -393,6 +399,34 @@ class TransactionalSettler:
         size = self.config.chunk_size
         if point is not None and len(self.open) >= int(point.get("chunks", "2")) * size:
             os._exit(137)
+
+
+def _not_held(poll: Poll, held: Sequence[Any]) -> str | None:
+    """Why the broker may no longer hold ``held`` for this consumer, or None.
+
+    A consumer that RENEWs (the native client) asks the partition leaders: a RENEW every one
+    confirmed means each acquisition was still this consumer's after the marker was flushed,
+    so a later acquirer's barrier waits for the transaction's decision (case (b) of
+    docs/design.md, "Queue workers: exactly-once outputs", now also for a leader that failed
+    or moved, or a session that expired, unseen by the producer and the marker reader).
+    A lost connection, a new leader or an expired session fail the RENEW. librdkafka's
+    consumer cannot tell (None): the remaining window stays open for it."""
+    session = poll.session
+    if not held or not isinstance(session, Renewing):
+        return None
+    try:
+        settled = session.renew(held)
+    except Exception as exc:  # noqa: BLE001 - any failure: not provably held
+        poll.stats["renew_failures"] += len(held)
+        return f"renewing the transaction's records failed: {exc}"
+    lost = [m for m in held if not settled.confirms(m)]
+    poll.stats["renewed"] += len(held) - len(lost)
+    if not lost:
+        return None
+    poll.stats["renew_failures"] += len(lost)
+    return (f"the broker did not confirm holding {len(lost)} of the transaction's records ("
+            + ", ".join(f"{tp.topic}-{tp.partition}: {why}"
+                        for tp, why in sorted(settled.failed.items())) + ")")
 
 
 def _release_all(poll: Poll, groups: list[list[Final]]) -> None:
