@@ -47,6 +47,8 @@
     │   ├── DataLossError               a replay found journaled offsets gone from Kafka
     │   │                               (retention, compaction) or changed (a re-created
     │   │                               topic: checksum); failOnDataLoss=false skips them
+    │   ├── JournalUnavailable          the journal's object store did not answer a call
+    │   │                               within journalRetryTimeoutMs (names store, call)
     │   └── JournalClosed               a partition log was ENDed or its batch committed (a
     │                                   late task attempt; handled inside the source)
     └── LocalKafkaError                 a local harness (broker, S3 server, Spark cluster)
@@ -80,6 +82,7 @@ __all__ = [
     "GroupNotFoundError",
     "JournalClosed",
     "JournalError",
+    "JournalUnavailable",
     "KafkaApiError",
     "KafkaConnectionError",
     "KafkaShareError",
@@ -520,6 +523,12 @@ class JournalError(KafkaShareError):
 
 class JournalClosed(JournalError):
     """The partition log was closed (END) by another attempt, or its batch was committed."""
+
+
+class JournalUnavailable(JournalError):
+    """The journal's object store answered a call only with outages (5xx, 429, no answer)
+    until ``journalRetryTimeoutMs`` passed: the message names the store, the call and the
+    option. Nothing was acknowledged without its slot: a restart from the checkpoint resumes."""
 
 
 class DataLossError(JournalError):

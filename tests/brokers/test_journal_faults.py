@@ -1,8 +1,9 @@
 """The object-store fault proxy (harness/s3_faults.py) in front of LocalS3, and the source's
 journal on S3 through it on the three-broker cluster: 503 SlowDown, 500, a conditional PUT
-applied and answered 500, and stalls; the store down for seconds (the query rides it out) and
-down past the retry bound (the query fails naming the store; restarted once the store is back,
-it ends exactly once). Each stream ends with every record once in the sink."""
+applied and answered 500, and stalls; the store down for 8 s (the query rides it out within
+journalRetryTimeoutMs) and down past that bound (the query fails naming the store, the call
+and the option; restarted once the store is back, it ends exactly once). Each stream ends
+with every record once in the sink."""
 
 from __future__ import annotations
 
@@ -100,12 +101,17 @@ def test_the_journal_on_s3_through_503s_500s_and_stalls_is_exactly_once(
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
 
 
-# The store's retry bound, per request: obstore (object_store) retries a 5xx up to 10 times
-# with a jittered backoff from 100 ms, or for 3 minutes, whichever ends first: measured here,
-# a GET gave up "after 10 retries" in 1.7 s. The driver's commit reads the journal's fence
-# without a retry of its own, so an outage longer than that fails the query at the next
-# commit. STORE_BOUND_S only bounds a hang (10 retries x 15 s at most, x 4 task attempts).
-STORE_BOUND_S = 4 * 150
+# The query's bound on a store outage (journalRetryTimeoutMs): the first outage (8 s) is
+# within it, the second lasts until the query fails. Before the bound existed obstore gave up
+# after 10 retries in 1.7-3.6 s (measured here) and a 4 s outage failed the query at the
+# driver's commit or latestOffset.
+RETRY_MS = 20_000
+SHORT_OUTAGE_S = 8.0
+# How long the query may take to fail once the store is down for good: a journal call ends
+# at the bound plus obstore's last backoff (at most 5 s); the driver's next call fails the
+# query, or a task's calls fail each of its 4 attempts (local[2, 4]) after as long, with its
+# poll (10 s) before. A hang, not a measure.
+FAIL_WITHIN_S = 4 * (RETRY_MS // 1000 + 5 + 10) + 60
 
 
 def test_the_journal_store_down_is_ridden_out_within_the_bound_and_fails_the_query_past_it(
@@ -114,15 +120,17 @@ def test_the_journal_store_down_is_ridden_out_within_the_bound_and_fails_the_que
     s3_proxy: S3FaultProxy, tmp_path: Path, fault_report: Callable[[str], None],
 ) -> None:
     """A producer writes 90 records a second while the query reads; every journal request is
-    answered 503 SlowDown for 0.5 s (within obstore's retries: the query keeps running and
-    reads on), then until the query fails (a JournalError naming the bucket). Restarted from
-    its checkpoint and journal once the store is back, the query ends with every record once
-    in the sink: no record was ACCEPTed without its journal slot."""
+    answered 503 SlowDown for 8 s (within journalRetryTimeoutMs=20000: the query keeps
+    running and reads on), then until the query fails, after the bound, with a
+    JournalUnavailable naming the bucket and the option. Restarted from its checkpoint and
+    journal once the store is back, the query ends with every record once in the sink: no
+    record was ACCEPTed without its journal slot."""
     topic = cluster_topic_factory(3)
     producer = SteadyProducer(kafka_cluster.bootstrap_servers, topic, 3, 90.0, 1)
     options: dict[str, OptionValue] = {
         **s3.journal_options(), "journal.aws_endpoint": s3_proxy.endpoint_url,
-        "journalPath": f"s3://{BUCKET}/down-{uuid.uuid4().hex}", "numPartitions": 3}
+        "journalPath": f"s3://{BUCKET}/down-{uuid.uuid4().hex}", "numPartitions": 3,
+        "journalRetryTimeoutMs": RETRY_MS}
     out, chk = tmp_path / "out", tmp_path / "chk"
     producer.start()
     q = start_parquet(share_stream(spark, cluster_broker, [topic], cluster_group, None,
@@ -132,17 +140,16 @@ def test_the_journal_store_down_is_ridden_out_within_the_bound_and_fails_the_que
         rows.until(400, 180, "before the outage")
         short_from, refused = rows(), s3_proxy.counts["down"]
         s3_proxy.faults = S3Faults(down=True)
-        # The fault itself: 0.5 s, within the retries' ~1.7 s (a 4 s outage failed the query
-        # at the driver's commit: see STORE_BOUND_S).
-        time.sleep(0.5)
+        time.sleep(SHORT_OUTAGE_S)  # the fault itself: the store down for 8 s
         s3_proxy.faults = S3Faults()
         refused = s3_proxy.counts["down"] - refused
         rows.until(rows() + 200, 180, "after the short outage")
+        survived = q.isActive and q.exception() is None
         long_from, refused_long = rows(), s3_proxy.counts["down"]
         s3_proxy.faults = S3Faults(down=True)
         began = time.monotonic()
         with contextlib.suppress(StreamingQueryException):  # the failure: checked below
-            q.awaitTermination(STORE_BOUND_S + 300)
+            q.awaitTermination(FAIL_WITHIN_S)
         failed_after = time.monotonic() - began
     finally:
         s3_proxy.faults = S3Faults()
@@ -151,13 +158,17 @@ def test_the_journal_store_down_is_ridden_out_within_the_bound_and_fails_the_que
         producer.join(300)
     refused_long = s3_proxy.counts["down"] - refused_long
     error = str(q.exception())
-    fault_report(f"store down 0.5 s at {short_from} rows: {refused} requests refused, the "
-                 f"query read on; down again at {long_from} rows: the query failed after "
-                 f"{failed_after:.0f}s and {refused_long} refused requests: "
+    fault_report(f"store down {SHORT_OUTAGE_S:.0f} s at {short_from} rows: {refused} requests "
+                 f"refused, the query read on; down again at {long_from} rows: the query "
+                 f"failed after {failed_after:.0f}s and {refused_long} refused requests: "
                  f"{error.splitlines()[0][:300] if error else error}")
     assert refused > 0, "no journal request met the short outage"
-    assert q.exception() is not None, f"the query did not fail within {STORE_BOUND_S + 300}s"
-    assert "JournalError" in error and f"s3://{BUCKET}/" in error, error[:2000]
+    assert survived, "the query did not ride out the short outage"
+    assert q.exception() is not None, f"the query did not fail within {FAIL_WITHIN_S}s"
+    assert failed_after >= RETRY_MS / 1000, \
+        f"the query failed after {failed_after:.0f}s, before journalRetryTimeoutMs"
+    assert "JournalUnavailable" in error and f"s3://{BUCKET}" in error, error[:2000]
+    assert f"journalRetryTimeoutMs={RETRY_MS}" in error, error[:2000]
     expected = {(topic, p, o) for p, o in producer.delivered.values()}
     drain_available_now(spark, share_stream(spark, cluster_broker, [topic], cluster_group, None,
                                             **options), out, chk, expected, timeout_s=600)

@@ -289,9 +289,10 @@ def test_the_journal_path_is_parsed_once_and_travels_parsed_to_the_journal(
     opened: list[JournalLocation] = []
     real_store_for = stores.store_for
 
-    def store_for(location: JournalLocation, options: Any = ()) -> tuple[stores.Store, str]:
+    def store_for(location: JournalLocation, options: Any = (),
+                  **kwargs: Any) -> tuple[stores.Store, str]:
         opened.append(location)
-        return real_store_for(location, options)
+        return real_store_for(location, options, **kwargs)
 
     monkeypatch.setattr(probe, "store_for", store_for)
     monkeypatch.setattr(journal_module, "store_for", store_for)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from pyspark_kafka_share._kafka.clientconf import shown
@@ -37,7 +37,7 @@ SOURCE_OPTIONS = (
     "numPartitions", "maxRecordsPerTrigger", "startingOffsets", "includeHeaders",
     "pollTimeoutMs", "joinTimeoutMs", "maxBatchDurationMs", "consumerIdleTimeoutMs",
     "lockSafetyFraction", "dedupRetentionMs", "brokerTimeoutMs", "journalFsync",
-    "journalContent", "failOnDataLoss",
+    "journalContent", "failOnDataLoss", "journalRetryTimeoutMs",
 )
 # Options Spark may add on its own (e.g. for CREATE TABLE ... USING); ignored.
 _SPARK_INJECTED = ("path", "paths", "provider")
@@ -66,6 +66,9 @@ class SourceOptions:
     journal_content: str = "offsets"
     # A replay that finds records gone from Kafka fails the query (True) or skips them.
     fail_on_data_loss: bool = True
+    # How long an object-store journal's call rides out an outage (None: the journal's
+    # default, stores.retry.DEFAULT_RETRY_TIMEOUT_MS).
+    journal_retry_timeout_ms: int | None = None
     poll_timeout_ms: int = 2_000
     join_timeout_ms: int = 6_000
     max_batch_duration_ms: int | None = None  # unset: see batch_duration_ms()
@@ -100,10 +103,13 @@ class SourceOptions:
             return None
         from pyspark_kafka_share.source.journal import JournalSettings
 
-        return JournalSettings(self.journal_location, fsync=self.journal_fsync,
-                               store_options=self.journal_options,
-                               content="records" if self.journal_content == "records"
-                               else "offsets")
+        settings = JournalSettings(self.journal_location, fsync=self.journal_fsync,
+                                   store_options=self.journal_options,
+                                   content="records" if self.journal_content == "records"
+                                   else "offsets")
+        if self.journal_retry_timeout_ms is None:
+            return settings
+        return replace(settings, retry_timeout_ms=self.journal_retry_timeout_ms)
 
     @property
     def exactly_once(self) -> bool:
@@ -234,6 +240,32 @@ def _journal_content(opts: Mapping[str, str]) -> str:
     return value
 
 
+_RETRY_TIMEOUT_MAX_MS = 300_000
+
+
+def _journal_retry_timeout(opts: Mapping[str, str], journal: JournalLocation | None
+                           ) -> int | None:
+    """``journalRetryTimeoutMs``: only for a journal on an object store (a filesystem's
+    client retries on its own terms: NFS's mount options, HDFS's client settings)."""
+    raw = opts.get("journalretrytimeoutms")
+    if raw is None:
+        return None
+    if journal is None or journal.kind != "object":
+        where = "no journalPath is set" if journal is None \
+            else f"journalPath {journal.uri!r} is not on an object store"
+        raise OptionError("journalRetryTimeoutMs", raw,
+                          f"it bounds the retries of an object-store journal (s3://, gs://, "
+                          f"abfss://), but {where}; remove it")
+    try:
+        return _int(opts, "journalRetryTimeoutMs", None, minimum=1_000,
+                    maximum=_RETRY_TIMEOUT_MAX_MS)
+    except OptionError as exc:
+        raise OptionError("journalRetryTimeoutMs", raw,
+                          f"{exc.fix} (milliseconds: 1 s to 5 min; obstore retries a request "
+                          "with the credentials it signed it with, which it advises to keep "
+                          "under 5 minutes). Default 120000") from None
+
+
 def _fraction(opts: Mapping[str, str]) -> float:
     raw = opts.get("locksafetyfraction")
     if raw is None:
@@ -298,6 +330,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         journal_fsync=_bool(opts, "journalFsync", True),
         journal_content=_journal_content(opts),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        journal_retry_timeout_ms=_journal_retry_timeout(opts, journal),
         poll_timeout_ms=_int(opts, "pollTimeoutMs", 2_000, minimum=10) or 2_000,
         join_timeout_ms=_int(opts, "joinTimeoutMs", 6_000, minimum=0) or 0,
         max_batch_duration_ms=_int(opts, "maxBatchDurationMs", None, minimum=100),

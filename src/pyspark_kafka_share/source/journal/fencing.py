@@ -220,10 +220,7 @@ class PartLog:
                 self.journal.index_slot(self.seq, self.part, slot, keys)
                 announced = slot
             if self._create(slot, payload):
-                self._next, self._next_known = slot + 1, True
-                self.journal.remember(self.slot_path(slot), keys)
-                self._keys[slot] = keys
-                return slot
+                return self._published(slot, keys)
             self._next_known = False  # until a create succeeds: the slot may hold END
             try:
                 taken = self.journal.store.read(self.slot_path(slot))
@@ -239,11 +236,19 @@ class PartLog:
             self._next = slot + 1
             if taken == payload:
                 # Our own create, retried by the filesystem client (NFS, HDFS failover, an
-                # object store's retry) and reported as "exists": the payload names this
-                # attempt, so it is ours.
-                return slot
+                # object store's retry, the journal's own after an outage) and reported as
+                # "exists": the payload names this attempt, so it is ours, and kept as a
+                # create that answered (a withdraw removes its index entries).
+                return self._published(slot, keys)
             if not is_data(taken):
                 raise JournalClosed(f"partition {self.part} of batch {self.seq} is closed")
+
+    def _published(self, slot: int, keys: SlotKeys) -> int:
+        """Note that our data slot ``slot`` (holding ``keys``) exists; return its number."""
+        self._next, self._next_known = slot + 1, True
+        self.journal.remember(self.slot_path(slot), keys)
+        self._keys[slot] = keys
+        return slot
 
     def withdraw(self, slot: int) -> None:
         """Delete our own slot of a batch that Spark already committed (nobody reads it): its

@@ -60,6 +60,7 @@ from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.probe import check_journal, check_journal_uri
 from pyspark_kafka_share.source.journal.slots import Content, EndMarker, dedup_entry, keys_of
 from pyspark_kafka_share.source.journal.stores import store_for
+from pyspark_kafka_share.source.journal.stores.retry import DEFAULT_RETRY_TIMEOUT_MS
 
 __all__ = ["EndMarker", "Journal", "JournalLocation", "JournalSettings", "PartLog", "ScanResult",
            "check_journal", "check_journal_uri"]
@@ -109,12 +110,15 @@ class JournalSettings:
     credentials, ...), without the prefix. Never logged nor shown (``repr=False``).
     ``content``: what a new data slot holds (:mod:`.slots`): ``offsets`` (replayed from
     Kafka) or ``records``. Reading needs no setting: each slot says what it holds.
+    ``retry_timeout_ms``: how long an object store's call rides out an outage
+    (``journalRetryTimeoutMs``; :mod:`.stores.retry`).
     """
 
     location: JournalLocation
     fsync: bool = True
     store_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     content: Content = "offsets"
+    retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS
 
 
 class Journal:
@@ -124,15 +128,18 @@ class Journal:
     ``journalPath`` string is parsed here, for callers that open a journal by its path.
     ``options``: ``journal.<key>`` settings of an object-store journal (endpoint,
     credentials, ...), without the prefix. Never logged nor shown in errors.
+    ``retry_timeout_ms``: as :class:`JournalSettings`'.
     """
 
     def __init__(self, location: JournalLocation | str, *, fsync: bool = True,
                  options: Mapping[str, str] | Iterable[tuple[str, str]] = (),
-                 content: Content = "offsets") -> None:
+                 content: Content = "offsets",
+                 retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS) -> None:
         self.location = location if isinstance(location, JournalLocation) \
             else JournalLocation.parse(location)
         self.uri = self.location.uri
-        self.store, self.root = store_for(self.location, options)
+        self.store, self.root = store_for(self.location, options,
+                                          retry_timeout_ms=retry_timeout_ms)
         self.fsync = fsync
         self.content: Content = content
         # The newest fence this object read (it only grows): the lookup skips slot entries
@@ -146,7 +153,7 @@ class Journal:
     def of(cls, settings: JournalSettings) -> Journal:
         """The journal ``settings`` describe."""
         return cls(settings.location, fsync=settings.fsync, options=settings.store_options,
-                   content=settings.content)
+                   content=settings.content, retry_timeout_ms=settings.retry_timeout_ms)
 
     def __repr__(self) -> str:
         return f"Journal({self.uri!r})"

@@ -119,7 +119,10 @@ def _run_probe(store: Store, directory: str) -> _ProbeResult:
     name = f".probe-{uuid.uuid4().hex}"
     probe = f"{directory.rstrip('/')}/{name}" if directory else name
     try:
-        first = store.create_exclusive(probe, b"probe 1", True)
+        # A first create reported as existing may be our own, applied by a try whose answer
+        # was lost (a retry then meets it): the probe's name is new, so its bytes tell.
+        first = store.create_exclusive(probe, b"probe 1", True) or _holds(store, probe,
+                                                                         b"probe 1")
         second = store.create_exclusive(probe, b"probe 2", True)
         names = frozenset(store.listdir(directory))
         content = store.read(probe)
@@ -127,6 +130,14 @@ def _run_probe(store: Store, directory: str) -> _ProbeResult:
         with contextlib.suppress(Exception):
             store.remove(probe)
     return _ProbeResult(first, second, name in names, content, names)
+
+
+def _holds(store: Store, path: str, data: bytes) -> bool:
+    """Whether ``path`` exists and holds ``data``."""
+    try:
+        return store.read(path) == data
+    except FileNotFoundError:
+        return False
 
 
 def _judge_probe(uri: str, why: str, result: _ProbeResult, kind: str, fix: str) -> None:

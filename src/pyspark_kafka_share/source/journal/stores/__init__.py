@@ -28,18 +28,21 @@ from pyspark_kafka_share.source.journal.stores.base import Store
 from pyspark_kafka_share.source.journal.stores.hdfs import ArrowFsStore
 from pyspark_kafka_share.source.journal.stores.local import LocalStore
 from pyspark_kafka_share.source.journal.stores.objectstore import ObjectStore
+from pyspark_kafka_share.source.journal.stores.retry import DEFAULT_RETRY_TIMEOUT_MS
 
 __all__ = ["ArrowFsStore", "LocalStore", "ObjectStore", "Store", "store_for"]
 
 
 def store_for(location: JournalLocation,
-              options: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> tuple[Store, str]:
+              options: Mapping[str, str] | Iterable[tuple[str, str]] = (), *,
+              retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS) -> tuple[Store, str]:
     """The back end of the journal at ``location`` and the journal's root path in it (a local
     path made absolute here, in the process that opens it). ``options``: ``journal.<key>``
-    settings of an object store, without the prefix."""
+    settings of an object store, without the prefix; ``retry_timeout_ms``: how long an object
+    store's call rides out an outage (``journalRetryTimeoutMs``)."""
     if location.kind == "local":
         return LocalStore(), os.path.abspath(location.path)
     if location.kind == "object":
         opts = dict(options.items() if isinstance(options, Mapping) else options)
-        return ObjectStore(location, opts), location.path
+        return ObjectStore(location, opts, retry_timeout_ms=retry_timeout_ms), location.path
     return ArrowFsStore(location), location.path
