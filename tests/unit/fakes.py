@@ -121,6 +121,7 @@ class FakeMarkerLog:
 
     def __init__(self) -> None:
         self.markers, self.errors, self.conflicts = MarkerSet(), list[Any](), 0
+        self.stalled_s = 0.0
 
     def catch_up(self, until: float) -> bool:
         return True

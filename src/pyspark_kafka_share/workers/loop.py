@@ -54,6 +54,7 @@ from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettle
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.inflight import InFlight, is_async
 from pyspark_kafka_share.workers.outcome import Outcome, WorkerFunction
+from pyspark_kafka_share.workers.phases import Phases
 from pyspark_kafka_share.workers.retry import Pace, TokenBucket, worker_rate
 from pyspark_kafka_share.workers.settle import DLQ_HEADERS, AtLeastOnceSettler, Poll, Settler
 from pyspark_kafka_share.workers.verdict import Final, call, resolve
@@ -77,6 +78,7 @@ class _Worker:
         self.fn = fn
         self.index, _, self.attempt = attempt_identity()
         self.stats: Counter[str] = Counter()
+        self.phases = Phases(self.stats)  # the poll's wait and the function's (phases.py)
         # The worker's circuit breaker, and why the job must stop (a mistake, a trip).
         self.judge = ChunkJudge(config.circuit_breaker, config.circuit_breaker_window)
         self.failure: dict[str, Any] | None = None
@@ -159,6 +161,7 @@ class _Worker:
         try:
             while not self.should_stop():
                 self.settler.idle()
+                polled = time.monotonic()
                 msgs, acquired = self.session.poll(0.5)
                 self.poll = Poll(self.session, self.stats, acquired + budget_s, list(msgs))
                 was_down = self.brokers.down
@@ -175,6 +178,7 @@ class _Worker:
                         self.watch.check(time.monotonic() - self.last_active)
                     continue
                 self.stats["received"] += len(msgs)
+                self.phases.add("poll_wait", time.monotonic() - polled)
                 self.last_active = time.monotonic()
                 self._work_through(self.settler.admit(msgs, self.poll), self.poll)
         except mistakes.JobMistake as exc:  # the job's mistake, not the records'
@@ -278,7 +282,7 @@ class _Worker:
         self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
         self.stats["processed"] += len(chunk) - unprocessed
         self.stats["undecodable"] += sum(1 for v in verdicts if v.undecodable)
-        self.stats["function_ms"] += int(took_s * 1000)
+        self.phases.add("function", took_s)
         return [(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
                 for m, v in zip(chunk, verdicts, strict=True)]
 

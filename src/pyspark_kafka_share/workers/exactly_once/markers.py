@@ -189,6 +189,9 @@ class MarkerLog:
     eof: dict[int, int] = field(default_factory=dict)
     conflicts: int = 0
     """Offsets a marker of this worker covered that another committed marker already did."""
+    stalled_s: float = 0.0
+    """The last :meth:`catch_up`'s time after the reader first stood at a transaction still
+    open below the target (its partition's end of committed records short of the target)."""
 
     @classmethod
     def open(cls, settings: ClientSettings, own_prefix: bytes) -> MarkerLog:
@@ -234,8 +237,10 @@ class MarkerLog:
             if err is not None:  # a KafkaError: session_lost() judges it
                 self.errors.append(err)
             return False
+        self.stalled_s, stalled = 0.0, None  # since when the reader stands at an open one
         while any(self.eof.get(p, -1) < end for p, end in target.items()):
             if time.monotonic() > until:
+                self.stalled_s = 0.0 if stalled is None else time.monotonic() - stalled
                 return False
             # What is there at once; else wait for one (consume would wait out its timeout).
             batch = self.reader.consume(500, timeout=0) or \
@@ -246,6 +251,8 @@ class MarkerLog:
                     self._apply(m)
                 elif is_partition_eof(err):
                     self.eof[m.partition()] = m.offset()
+                    if stalled is None and m.offset() < target.get(m.partition(), -1):
+                        stalled = time.monotonic()  # read_committed's end: the LSO
                 else:
                     self.errors.append(err)
                     if denied_resource(err) == "topic":  # never passes
@@ -257,6 +264,7 @@ class MarkerLog:
                     if err.fatal():
                         raise BrokerError(f"reading the marker topic {self.topic!r} failed: "
                                           f"{err}")
+        self.stalled_s = 0.0 if stalled is None else time.monotonic() - stalled
         return True
 
     def _apply(self, m: Any) -> None:
