@@ -63,7 +63,6 @@ from pyspark_kafka_share.workers.preflight import (
     check_callables,
     check_environment,
     check_function,
-    check_pacing,
     check_python,
     check_session,
     explained,
@@ -492,7 +491,6 @@ def start_workers(spark: Any, fn: WorkerFunction,
     check_session(spark)
     check_function(fn, config.retry_on)
     check_callables(config)  # issue 40: recoverer, deserializers
-    check_pacing(fn, config)
     require_pandas()
     check_python(spark)
     spec = check_environment(spark, config)
