@@ -161,13 +161,14 @@ def test_a_call_hanging_past_the_lock_is_released_and_its_late_result_discarded(
 def _paced(log: str) -> Any:
     """Awaits 20 ms per call; a record whose value is a multiple of 4 answers "429" (a
     ``TimeoutError``, retried) on its first call in its worker. Each call's start logged."""
-    calls: dict[int, int] = {}  # per worker process: retries in place stay in it
+    calls: Counter[tuple[int, int]] = Counter()  # per worker process: retries stay in it
 
     async def work(rec: Record) -> bytes:
-        calls[rec.offset] = calls.get(rec.offset, 0) + 1
-        log_call(log, rec, t0=time.time(), n=calls[rec.offset])
+        key = (rec.partition, rec.offset)
+        calls[key] += 1
+        log_call(log, rec, t0=time.time(), n=calls[key])
         await asyncio.sleep(0.02)
-        if int(rec.value or b"0") % 4 == 0 and calls[rec.offset] == 1:
+        if int(rec.value or b"0") % 4 == 0 and calls[key] == 1:
             raise TimeoutError("429 Too Many Requests")
         return rec.value or b""
 

@@ -341,6 +341,45 @@ def test_a_unit_whose_token_comes_after_the_deadline_is_released_unprocessed() -
     inflight.close()
 
 
+def test_a_retry_without_a_token_before_the_deadline_keeps_its_release() -> None:
+    stats: Counter[str] = Counter()
+
+    def fn(r: Record) -> Any:
+        return Result.retry(after=0.05, error="busy")
+
+    # One token a second: the first call takes the only one, the retry's would come too late.
+    pace = Pace(limiter=TokenBucket(1.0, burst=1), backoff=Backoff())
+    inflight = InFlight(fn, _config(), 2, stats, pace)
+    inflight.begin(deadline=lambda: time.monotonic() + 0.6)
+    inflight.start([Msg(0)])
+    (done,) = _drive(inflight, 1)
+    v = done.verdicts[0]
+    assert (v.outcome, v.unprocessed, v.error, v.attempts) == (Outcome.RELEASE, False, "busy", 1)
+    assert stats["released_rate_limit"] == stats["retries"] == 0  # the function had run
+    inflight.close()
+
+
+def test_a_unit_given_up_while_it_waits_for_its_token_is_never_called() -> None:
+    stats: Counter[str] = Counter()
+    ran: list[int] = []
+
+    def fn(r: Record) -> None:
+        ran.append(r.offset)
+
+    inflight = InFlight(fn, _config(), 2, stats, Pace(limiter=TokenBucket(2.0, burst=1)))
+    inflight.begin(deadline=lambda: time.monotonic() + 10)
+    inflight.start([Msg(0)])
+    inflight.start([Msg(1)])  # its token comes in 0.5 s
+    assert [d.unit[0].offset() for d in _collect(inflight, 1)] == [0]
+    assert [m.offset() for m in inflight.abandon()] == [1]
+    end = time.monotonic() + _WAIT_S
+    while stats["late_discarded"] < 1 and time.monotonic() < end:
+        inflight.done(until=0)  # nothing runs: the late results only, without a wait
+        time.sleep(0.02)
+    assert stats["late_discarded"] == 1 and ran == [0]  # its thread came back without a call
+    inflight.close()
+
+
 def test_the_loop_paces_calls_in_flight_and_settles_each_record_once() -> None:
     tries: Counter[int] = Counter()
 

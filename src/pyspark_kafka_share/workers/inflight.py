@@ -139,18 +139,22 @@ class InFlight:
 
     # ---- starting units and taking their completions ---------------------------------------
 
-    def start(self, unit: list[Any], attempts: list[int] | None = None) -> None:
+    def start(self, unit: list[Any], retry_of: list[Verdict] | None = None) -> None:
         """Run the function on ``unit`` (one record, or one chunk of a batch function) once
-        the rate limit's tokens are there (``attempts``: calls made per record so far in this
-        delivery, for a retry)."""
+        the rate limit's tokens are there (``retry_of``: a retry's, the verdicts of its last
+        call, which stand if no token comes before the deadline)."""
         assert len(self._running) < self.slots, "every slot is taken"
         self._tick()
         not_before = self._tokens_for(unit)
-        if not_before is None:  # no token before the deadline: RELEASEd unprocessed
-            self.stats["released_rate_limit"] += len(unit)
-            self._ready.append(Done(unit, [Verdict(Outcome.RELEASE, unprocessed=True)
-                                           for _ in unit], time.monotonic(), 0.0))
+        if not_before is None:  # no token before the deadline: RELEASEd
+            if retry_of is None:  # unprocessed
+                self.stats["released_rate_limit"] += len(unit)
+            self._ready.append(Done(unit, retry_of or [Verdict(Outcome.RELEASE, unprocessed=True)
+                                                       for _ in unit], time.monotonic(), 0.0))
             return
+        if retry_of is not None:
+            self.stats["retries"] += len(unit)
+        attempts = None if retry_of is None else [v.attempts for v in retry_of]
         token = next(self._tokens)
         running = _Running(unit, time.monotonic(), attempts=attempts)
         self._running[token] = running
@@ -190,8 +194,7 @@ class InFlight:
             if len(self._running) >= self.slots:
                 return
             self._waiting.remove(w)
-            self.stats["retries"] += len(w.unit)
-            self.start(w.unit, [v.attempts for v in w.verdicts])
+            self.start(w.unit, retry_of=w.verdicts)
 
     def done(self, until: float) -> list[Done]:
         """The completions: waits for the first until ``until`` (monotonic), or until a
@@ -322,10 +325,14 @@ class InFlight:
             if not_before > time.monotonic():  # the rate limit's tokens come then
                 time.sleep(not_before - time.monotonic())
             t0 = time.monotonic()
-            try:
-                result: list[Verdict] | BaseException = call(self.fn, unit, self.config)
-            except BaseException as exc:  # noqa: BLE001 - handed to the worker's thread
-                result = exc
+            result: list[Verdict] | BaseException
+            if token in self._abandoned:  # given up before its call began: not called
+                result = []
+            else:
+                try:
+                    result = call(self.fn, unit, self.config)
+                except BaseException as exc:  # noqa: BLE001 - handed to the worker's thread
+                    result = exc
             given_up = token in self._abandoned  # read before the worker may forget it
             self._completions.put((token, result, t0, time.monotonic()))
             if given_up:

@@ -279,7 +279,7 @@ class _Worker:
                 unprocessed: int = 0) -> list[Final]:
         """The records of one call (``took_s`` long) with their outcomes resolved; counted
         (less the ``unprocessed`` the rate limit RELEASEd before the function ran)."""
-        if unprocessed < len(chunk):  # the function ran (no call, no time per record)
+        if unprocessed < len(chunk) and took_s > 0:  # a call (a Done without one: no time)
             per = took_s / len(chunk)
             first = self.stats["processed"] == 0
             self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
