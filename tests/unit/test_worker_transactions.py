@@ -7,6 +7,7 @@ tests/integration/test_workers_eos.py."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -139,6 +140,41 @@ def test_the_phases_of_a_transaction_are_timed_once_each() -> None:
     assert summary["txn_held_max_ms"] >= 10
     for phase in PHASES:
         assert 0 <= summary[f"{phase}_max_ms"] <= summary[f"{phase}_ms"], phase
+
+
+def test_the_markers_gc_reads_the_start_offsets_off_the_workers_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GC's read of the group's start offsets (a protocol client: 1.75 s in a latency
+    run, every worker's loop stalled meanwhile) runs on a thread of its own: ``due`` returns
+    at once, and the markers the offsets passed are tombstoned at a later ``due``."""
+    from pyspark_kafka_share._kafka import group
+    from pyspark_kafka_share._kafka.partition import TopicPartition
+    from pyspark_kafka_share.workers.exactly_once import encode_marker
+    from pyspark_kafka_share.workers.exactly_once.transactions import GC_EVERY_S
+
+    answer = threading.Event()
+
+    def slow_read(settings: Any) -> dict[TopicPartition, int]:
+        assert answer.wait(10)
+        return {TopicPartition("in", 0): 10}
+
+    monkeypatch.setattr(group, "read_start_offsets", slow_read)
+    log = FakeMarkerLog()
+    log.markers.apply(b"dead:1", encode_marker([("in", 0, 3, Outcome.ACCEPT)]))  # passed
+    log.markers.apply(b"dead:2", encode_marker([("in", 0, 12, Outcome.ACCEPT)]))  # not yet
+    txn = Transactions(_TxnProducer([]), "markers", timeout_s=1.0, txn_timeout_s=15.0)
+    eos = ExactlyOnce(cast(MarkerLog, log), txn, _spec().config.client, b"w0:0:x:", {},
+                      lock_budget_s=15.0)
+    now = time.monotonic() + GC_EVERY_S
+    t0 = time.monotonic()
+    assert not eos.due(now) and time.monotonic() - t0 < 1.0  # the read still runs
+    assert not eos.due(now + 1) and eos.tombstones == set()  # one read at a time
+    answer.set()
+    end = time.monotonic() + 10
+    while not eos.tombstones and time.monotonic() < end:
+        eos.due(now + 2)
+        time.sleep(0.01)
+    assert eos.tombstones == {b"dead:1"}
 
 
 def test_phases_sum_exactly_and_keep_their_longest() -> None:
