@@ -10,8 +10,9 @@ Timed once per poll, call or transaction: never per record.
 - ``marker_wait``: the exactly-once barrier after a poll (the marker read's catch-up), and
   ``marker_open_txn``: the part of it after the reader first stood at a transaction still open
   below the marker topic's end (another worker's, being committed); ``marker_gc``: the check
-  before each poll whether tombstones are due, which every 30 s reads the group's start
-  offsets to drop the markers they passed (``ExactlyOnce.due``);
+  before each poll whether tombstones are due (``ExactlyOnce.due``: every 30 s it starts a
+  read of the group's start offsets on a thread of its own, then tombstones the markers
+  they passed; that read on the worker's thread was the exactly-once latency tail);
 - ``function``: one call of the function (a chunk, or one unit in flight);
 - ``txn_held``: how long a transaction's first chunk waited in the open transaction for
   ``transaction_interval_s`` (or the poll's end) before the transaction began;
