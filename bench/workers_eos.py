@@ -10,8 +10,14 @@ Each mode runs at each ``--chunk-sizes``; exactly-once runs with ``--transaction
 chunks; default: the workers' default, 0.1 s; 0 is one transaction per chunk). Results go to
 stdout and, with ``--out``, to a JSON file.
 
+First, ``--rounds`` rounds of the latency at ``--rate`` (300 records/s: issue 40's target, p50
+<= 60 ms and p99 <= 250 ms exactly-once in every round) with the default options, at-least-once
+and exactly-once side by side (and ``--compare`` variants of exactly-once), each with the
+workers' per-phase timings (``workers/phases.py``): the sum, the sum per transaction and the
+longest of each phase, and when the slowest 1% were produced (a cluster is one stall).
+
     .venv/bin/python bench/workers_eos.py [--records 20000] [--chunk-sizes 100,500]
-        [--transaction-interval-s 0.1]
+        [--transaction-interval-s 0.1] [--rounds 3] [--latency-only] [--compare 'l={...}']
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from confluent_kafka import Consumer, Producer
 from pyspark_kafka_share.harness import LocalKafka, local_spark
 from pyspark_kafka_share.workers import run_workers
 from pyspark_kafka_share.workers.config import WorkerConfig
+from pyspark_kafka_share.workers.phases import PHASES
 
 
 def _stamp_calls(stamps: str) -> Any:
@@ -86,22 +93,52 @@ def throughput(spark: Any, kafka: LocalKafka, tmp: Path, *, records: int, chunk:
                for k in ("transactions", "polls", "marker_wait_ms")}}
 
 
+def phase_breakdown(totals: dict[str, int]) -> dict[str, dict[str, float]]:
+    """Per phase (workers/phases.py): the sum and the longest (ms), and the sum per
+    transaction (with a stream of small polls, about one transaction per poll)."""
+    n = max(1, totals.get("transactions", 0) + totals.get("transactions_aborted", 0))
+    return {phase: {"sum_ms": totals.get(f"{phase}_ms", 0),
+                    "max_ms": totals.get(f"{phase}_max_ms", 0),
+                    "per_txn_ms": round(totals.get(f"{phase}_ms", 0) / n, 1)}
+            for phase in PHASES}
+
+
+def _tail(seen: list[tuple[float, float]], t0: float) -> dict[str, Any]:
+    """Latency percentiles, and when the slowest 1% were produced (s after the first record):
+    a cluster there is one stall, a spread a steady cost."""
+    lat = sorted(x for _, x in seen)
+    p99 = lat[int(len(lat) * 0.99) - 1]
+    slow = sorted(at - t0 for at, _ in sorted(seen, key=lambda s: s[1])[-max(1, len(seen) // 100):])
+    return {"outputs_read": len(lat), "p50_ms": round(statistics.median(lat) * 1000, 1),
+            "p99_ms": round(p99 * 1000, 1), "max_ms": round(lat[-1] * 1000, 1),
+            "slowest_1pct_produced_at_s": [round(slow[0], 1), round(statistics.median(slow), 1),
+                                           round(slow[-1], 1)]}
+
+
 def latency(spark: Any, kafka: LocalKafka, tmp: Path, *, rate: int, seconds: float,
-            chunk: int, eos: bool, interval: float | None = None) -> dict[str, Any]:
+            chunk: int, eos: bool, interval: float | None = None,
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
     src, out = _fresh(kafka, "lsrc", 2), _fresh(kafka, "lout", 1)
     group = f"bench-eos-{uuid.uuid4().hex[:8]}"
     kafka.set_group_config(group, "share.auto.offset.reset", "earliest")
-    seen: list[float] = []
+    seen: list[tuple[float, float]] = []  # (produced at, latency)
     done = threading.Event()
 
-    def read() -> None:
-        c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group + "-r",
-                      "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    # A second reader whose fetches the broker holds 10 ms at most (the default, 500 ms, may
+    # hold a read_committed fetch after a commit made records readable: markers.py): the
+    # difference is the reader's own wait, not the workers'.
+    quick: list[tuple[float, float]] = []
+
+    def read(into: list[tuple[float, float]], conf: dict[str, Any]) -> None:
+        c = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
+                      "group.id": f"{group}-r{len(conf)}", "auto.offset.reset": "earliest",
+                      "isolation.level": "read_committed", **conf})
         c.subscribe([out])
         while not done.is_set():
             m = c.poll(0.2)
             if m is not None and m.error() is None and m.value():
-                seen.append(time.time() - float(m.value() or b"0"))
+                at = float(m.value() or b"0")
+                into.append((at, time.time() - at))
         c.close()
 
     def produce() -> None:
@@ -115,30 +152,76 @@ def latency(spark: Any, kafka: LocalKafka, tmp: Path, *, rate: int, seconds: flo
             p.poll(0)
         p.flush(30)
 
-    threads = [threading.Thread(target=f, daemon=True) for f in (read, produce)]
+    threads = [threading.Thread(target=read, args=(seen, {}), daemon=True),
+               threading.Thread(target=produce, daemon=True),
+               threading.Thread(target=read, args=(quick, {"fetch.wait.max.ms": 10}),
+                                daemon=True)]
     for t in threads:
         t.start()
     stamps = tempfile.mkdtemp(dir=tmp)
-    run_workers(spark, _stamp_calls(stamps), topics=src, group=group,
-                bootstrap_servers=kafka.bootstrap_servers, workers=2, batch_format="arrow",
-                chunk_size=chunk, output_topic=out, **_eos_options(eos, interval),
-                time_budget_s=12 + seconds + 5, on_progress=False)
+    summary = run_workers(spark, _stamp_calls(stamps), topics=src, group=group,
+                          bootstrap_servers=kafka.bootstrap_servers, workers=2,
+                          batch_format="arrow", chunk_size=chunk, output_topic=out,
+                          **_eos_options(eos, interval), **(extra or {}),
+                          time_budget_s=12 + seconds + 5, on_progress=False)
     threads[1].join(60)
     time.sleep(2)
     done.set()
     threads[0].join(10)
-    lat = sorted(seen)
-    if not lat:
+    threads[2].join(10)
+    if not seen or not quick:
         raise RuntimeError("no output was read")
-    return {"outputs_read": len(lat), "p50_ms": round(statistics.median(lat) * 1000, 1),
-            "p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 1)}
+    t = summary.totals
+    fast = _tail(quick, min(at for at, _ in quick))
+    return {**_tail(seen, min(at for at, _ in seen)),
+            "reader_fetch_wait_10ms": {k: fast[k] for k in ("p50_ms", "p99_ms", "max_ms")},
+            "load_avg_1m": round(os.getloadavg()[0], 1),
+            **{k: t.get(k, 0) for k in ("transactions", "transactions_aborted", "released",
+                                        "released_marker_wait")},
+            "phases": phase_breakdown(t)}
+
+
+def _print_phases(name: str, row: dict[str, Any]) -> None:
+    """The phase breakdown of a latency run, one line per phase."""
+    print(f"  {name}: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, max {row['max_ms']} ms; "
+          f"slowest 1% produced at {row['slowest_1pct_produced_at_s']} s; load "
+          f"{row['load_avg_1m']}; a reader with fetch.wait.max.ms=10: "
+          f"{row['reader_fetch_wait_10ms']}", flush=True)
+    for phase, v in row["phases"].items():
+        if v["sum_ms"] or v["max_ms"]:
+            print(f"    {phase:16} sum {v['sum_ms']:7} ms  per txn {v['per_txn_ms']:7} ms  "
+                  f"max {v['max_ms']:6} ms", flush=True)
+
+
+def latency_rounds(spark: Any, kafka: LocalKafka, tmp: Path, args: argparse.Namespace,
+                   ) -> dict[str, Any]:
+    """``--rounds`` rounds of the latency at ``--rate`` with the default options, at-least-once
+    and exactly-once side by side (and ``--compare`` variants), the phase breakdown of each."""
+    variants: dict[str, tuple[bool, dict[str, Any]]] = {
+        "at-least-once": (False, {}), "exactly-once": (True, {})}
+    for spec in filter(None, (args.compare or "").split(";")):
+        label, _, opts = spec.partition("=")
+        variants[f"exactly-once {label}"] = (True, json.loads(opts))
+    out: dict[str, Any] = {}
+    for rnd in range(1, args.rounds + 1):
+        for name, (eos, extra) in variants.items():
+            row = latency(spark, kafka, tmp, rate=args.rate, seconds=args.seconds,
+                          chunk=100, eos=eos, extra=extra)
+            out[f"round {rnd} {name}"] = row
+            _print_phases(f"round {rnd} {name} (rate {args.rate}/s)", row)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--chunk-sizes", default="100,500")
-    ap.add_argument("--rate", type=int, default=500)
+    ap.add_argument("--rate", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the latency at the "
+                    "default options (issue 40's target: every round)")
+    ap.add_argument("--latency-only", action="store_true", help="only the latency rounds")
+    ap.add_argument("--compare", help="exactly-once variants for the latency rounds: "
+                    "'label={json options};...' (e.g. a previous default, side by side)")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--transaction-interval-s", type=float, default=None)
     ap.add_argument("--out", type=Path)
@@ -151,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     with LocalKafka() as kafka, tempfile.TemporaryDirectory() as tmp:
         spark = local_spark("local[2]", "bench-workers-eos", log_level="ERROR")
         throughput(spark, kafka, Path(tmp), records=2000, chunk=100, eos=True)  # warm-up
-        for chunk in (int(c) for c in args.chunk_sizes.split(",")):
+        results["latency rounds"] = latency_rounds(spark, kafka, Path(tmp), args)
+        for chunk in (int(c) for c in args.chunk_sizes.split(",") if not args.latency_only):
             for eos in (False, True):
                 name = f"chunk={chunk} {'exactly-once' if eos else 'at-least-once'}"
                 interval = args.transaction_interval_s

@@ -21,7 +21,7 @@ from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka
-from pyspark_kafka_share.workers import Record, start_workers
+from pyspark_kafka_share.workers import Backoff, Record, start_workers
 from tests.fixtures.kafka import TopicFactory
 from tests.helpers import (
     assert_exactly_once,
@@ -156,6 +156,62 @@ def test_a_call_hanging_past_the_lock_is_released_and_its_late_result_discarded(
     assert outputs == Counter({str(i): 1 for i in range(n)})  # no "late", "0" once
     zero = [c["dc"] for c in read_calls(Path(log)) if c["value"] == "0"]
     assert zero[:2] == [1, 2], zero  # released while it hung, then run again
+
+
+def _paced(log: str) -> Any:
+    """Awaits 20 ms per call; a record whose value is a multiple of 4 answers "429" (a
+    ``TimeoutError``, retried) on its first call in its worker. Each call's start logged."""
+    calls: Counter[tuple[int, int]] = Counter()  # per worker process: retries stay in it
+
+    async def work(rec: Record) -> bytes:
+        key = (rec.partition, rec.offset)
+        calls[key] += 1
+        log_call(log, rec, t0=time.time(), n=calls[key])
+        await asyncio.sleep(0.02)
+        if int(rec.value or b"0") % 4 == 0 and calls[key] == 1:
+            raise TimeoutError("429 Too Many Requests")
+        return rec.value or b""
+
+    return work
+
+
+RATE = 40.0  # records/s for the job: 20 per worker, each worker's bucket holding 20
+
+
+def test_calls_in_flight_are_retried_with_backoff_within_the_rate_limit(
+    kafka: LocalKafka, topic_factory: TopicFactory, group: str, spark: SparkSession,
+    tmp_path: Path,
+) -> None:
+    """``concurrency=8`` with ``retry_backoff`` and ``rate_limit``: the records that failed
+    are retried in their worker after their wait (none RELEASEd, none dead-lettered), every
+    call's start (retries too) takes a token of its worker's bucket, and each record lands
+    once."""
+    src, out = topic_factory(2), topic_factory(1)
+    n = 120
+    kafka.produce(src, [b"%d" % i for i in range(n)])
+    log = str(tmp_path / "calls.jsonl")
+    job = start_workers(spark, _paced(log), topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, concurrency=8,
+                        output_topic=out, retry_on=(TimeoutError,),
+                        retry_backoff=Backoff(initial_s=0.1, max_s=0.2, jitter=0.2),
+                        rate_limit=RATE, on_progress=False)
+    summary = stop_when_drained(job, kafka, group)
+    t = summary.totals
+    failing = n // 4
+    assert (t["accepted"], t["retries"], t["released"], t["dead_lettered"]) == \
+        (n, failing, 0, 0), str(summary)
+    assert t["retry_wait_ms"] >= failing * 80 and t["rate_limit_wait_ms"] > 0
+    outputs = Counter((m.value() or b"").decode() for m in read_topic(kafka, out, n))
+    assert outputs == Counter({str(i): 1 for i in range(n)})
+    calls = read_calls(Path(log))
+    assert len(calls) == n + failing and all(c["dc"] == 1 for c in calls)
+    # The token bucket's bound, per worker: by any call's start, at most the burst (a
+    # second's worth) plus the rate times the time since the worker's first call.
+    per_worker = RATE / 2
+    for w in {c["worker"] for c in calls}:
+        starts = sorted(c["t0"] for c in calls if c["worker"] == w)
+        for k, at in enumerate(starts, start=1):
+            assert k <= per_worker + per_worker * (at - starts[0]) + 1, (w, k, at - starts[0])
 
 
 def test_the_docs_http_example_enriches_every_order(

@@ -130,6 +130,7 @@ class FakeMarkerLog:
         self.barrier_at: dict[int, int] = {}
         self.checked_at = -1
         self.checked: list[list[Origin]] = []
+        self.stalled_s = 0.0
 
     def catch_up(self, until: float, *, barrier: bool = False) -> bool:
         return True

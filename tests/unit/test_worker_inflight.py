@@ -23,6 +23,7 @@ from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.inflight import Done, InFlight, is_async
 from pyspark_kafka_share.workers.loop import _Worker
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result
+from pyspark_kafka_share.workers.retry import Backoff, Pace, TokenBucket
 
 from .fakes import FakeConsumer, FakeProducer, Msg
 
@@ -215,6 +216,186 @@ def test_the_slots_time_is_counted_while_a_poll_is_worked_on() -> None:
     assert 0 < stats["slot_ms"] <= stats["slot_capacity_ms"]
     assert stats["slot_ms"] / stats["slot_capacity_ms"] <= 0.5 + 1e-9
     inflight.close()
+
+
+# ---- pacing the calls in flight (retry_backoff, Result.retry, rate_limit) ----------------------
+
+def _drive(inflight: InFlight, n: int) -> list[Done]:
+    """As the loop does: the retries whose wait is over started, completions taken, until
+    ``n`` records were settled (or the guard ran out)."""
+    out: list[Done] = []
+    end = time.monotonic() + _WAIT_S
+    while sum(len(d.unit) for d in out) < n and time.monotonic() < end:
+        inflight.start_due()
+        wake = inflight.next_wake()
+        out.extend(inflight.done(until=min(end, wake if wake is not None else end)))
+    return out
+
+
+def test_a_retry_waits_without_a_slot_and_runs_once_its_wait_is_over() -> None:
+    stats: Counter[str] = Counter()
+    calls: list[tuple[int, float]] = []
+
+    def fn(r: Record) -> Any:
+        calls.append((r.offset, time.monotonic()))
+        if r.offset == 0 and sum(1 for o, _ in calls if o == 0) == 1:
+            return Result.retry(after=0.3)
+        return b"ok"
+
+    pace = Pace(backoff=Backoff(initial_s=5.0, max_s=5.0))  # after= replaces the policy
+    inflight = InFlight(fn, _config(), 1, stats, pace)
+    inflight.begin(deadline=lambda: time.monotonic() + 10)
+    inflight.start([Msg(0)])
+    assert inflight.done(until=time.monotonic() + _WAIT_S) == []  # waits: nothing settled
+    assert (inflight.busy, inflight.pending) == (0, 1)  # and holds no slot
+    assert [m.offset() for m in inflight.records()] == [0]
+    inflight.start([Msg(1)])  # the one slot runs another record meanwhile
+    done = _drive(inflight, 2)
+    assert [(d.unit[0].offset(), d.verdicts[0].outcome, d.verdicts[0].attempts)
+            for d in done] == [(1, Outcome.ACCEPT, 1), (0, Outcome.ACCEPT, 2)]
+    first, again = [t for o, t in calls if o == 0]
+    assert again - first >= 0.3 and [o for o, _ in calls] == [0, 1, 0]
+    assert stats["retries"] == 1 and stats["retry_wait_ms"] >= 290
+    inflight.close()
+
+
+def test_a_retry_that_would_end_past_the_deadline_is_settled_as_its_release() -> None:
+    stats: Counter[str] = Counter()
+
+    async def fn(r: Record) -> Any:
+        raise TimeoutError("busy")  # retry_on: a retry
+
+    inflight = InFlight(fn, _config(), 2, stats, Pace(backoff=Backoff(initial_s=2.0)))
+    inflight.begin(deadline=lambda: time.monotonic() + 0.5)  # 2 s of backoff does not fit
+    inflight.start([Msg(0)])
+    (done,) = _drive(inflight, 1)
+    assert done.verdicts[0].outcome is Outcome.RELEASE and stats["retries"] == 0
+    assert inflight.pending == 0
+    inflight.close()
+
+
+def test_retries_of_an_async_function_back_off_until_it_succeeds() -> None:
+    stats: Counter[str] = Counter()
+    tries: Counter[int] = Counter()
+
+    async def fn(r: Record) -> Any:
+        tries[r.offset] += 1
+        if tries[r.offset] <= 2:
+            raise TimeoutError("503")
+        return b"ok"
+
+    backoff = Backoff(initial_s=0.05, max_s=0.1, jitter=0.0)
+    inflight = InFlight(fn, _config(), 4, stats, Pace(backoff=backoff))
+    inflight.begin(deadline=lambda: time.monotonic() + 10)
+    for i in range(4):
+        inflight.start([Msg(i)])
+    done = _drive(inflight, 4)
+    assert sorted((d.unit[0].offset(), d.verdicts[0].outcome, d.verdicts[0].attempts)
+                  for d in done) == [(i, Outcome.ACCEPT, 3) for i in range(4)]
+    # Each record waited 50 then 100 ms (no jitter), counted per record.
+    assert stats["retries"] == 8 and stats["retry_wait_ms"] >= 4 * 145
+    inflight.close()
+
+
+def test_the_rate_limit_spaces_the_calls_starts_without_blocking_the_worker() -> None:
+    stats: Counter[str] = Counter()
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def fn(r: Record) -> None:
+        with lock:
+            starts.append(time.monotonic())
+
+    inflight = InFlight(fn, _config(), 8, stats, Pace(limiter=TokenBucket(20.0, burst=1)))
+    inflight.begin(deadline=lambda: time.monotonic() + 10)
+    t0 = time.monotonic()
+    for i in range(8):
+        inflight.start([Msg(i)])
+    took_ms = (time.monotonic() - t0) * 1000
+    assert took_ms < 200  # started at once: the tokens are awaited in the calls
+    assert len(_drive(inflight, 8)) == 8
+    starts.sort()
+    # One token at once, then 20/s: the eighth call starts 7 / 20 s after the first.
+    assert starts[-1] - starts[0] >= 0.35 - 0.02
+    # The i-th start waited i / 20 s less the time the starts took (1 ms rounding each).
+    assert stats["rate_limit_wait_ms"] >= sum(i * 50 for i in range(8)) - 8 * (took_ms + 1)
+    inflight.close()
+
+
+def test_a_unit_whose_token_comes_after_the_deadline_is_released_unprocessed() -> None:
+    stats: Counter[str] = Counter()
+    ran: list[int] = []
+
+    def fn(r: Record) -> None:
+        ran.append(r.offset)
+
+    pace = Pace(limiter=TokenBucket(1.0, burst=1), attempts_allowed=5)
+    inflight = InFlight(fn, _config(), 4, stats, pace)
+    inflight.begin(deadline=lambda: time.monotonic() + 0.5)
+    for m in (Msg(0), Msg(1), Msg(2, dc=5)):  # 2 is on its last delivery: on credit
+        inflight.start([m])
+    done = {d.unit[0].offset(): d.verdicts[0] for d in _drive(inflight, 3)}
+    assert done[1].outcome is Outcome.RELEASE and done[1].unprocessed
+    assert done[0].outcome is done[2].outcome is Outcome.ACCEPT and sorted(ran) == [0, 2]
+    assert stats["released_rate_limit"] == 1
+    inflight.close()
+
+
+def test_a_retry_without_a_token_before_the_deadline_keeps_its_release() -> None:
+    stats: Counter[str] = Counter()
+
+    def fn(r: Record) -> Any:
+        return Result.retry(after=0.05, error="busy")
+
+    # One token a second: the first call takes the only one, the retry's would come too late.
+    pace = Pace(limiter=TokenBucket(1.0, burst=1), backoff=Backoff())
+    inflight = InFlight(fn, _config(), 2, stats, pace)
+    inflight.begin(deadline=lambda: time.monotonic() + 0.6)
+    inflight.start([Msg(0)])
+    (done,) = _drive(inflight, 1)
+    v = done.verdicts[0]
+    assert (v.outcome, v.unprocessed, v.error, v.attempts) == (Outcome.RELEASE, False, "busy", 1)
+    assert stats["released_rate_limit"] == stats["retries"] == 0  # the function had run
+    inflight.close()
+
+
+def test_a_unit_given_up_while_it_waits_for_its_token_is_never_called() -> None:
+    stats: Counter[str] = Counter()
+    ran: list[int] = []
+
+    def fn(r: Record) -> None:
+        ran.append(r.offset)
+
+    inflight = InFlight(fn, _config(), 2, stats, Pace(limiter=TokenBucket(2.0, burst=1)))
+    inflight.begin(deadline=lambda: time.monotonic() + 10)
+    inflight.start([Msg(0)])
+    inflight.start([Msg(1)])  # its token comes in 0.5 s
+    assert [d.unit[0].offset() for d in _collect(inflight, 1)] == [0]
+    assert [m.offset() for m in inflight.abandon()] == [1]
+    end = time.monotonic() + _WAIT_S
+    while stats["late_discarded"] < 1 and time.monotonic() < end:
+        inflight.done(until=0)  # nothing runs: the late results only, without a wait
+        time.sleep(0.02)
+    assert stats["late_discarded"] == 1 and ran == [0]  # its thread came back without a call
+    inflight.close()
+
+
+def test_the_loop_paces_calls_in_flight_and_settles_each_record_once() -> None:
+    tries: Counter[int] = Counter()
+
+    async def fn(r: Record) -> Any:
+        tries[r.offset] += 1
+        if r.offset % 3 == 0 and tries[r.offset] == 1:
+            raise TimeoutError("429")
+        return b"o%d" % r.offset
+
+    spec = _spec(concurrency=4, retry_backoff=Backoff(initial_s=0.05, max_s=0.05),
+                 rate_limit=200.0, time_budget_s=3.0)
+    c, p, s = _run(spec, fn, [[Msg(i) for i in range(12)], [Msg(i) for i in range(12, 20)]])
+    assert c.acks == dict.fromkeys(range(20), "ACCEPT")
+    assert sorted(v or b"" for t, v, _ in p.sent if t == "out") == \
+        sorted(b"o%d" % i for i in range(20))
+    assert s["retries"] == 7 and s["processed"] == 20 and s.get("released", 0) == 0
 
 
 # ---- the options -----------------------------------------------------------------------------

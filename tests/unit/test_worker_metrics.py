@@ -23,7 +23,7 @@ from pyspark_kafka_share.exporter.workers import (
     WorkerMetrics,
     serve_worker_metrics,
 )
-from pyspark_kafka_share.workers.api import COUNTERS, WorkerJob
+from pyspark_kafka_share.workers.api import COUNTERS, WorkerJob, _totals
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.control import Endpoint
 from pyspark_kafka_share.workers.control_state import ControlState
@@ -109,6 +109,18 @@ def test_counters_sum_every_attempt_and_gauges_read_the_newest(
     names = {name for name, _ in s}
     assert names <= set(WORKER_METRIC_NAMES)
     assert {n for n in WORKER_METRIC_NAMES if n != "kafka_share_workers_job_failed"} <= names
+
+
+def test_a_phase_is_served_as_a_sum_and_as_its_longest_over_the_attempts(
+        served: tuple[FakeJob, ThreadingHTTPServer, WorkerMetrics]) -> None:
+    job, server, _ = served
+    job.attempts = {(0, 0): _report(0, 0, "lost", txn_commit_ms=900, txn_commit_max_ms=700),
+                    (0, 1): _report(0, 1, txn_commit_ms=300, txn_commit_max_ms=40)}
+    s = _scrape(server)
+    assert s[("kafka_share_workers_txn_commit_seconds_total", _w(0))] == 1.2  # summed
+    assert s[("kafka_share_workers_txn_commit_max_seconds", _w(0))] == 0.7  # the largest
+    totals = _totals(list(job.reports().values()))
+    assert (totals["txn_commit_ms"], totals["txn_commit_max_ms"]) == (1200, 700)
 
 
 def test_a_breaker_trip_then_the_end_of_the_job(

@@ -7,6 +7,9 @@ tests/integration/test_workers_eos.py."""
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -25,6 +28,7 @@ from pyspark_kafka_share.workers.exactly_once import (
 from pyspark_kafka_share.workers.exactly_once.markers import Overlap
 from pyspark_kafka_share.workers.loop import _Worker
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result
+from pyspark_kafka_share.workers.phases import PHASES, Phases
 
 from .fakes import FakeConsumer, FakeMarkerLog, FakeProducer, Msg
 
@@ -109,6 +113,79 @@ def _marked(transaction: list[tuple[str, bytes | None]]) -> dict[int, Outcome]:
     (value,) = [v for t, v in transaction if t == "markers" and v is not None]
     return {o: outcome for tp, spans in decode_marker(value).items()
             for s, e, outcome in spans for o in range(s, e)}
+
+
+class _SlowCommit(_TxnProducer):
+    """Each commit takes 60 ms."""
+
+    def commit_transaction(self, timeout: float) -> None:
+        time.sleep(0.06)
+        super().commit_transaction(timeout)
+
+
+def test_the_phases_of_a_transaction_are_timed_once_each() -> None:
+    def slow(r: Record) -> Any:
+        time.sleep(0.01)
+        return r.value
+
+    polls = [[Msg(i) for i in range(4)], [Msg(i) for i in range(4, 8)]]
+    worker, _, producer, _ = _worker(_spec(), slow, polls, _SlowCommit([]))
+    summary = worker.run()
+    # One per poll, and the tombstones' at the end.
+    n = summary["transactions"]
+    assert n == len(producer.committed) >= 2 and summary["processed"] == 8
+    # Commits of 60 ms: the sum holds them all, the maximum one (a sleep never ends early).
+    assert summary["txn_commit_ms"] >= 60 * n and 60 <= summary["txn_commit_max_ms"] \
+        <= summary["txn_commit_ms"]
+    assert summary["function_ms"] >= 80 and summary["function_max_ms"] >= 20  # 2 per chunk
+    # Each poll's first chunk waited for the second in the open transaction (10 ms each).
+    assert summary["txn_held_max_ms"] >= 10
+    for phase in PHASES:
+        assert 0 <= summary[f"{phase}_max_ms"] <= summary[f"{phase}_ms"], phase
+
+
+def test_the_markers_gc_reads_the_start_offsets_off_the_workers_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GC's read of the group's start offsets (a protocol client: 1.75 s in a latency
+    run, every worker's loop stalled meanwhile) runs on a thread of its own: ``due`` returns
+    at once, and the markers the offsets passed are tombstoned at a later ``due``."""
+    from pyspark_kafka_share._kafka import group
+    from pyspark_kafka_share._kafka.partition import TopicPartition
+    from pyspark_kafka_share.workers.exactly_once import encode_marker
+    from pyspark_kafka_share.workers.exactly_once.transactions import GC_EVERY_S
+
+    answer = threading.Event()
+
+    def slow_read(settings: Any) -> dict[TopicPartition, int]:
+        assert answer.wait(10)
+        return {TopicPartition("in", 0): 10}
+
+    monkeypatch.setattr(group, "read_start_offsets", slow_read)
+    log = FakeMarkerLog()
+    log.markers.apply(b"dead:1", encode_marker([("in", 0, 3, Outcome.ACCEPT)]))  # passed
+    log.markers.apply(b"dead:2", encode_marker([("in", 0, 12, Outcome.ACCEPT)]))  # not yet
+    txn = Transactions(_TxnProducer([]), "markers", timeout_s=1.0, txn_timeout_s=15.0)
+    eos = ExactlyOnce(cast(MarkerLog, log), txn, _spec().config.client, b"w0:0:x:", {},
+                      lock_budget_s=15.0)
+    now = time.monotonic() + GC_EVERY_S
+    t0 = time.monotonic()
+    assert not eos.due(now) and time.monotonic() - t0 < 1.0  # the read still runs
+    assert not eos.due(now + 1) and eos.tombstones == set()  # one read at a time
+    answer.set()
+    end = time.monotonic() + 10
+    while not eos.tombstones and time.monotonic() < end:
+        eos.due(now + 2)
+        time.sleep(0.01)
+    assert eos.tombstones == {b"dead:1"}
+
+
+def test_phases_sum_exactly_and_keep_their_longest() -> None:
+    stats: Counter[str] = Counter()
+    phases = Phases(stats)
+    for _ in range(3):
+        phases.add("txn_ack", 0.0006)  # 0.6 ms: rounded down alone, 1.8 ms summed
+    phases.add("txn_ack", 0.25)
+    assert (stats["txn_ack_ms"], stats["txn_ack_max_ms"]) == (251, 250)
 
 
 def test_the_chunks_of_a_poll_share_one_transaction_acknowledged_after_its_commit() -> None:

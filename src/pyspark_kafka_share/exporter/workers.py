@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from pyspark_kafka_share.exporter.serve import serve_registry
 from pyspark_kafka_share.workers.api import COUNTERS
 from pyspark_kafka_share.workers.mistakes import unsettled
+from pyspark_kafka_share.workers.phases import MAXIMA
 
 __all__ = ["WORKER_METRICS", "WORKER_METRIC_NAMES", "WorkerMetrics", "serve_worker_metrics"]
 
@@ -59,6 +60,10 @@ WORKER_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
                             "summed (docs/workers.md)" + (" in seconds" if _in_ms(key)
                                                           else ""))
        for key in COUNTERS},
+    **{_counter_name(key): ("gauge", _WORKER, f"The worker's {key.removesuffix('_max_ms')} "
+                            "phase at its longest (one poll, call or transaction), in seconds, "
+                            "the largest over its attempts (docs/workers.md)")
+       for key in MAXIMA},
 }
 """``{family: (type, labels, help)}`` of :class:`WorkerMetrics` (docs/operations.md)."""
 
@@ -127,12 +132,16 @@ def _add_job(fams: Mapping[str, GaugeMetricFamily | CounterMetricFamily], group:
             [group, str(failure.get("kind", "unknown"))], 1)
     newest: dict[int, Mapping[str, Any]] = {}
     totals: dict[int, dict[str, int]] = {}
+    longest: dict[int, dict[str, int]] = {}
     failures: dict[tuple[int, str], int] = {}
     for (worker, _attempt), report in sorted(reports.items()):
         newest[worker] = report
         summed = totals.setdefault(worker, dict.fromkeys(COUNTERS, 0))
         for key in COUNTERS:
             summed[key] += _int(report.get(key))
+        top = longest.setdefault(worker, dict.fromkeys(MAXIMA, 0))
+        for key in MAXIMA:
+            top[key] = max(top[key], _int(report.get(key)))
         raw = report.get("failures")
         for kind, count in (raw.items() if isinstance(raw, Mapping) else ()):
             failures[(worker, str(kind))] = failures.get((worker, str(kind)), 0) + _int(count)
@@ -144,7 +153,7 @@ def _add_job(fams: Mapping[str, GaugeMetricFamily | CounterMetricFamily], group:
         fams["kafka_share_workers_in_flight"].add_metric(labels, _in_flight(report))
         fams["kafka_share_workers_idle_seconds"].add_metric(labels,
                                                             float(report.get("idle_s") or 0))
-        for key, total in totals[worker].items():
+        for key, total in (*totals[worker].items(), *longest[worker].items()):
             fams[_counter_name(key)].add_metric(
                 labels, total / 1000 if _in_ms(key) else total)
     for (worker, kind), count in sorted(failures.items()):

@@ -58,11 +58,11 @@ from pyspark_kafka_share.workers.mistakes import (
     unknown_fate,
 )
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, WorkerFunction
+from pyspark_kafka_share.workers.phases import MAXIMA, PHASES
 from pyspark_kafka_share.workers.preflight import (
     check_callables,
     check_environment,
     check_function,
-    check_pacing,
     check_python,
     check_session,
     explained,
@@ -101,7 +101,9 @@ _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_
              "released_in_flight", "late_discarded", "slot_ms", "slot_capacity_ms",
              # issue 40: retries in place, the rate limit, decoding (docs/workers.md, "Counters")
              "retries", "retry_wait_ms", "rate_limit_wait_ms", "released_rate_limit",
-             "undecodable")
+             "undecodable",
+             # issue 40: where the time goes, per phase (workers/phases.py; and MAXIMA)
+             *(f"{p}_ms" for p in PHASES if p != "marker_wait"))
 COUNTERS = _COUNTERS
 """The counters of every worker's report, summed in ``WorkerProgress.totals`` and
 ``WorkerSummary.totals`` (a worker metric each: pyspark_kafka_share.exporter.workers)."""
@@ -228,10 +230,13 @@ def _failure_reason(failure: Mapping[str, Any]) -> str:
 
 
 def _totals(reports: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    out = dict.fromkeys(_COUNTERS, 0)
+    """The counters summed, the phases' maxima (``MAXIMA``) the largest."""
+    out = dict.fromkeys((*_COUNTERS, *MAXIMA), 0)
     for r in reports:
         for k in _COUNTERS:
             out[k] += int(r.get(k, 0))
+        for k in MAXIMA:
+            out[k] = max(out[k], int(r.get(k, 0)))
     return out
 
 
@@ -487,7 +492,6 @@ def start_workers(spark: Any, fn: WorkerFunction,
     check_session(spark)
     check_function(fn, config.retry_on)
     check_callables(config)  # issue 40: recoverer, deserializers
-    check_pacing(fn, config)
     require_pandas()
     check_python(spark)
     spec = check_environment(spark, config)

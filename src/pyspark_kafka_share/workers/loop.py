@@ -54,6 +54,7 @@ from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettle
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.inflight import InFlight, is_async
 from pyspark_kafka_share.workers.outcome import Outcome, WorkerFunction
+from pyspark_kafka_share.workers.phases import Phases
 from pyspark_kafka_share.workers.retry import Pace, TokenBucket, worker_rate
 from pyspark_kafka_share.workers.settle import DLQ_HEADERS, AtLeastOnceSettler, Poll, Settler
 from pyspark_kafka_share.workers.verdict import Final, call, resolve
@@ -77,6 +78,7 @@ class _Worker:
         self.fn = fn
         self.index, _, self.attempt = attempt_identity()
         self.stats: Counter[str] = Counter()
+        self.phases = Phases(self.stats)  # the poll's wait and the function's (phases.py)
         # The worker's circuit breaker, and why the job must stop (a mistake, a trip).
         self.judge = ChunkJudge(config.circuit_breaker, config.circuit_breaker_window)
         self.failure: dict[str, Any] | None = None
@@ -92,7 +94,9 @@ class _Worker:
         self.brokers = BrokerWatch(config.client, config.topics, config.broker_timeout_s)
         self.poll: Poll | None = None  # the last poll's records not yet acknowledged
         # Many calls in flight (concurrency > 1, or an async def function); None: one at a time.
-        self.inflight = InFlight(fn, config, config.concurrency, self.stats) \
+        self.inflight = InFlight(fn, config, config.concurrency, self.stats,
+                                 Pace(backoff=config.retry_backoff, limiter=self.limiter,
+                                      attempts_allowed=spec.attempts_allowed)) \
             if config.concurrency > 1 or is_async(fn) else None
         # Exactly-once: started before the share consumer exists (no record acquired meanwhile).
         self.settler = self._settler(producer, eos)
@@ -159,6 +163,7 @@ class _Worker:
         try:
             while not self.should_stop():
                 self.settler.idle()
+                polled = time.monotonic()
                 msgs, acquired = self.session.poll(0.5)
                 self.poll = Poll(self.session, self.stats, acquired + budget_s, list(msgs))
                 was_down = self.brokers.down
@@ -175,6 +180,7 @@ class _Worker:
                         self.watch.check(time.monotonic() - self.last_active)
                     continue
                 self.stats["received"] += len(msgs)
+                self.phases.add("poll_wait", time.monotonic() - polled)
                 self.last_active = time.monotonic()
                 self._work_through(self.settler.admit(msgs, self.poll), self.poll)
         except mistakes.JobMistake as exc:  # the job's mistake, not the records'
@@ -273,12 +279,13 @@ class _Worker:
                 unprocessed: int = 0) -> list[Final]:
         """The records of one call (``took_s`` long) with their outcomes resolved; counted
         (less the ``unprocessed`` the rate limit RELEASEd before the function ran)."""
-        per = took_s / len(chunk)
-        first = self.stats["processed"] == 0
-        self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
+        if unprocessed < len(chunk) and took_s > 0:  # a call (a Done without one: no time)
+            per = took_s / len(chunk)
+            first = self.stats["processed"] == 0
+            self.per_record_s = per if first else 0.7 * self.per_record_s + 0.3 * per
+            self.phases.add("function", took_s)
         self.stats["processed"] += len(chunk) - unprocessed
         self.stats["undecodable"] += sum(1 for v in verdicts if v.undecodable)
-        self.stats["function_ms"] += int(took_s * 1000)
         return [(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
                 for m, v in zip(chunk, verdicts, strict=True)]
 
@@ -291,11 +298,11 @@ class _Worker:
         deliveries); at the deadline, the units still running too (:meth:`_give_up`)."""
         size = 1 if self.config.batch_format == "record" else self.config.chunk_size
         backlog = _Backlog(deque(msgs[i:i + size] for i in range(0, len(msgs), size)))
-        inflight.begin()
+        inflight.begin(deadline=lambda: poll.deadline - self.settler.settle_s)
         try:
-            while backlog.units or inflight.busy:
+            while backlog.units or inflight.pending:
                 self._refill(backlog, poll, inflight)
-                if inflight.busy:
+                if inflight.pending:
                     self._take_completions(backlog, poll, inflight)
         finally:
             inflight.end()
@@ -307,6 +314,7 @@ class _Worker:
         """Start units while a slot is free, unless a stop or the deadline cuts the poll short
         (then only the last deliveries are left to start, as without concurrency)."""
         self._mark_unacked(backlog, poll, inflight)  # a unit started stays among them
+        inflight.start_due()  # the retries whose wait is over first
         while backlog.units and inflight.busy < inflight.slots:
             reason = None if backlog.cut else self._cut_short(backlog.units[0], poll)
             if reason is not None and self.settler.pending():
@@ -335,9 +343,13 @@ class _Worker:
         wake = give_up_at if now < give_up_at else self._lock_end(poll)
         if self.settler.pending():
             wake = min(wake, now + max(self.config.transaction_interval_s, 0.01))
+        retry_at = inflight.next_wake()
+        if retry_at is not None and inflight.busy < inflight.slots:
+            wake = min(wake, retry_at)  # a retry's wait ends: started at the next refill
         done = inflight.done(until=wake)
         if done:
-            final = [x for d in done for x in self._judged(d.unit, d.verdicts, d.took_s)]
+            final = [x for d in done for x in self._judged(
+                d.unit, d.verdicts, d.took_s, unprocessed=sum(v.unprocessed for v in d.verdicts))]
             self._mark_unacked(backlog, poll, inflight, also=[m for d in done for m in d.unit])
             self.settler.settle(self._screened(final), poll,
                                 poll_ends=not (backlog.units or inflight.busy),

@@ -25,14 +25,12 @@ from pyspark_kafka_share._spark import check_spark_python
 from pyspark_kafka_share.errors import OptionError, SetupError, from_client_error
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.eos_access import check_exactly_once_access
-from pyspark_kafka_share.workers.inflight import is_async
 
 __all__ = [
     "allow_renew",
     "check_callables",
     "check_environment",
     "check_function",
-    "check_pacing",
     "check_python",
     "check_session",
     "explained",
@@ -118,21 +116,6 @@ def check_function(fn: object, retry_on: tuple[type[BaseException], ...]) -> Non
             "fn", fn, f"cannot be pickled to the executors ({type(exc).__name__}: {exc}); "
             "create clients such as model sessions or HTTP pools inside the function (e.g. "
             "cached in a module-level variable), not in the enclosing scope") from None
-
-
-def check_pacing(fn: object, config: WorkerConfig) -> None:
-    """Retries in place (``retry_backoff``) and the rate limit pace one call at a time; the
-    calls in flight (``concurrency`` above 1, or an ``async def`` function) do not take them
-    yet: refused rather than ignored."""
-    if config.concurrency == 1 and not is_async(fn):
-        return
-    for name in ("retry_backoff", "rate_limit"):
-        value = getattr(config, name)
-        if value is not None:
-            what = (f"concurrency={config.concurrency}" if config.concurrency > 1
-                    else "an async def function")
-            raise OptionError(name, value, f"is not applied to calls in flight ({what}) yet: "
-                              f"drop {name}, or run concurrency=1 with a plain function")
 
 
 def check_callables(config: WorkerConfig) -> None:

@@ -114,6 +114,16 @@ class TokenBucket:
         """Take ``n`` tokens; the seconds waited for them. None (and nothing taken) when they
         would come after ``deadline`` (monotonic), unless ``force``: then they are taken on
         credit (the bucket goes below zero and the next takers wait for it)."""
+        wait = self.reserve(n, deadline=deadline, force=force)
+        if wait:
+            self._sleep(wait)
+        return wait
+
+    def reserve(self, n: int = 1, *, deadline: float | None = None,
+                force: bool = False) -> float | None:
+        """:meth:`take` without the sleep: the tokens are the caller's, to use once the
+        seconds returned have passed (the calls in flight start then, without blocking the
+        worker's thread); None as :meth:`take`."""
         with self._lock:
             now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
@@ -122,8 +132,6 @@ class TokenBucket:
             if wait > 0 and deadline is not None and now + wait > deadline and not force:
                 return None
             self._tokens -= n
-        if wait > 0:
-            self._sleep(wait)
         return wait
 
 

@@ -30,8 +30,8 @@ from pyspark_kafka_share.workers.decode import DecodeError, decode, transient
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, UserResult
 from pyspark_kafka_share.workers.retry import Pace
 
-__all__ = ["Final", "Verdict", "batch_input", "batch_verdicts", "call", "call_async", "checked",
-           "failed", "invalid", "normalise", "recovered", "resolve"]
+__all__ = ["MAX_ATTEMPTS_IN_PLACE", "Final", "Verdict", "batch_input", "batch_verdicts", "call",
+           "call_async", "checked", "failed", "invalid", "normalise", "recovered", "resolve"]
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Verdict:
 Final = tuple[Any, Outcome, Verdict]
 """A processed record: (message, outcome resolved, verdict)."""
 
-_MAX_ATTEMPTS_IN_PLACE = 100
+MAX_ATTEMPTS_IN_PLACE = 100
 """Calls of the function on one record in one delivery at most: a guard against a busy loop
 (``Result.retry(after=0)`` on every call); the lock's deadline ends the retries sooner."""
 
@@ -185,8 +185,8 @@ def _call_batch(fn: Callable[[Any], Any], chunk: list[Any], config: WorkerConfig
 async def call_async(fn: Callable[[Any], Awaitable[Any]], chunk: list[Any],
                      config: WorkerConfig) -> list[Verdict]:
     """:func:`call` of an ``async def`` function (awaited; per record, one after the other):
-    decoded and recovered alike; no retry in place and no rate limit (``concurrency`` and
-    those are not combined: ``preflight.check_pacing``)."""
+    decoded and recovered alike; its retries and rate limit are the calls in flight's
+    (``inflight.InFlight``: a retry waits without a slot, tokens gate each call's start)."""
     if config.batch_format != "record":
         batch = batch_input(chunk, config)
         try:
@@ -235,7 +235,7 @@ def _retry_in_place(fn: Callable[[Any], Any], chunk: list[Any], verdicts: list[V
         due: dict[int, float] = {}
         for i, v in enumerate(verdicts):
             if not v.retry or v.outcome is not Outcome.RELEASE or \
-                    v.attempts >= _MAX_ATTEMPTS_IN_PLACE:
+                    v.attempts >= MAX_ATTEMPTS_IN_PLACE:
                 continue
             wait = pace.wait_for(chunk[i].delivery_count() - 1 + v.attempts - 1, v.after_s)
             if wait is not None and pace.fits(max(now, failed_at[i] + wait), per_record_s):

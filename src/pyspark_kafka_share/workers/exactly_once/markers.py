@@ -250,6 +250,9 @@ class MarkerLog:
     acquired: the retired markers tombstoned below it are forgotten."""
     checked_at: int = -1
     """The offset of the marker the latest :meth:`check` read up to (logged with overlaps)."""
+    stalled_s: float = 0.0
+    """The last :meth:`catch_up`'s time after the reader first stood at a transaction still
+    open below the target (its partition's end of committed records short of the target)."""
 
     @classmethod
     def open(cls, settings: ClientSettings, own_prefix: bytes) -> MarkerLog:
@@ -299,8 +302,10 @@ class MarkerLog:
         self.seen = target
         if barrier:
             self.barrier_at = target
+        self.stalled_s, stalled = 0.0, None  # since when the reader stands at an open one
         while any(self.eof.get(p, -1) < end for p, end in target.items()):
             if time.monotonic() > until:
+                self.stalled_s = 0.0 if stalled is None else time.monotonic() - stalled
                 return False
             # What is there at once; else wait for one (consume would wait out its timeout).
             batch = self.reader.consume(500, timeout=0) or \
@@ -311,6 +316,8 @@ class MarkerLog:
                     self._apply(m)
                 elif is_partition_eof(err):
                     self.eof[m.partition()] = m.offset()
+                    if stalled is None and m.offset() < target.get(m.partition(), -1):
+                        stalled = time.monotonic()  # read_committed's end: the LSO
                 else:
                     self.errors.append(err)
                     if denied_resource(err) == "topic":  # never passes
@@ -322,6 +329,7 @@ class MarkerLog:
                     if err.fatal():
                         raise BrokerError(f"reading the marker topic {self.topic!r} failed: "
                                           f"{err}")
+        self.stalled_s = 0.0 if stalled is None else time.monotonic() - stalled
         return True
 
     def polling(self) -> None:

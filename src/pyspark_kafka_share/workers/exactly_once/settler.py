@@ -40,6 +40,7 @@ from pyspark_kafka_share.workers.consumer import Renewing
 from pyspark_kafka_share.workers.exactly_once.markers import Origin, origins_of
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.outcome import Outcome
+from pyspark_kafka_share.workers.phases import Phases
 from pyspark_kafka_share.workers.settle import (
     Item,
     Out,
@@ -100,6 +101,8 @@ class TransactionalSettler:
         # begins when it is committed, flush), and when that one began.
         self.open: list[Final] = []
         self.open_since = 0.0
+        self.held_since = 0.0  # when the open transaction's first chunk joined it
+        self.phases = Phases(stats)  # per-phase timings (workers/phases.py)
 
     @classmethod
     def start(cls, spec: WorkerSpec, stats: Counter[str], *, index: int,
@@ -119,9 +122,9 @@ class TransactionalSettler:
         transactions there decided. Not done by the poll's deadline: the poll is RELEASEd,
         except records on their last delivery (processed unchecked, counted)."""
         self.eos.new_poll()
-        t0 = time.monotonic()
-        done = self.eos.log.catch_up(poll.deadline, barrier=True)
-        self.stats["marker_wait_ms"] += int((time.monotonic() - t0) * 1000)
+        with self.phases.timed("marker_wait"):
+            done = self.eos.log.catch_up(poll.deadline, barrier=True)
+        self.phases.add("marker_open_txn", self.eos.log.stalled_s)
         self.stats["marker_conflicts"] = self.eos.log.conflicts
         if done:
             return msgs
@@ -148,7 +151,7 @@ class TransactionalSettler:
         """Hold ``final`` in the open transaction; commit it at the poll's end or once it has
         been open for ``transaction_interval_s``."""
         if final and not self.open:
-            self.open_since = began
+            self.open_since, self.held_since = began, time.monotonic()
         self.open.extend(final)
         if not self.open:
             return
@@ -166,6 +169,7 @@ class TransactionalSettler:
         final, self.open = self.open, []
         first = self.stats["transactions"] + self.stats["transactions_aborted"] == 0
         t0 = time.monotonic()
+        self.phases.add("txn_held", t0 - self.held_since)
         refused = self._bisect(final, poll)
         self.failures.count(refused, final)
         took = time.monotonic() - t0
@@ -177,7 +181,9 @@ class TransactionalSettler:
 
     def idle(self) -> None:
         self.eos.log.polling()  # first: before this idle's own marker read
-        if self.eos.due(time.monotonic()):
+        with self.phases.timed("marker_gc"):  # every GC_EVERY_S: the markers passed
+            due = self.eos.due(time.monotonic())
+        if due:
             self._tombstones_alone()
 
     def close(self) -> None:
@@ -252,7 +258,8 @@ class TransactionalSettler:
             return result
         self.stats["outputs"] += len(outputs)
         self.stats["dead_lettered"] += len(dead)
-        settled = poll.ack([(m, o) for m, o, _ in group])
+        with self.phases.timed("txn_ack"):
+            settled = poll.ack([(m, o) for m, o, _ in group])
         if result.key is not None:
             self.eos.confirmed(result.key, settled.confirmed)
         return result
@@ -326,9 +333,10 @@ class TransactionalSettler:
                         attempt_number=self.attempt)
         if origins:  # test only: the marker written late (after another worker's poll)
             faults.hit("sleep-before-produce")
-        eos.txn.begin()
-        errs = produce_all(eos.txn.producer, [*(it.out for it in items), *own],
-                           self.config.broker_timeout_s)
+        with self.phases.timed("txn_produce"):
+            eos.txn.begin()
+            errs = produce_all(eos.txn.producer, [*(it.out for it in items), *own],
+                               self.config.broker_timeout_s)
         refused = Refused({it.index: err for it, err in zip(items, errs[:len(items)], strict=True)
                            if err is not None},
                           tuple(err for err in errs[len(items):] if err is not None))
@@ -338,11 +346,13 @@ class TransactionalSettler:
         faults.hit("kill-before-commit")
         faults.hit("sleep-before-commit")
         if poll is not None:
-            self._check_commit(poll, key, origins, held, faults)
+            with self.phases.timed("txn_check"):
+                self._check_commit(poll, key, origins, held, faults)
         during = faults.points.get("kill-during-commit")
         if during is not None:  # the worker dies while commit_transaction runs
             threading.Timer(int(during.get("ms", "5")) / 1000, os._exit, (137,)).start()
-        eos.txn.commit(faults.commit())
+        with self.phases.timed("txn_commit"):
+            eos.txn.commit(faults.commit())
         self.stats["transactions"] += 1
         eos.committed(key, origins)
         faults.hit("kill-after-commit")

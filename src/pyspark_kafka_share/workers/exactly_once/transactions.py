@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,6 @@ from typing import Any
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share.errors import (
-    BrokerError,
     Fenced,
     TransactionFailed,
     from_client_error,
@@ -175,6 +175,9 @@ class ExactlyOnce:
     last_txn: float = field(default_factory=time.monotonic)
     last_gc: float = field(default_factory=time.monotonic)
     _sent: set[bytes] = field(default_factory=set)  # tombstones of the open transaction
+    # The group's start offsets as the GC's thread read them (None: could not), once read.
+    _starts: list[dict[TopicPartition, int] | None] = field(default_factory=list)
+    _reading: bool = False
 
     @classmethod
     def start(cls, settings: ClientSettings, producer_conf: dict[str, Any], worker: int,
@@ -247,19 +250,37 @@ class ExactlyOnce:
         return sorted(self._sent)
 
     def due(self, now: float) -> bool:
-        """Whether a transaction of tombstones alone is due (the worker is idle)."""
-        if now - self.last_gc >= GC_EVERY_S:
+        """Whether a transaction of tombstones alone is due (the worker is idle). Every
+        ``GC_EVERY_S`` the group's start offsets are read on a thread of their own; once read,
+        the markers they passed are tombstoned (:meth:`_collect`)."""
+        if now - self.last_gc >= GC_EVERY_S and not self._reading:
             self.last_gc = now
-            self._collect()
+            self._read_starts()
+        if self._starts:
+            self._collect(self._starts.pop())
         return bool(self.tombstones) and now - self.last_txn >= TOMBSTONE_IDLE_S
 
-    def _collect(self) -> None:
-        """Markers whose records the group's start offsets passed (left by dead workers)."""
+    def _read_starts(self) -> None:
+        """Read the group's start offsets off the worker's thread: a protocol client of its
+        own (connections, the group's coordinator, a describe), which the worker's loop would
+        wait for before its next poll. Nothing of the worker's is touched there."""
         from pyspark_kafka_share._kafka.group import read_start_offsets
 
-        with contextlib.suppress(BrokerError):
-            self.log.catch_up(time.monotonic() + 1.0)
-        starts = read_start_offsets(self.settings)
+        def read() -> None:
+            try:
+                self._starts.append(read_start_offsets(self.settings))
+            finally:
+                self._reading = False
+
+        self._reading = True
+        threading.Thread(target=read, daemon=True, name="kafka-share-marker-gc").start()
+
+    def _collect(self, starts: dict[TopicPartition, int] | None) -> None:
+        """Tombstone the markers whose records ``starts`` (the group's share-partition start
+        offsets, read a moment ago) passed: those records are acknowledged or archived and never
+        delivered again (left by dead workers). Start offsets only grow, so offsets read
+        before the markers applied since are only the more conservative. The markers read
+        so far: each poll's barrier reads the new ones."""
         if starts:
             self.tombstones.update(k for k in self.log.markers.passed(starts)
                                    if k not in self.mine)
