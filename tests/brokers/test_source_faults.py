@@ -30,6 +30,7 @@ from tests.helpers import (
     record_key,
     share_stream,
     sink_keys,
+    spread_keys,
     start_parquet,
 )
 
@@ -37,7 +38,11 @@ N = 9_000  # records over 3 partitions
 # The leader kill's stream: 2 micro-batches before the kill, 4 after it (9,000 made 16 after it,
 # each costing every task a group join: 151 s of the CI subset's 5:45 under load). What it
 # proves needs the kill mid-stream and batches on the new leader, not a long tail after it.
+# Produced 10 records per producer batch: the broker hands out whole batches, so with larger
+# ones the first micro-batch read all 3,000 (maxRecordsPerTrigger is exceeded by up to one
+# producer batch per partition) and the kill came after the end.
 N_KILL = 3_000
+KILL_BATCH_RECORDS = "10"
 PER_TRIGGER = 500  # a stream of many micro-batches, so the fault falls mid-stream
 LOCK_MS = 8_000
 
@@ -61,12 +66,19 @@ def _stream(spark: SparkSession, broker: LocalKafka, topic: str, group: str,
 
 
 def _spread_and_stream(spark: SparkSession, kafka: LocalKafkaCluster, broker: LocalKafka,
-                       topic: str, group: str, tmp_path: Path,
-                       n: int = N) -> tuple[set[Key], StreamingQuery]:
+                       topic: str, group: str, tmp_path: Path, n: int = N,
+                       batch_records: str | None = None) -> tuple[set[Key], StreamingQuery]:
     """The group's lock shortened to LOCK_MS, ``n`` records spread over the topic's 3
-    partitions (their keys: what the sink must hold), and the query reading them."""
+    partitions (their keys: what the sink must hold; ``batch_records``: at most that many per
+    producer batch), and the query reading them."""
     kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
-    expected = produce_spread(broker, topic, 3, n)
+    if batch_records is None:
+        expected = produce_spread(broker, topic, 3, n)
+    else:
+        broker.produce(topic, (ProducerRecord(value=b"v%d" % i, partition=i % 3)
+                               for i in range(n)),
+                       producer_config={"batch.num.messages": batch_records})
+        expected = spread_keys(topic, 3, n)
     return expected, _stream(spark, broker, topic, group, tmp_path)
 
 
@@ -78,7 +90,7 @@ def test_source_exactly_once_when_a_busy_partitions_leader_is_killed(
 ) -> None:
     topic = cluster_topic_factory(3)
     expected, q = _spread_and_stream(spark, kafka_cluster, cluster_broker, topic, cluster_group,
-                                     tmp_path, N_KILL)
+                                     tmp_path, N_KILL, KILL_BATCH_RECORDS)
     rows = RowsRead(q)
     try:
         rows.until(2 * PER_TRIGGER, 180, "before the kill")
