@@ -30,19 +30,10 @@ from tests.helpers import (
     record_key,
     share_stream,
     sink_keys,
-    spread_keys,
     start_parquet,
 )
 
 N = 9_000  # records over 3 partitions
-# The leader kill's stream: 2 micro-batches before the kill, 4 after it (9,000 made 16 after it,
-# each costing every task a group join: 151 s of the CI subset's 5:45 under load). What it
-# proves needs the kill mid-stream and batches on the new leader, not a long tail after it.
-# Produced 10 records per producer batch: the broker hands out whole batches, so with larger
-# ones the first micro-batch read all 3,000 (maxRecordsPerTrigger is exceeded by up to one
-# producer batch per partition) and the kill came after the end.
-N_KILL = 3_000
-KILL_BATCH_RECORDS = "10"
 PER_TRIGGER = 500  # a stream of many micro-batches, so the fault falls mid-stream
 LOCK_MS = 8_000
 
@@ -66,19 +57,11 @@ def _stream(spark: SparkSession, broker: LocalKafka, topic: str, group: str,
 
 
 def _spread_and_stream(spark: SparkSession, kafka: LocalKafkaCluster, broker: LocalKafka,
-                       topic: str, group: str, tmp_path: Path, n: int = N,
-                       batch_records: str | None = None) -> tuple[set[Key], StreamingQuery]:
-    """The group's lock shortened to LOCK_MS, ``n`` records spread over the topic's 3
-    partitions (their keys: what the sink must hold; ``batch_records``: at most that many per
-    producer batch), and the query reading them."""
+                       topic: str, group: str, tmp_path: Path) -> tuple[set[Key], StreamingQuery]:
+    """The group's lock shortened to LOCK_MS, N records spread over the topic's 3 partitions
+    (their keys: what the sink must hold), and the query reading them."""
     kafka.set_group_config(group, "share.record.lock.duration.ms", LOCK_MS)
-    if batch_records is None:
-        expected = produce_spread(broker, topic, 3, n)
-    else:
-        broker.produce(topic, (ProducerRecord(value=b"v%d" % i, partition=i % 3)
-                               for i in range(n)),
-                       producer_config={"batch.num.messages": batch_records})
-        expected = spread_keys(topic, 3, n)
+    expected = produce_spread(broker, topic, 3, N)
     return expected, _stream(spark, broker, topic, group, tmp_path)
 
 
@@ -90,7 +73,7 @@ def test_source_exactly_once_when_a_busy_partitions_leader_is_killed(
 ) -> None:
     topic = cluster_topic_factory(3)
     expected, q = _spread_and_stream(spark, kafka_cluster, cluster_broker, topic, cluster_group,
-                                     tmp_path, N_KILL, KILL_BATCH_RECORDS)
+                                     tmp_path)
     rows = RowsRead(q)
     try:
         rows.until(2 * PER_TRIGGER, 180, "before the kill")
@@ -101,17 +84,17 @@ def test_source_exactly_once_when_a_busy_partitions_leader_is_killed(
         moved = kafka_cluster.wait_for_leader(topic, 0, not_on={leader})
         proxy = kafka_cluster.proxy_name(moved)
         through_before = toxiproxy.bytes_through(proxy)
-        rows.until(N_KILL, 300, "after the kill")
+        rows.until(N, 300, "after the kill")
         through = toxiproxy.bytes_through(proxy) - through_before
         coordinator_after = kafka_cluster.group_coordinator(cluster_group)
     finally:
         q.stop()
     fault_report(f"node {leader} (leader of {topic}-0; group coordinator: node {coordinator}) "
-                 f"killed after {read_at_kill} of {N_KILL} rows; {topic}-0's leader moved to node "
+                 f"killed after {read_at_kill} of {N} rows; {topic}-0's leader moved to node "
                  f"{moved}, the group coordinator is node {coordinator_after}; {through} bytes "
                  f"through {proxy} since")
     assert coordinator_after != leader, "the group is still coordinated by the killed node"
-    assert read_at_kill < N_KILL, "the query read everything before the kill: nothing was proven"
+    assert read_at_kill < N, "the query read everything before the kill: nothing was proven"
     assert through > 0, f"no client traffic reached the new leader through {proxy}"
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     _nothing_left(kafka_cluster, cluster_group, topic)
