@@ -1,6 +1,6 @@
 """RENEW for long work (``client="native"``) against a real broker and local Spark.
 
-A 15 s group lock and a function that runs 45 s per record, 2 workers in chunks of 1: the
+A 6 s group lock and a function that runs 18 s per record, 2 workers in chunks of 1: the
 workers renew the locks of the record their function is working on, so each record is
 processed once (the call log, as in test_workers_eos.py), never delivered a second time (to
 another worker or the same), and every acknowledgement succeeds. With librdkafka the same
@@ -33,8 +33,11 @@ from tests.helpers import (
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
-LOCK_MS = 15_000
-WORK_S = 45.0  # three locks: without RENEW the record is redelivered twice meanwhile
+# Three lock periods of work prove renewal across several locks; a 6 s lock (was 15 s, with a
+# 45 s function) proves the same in 18 s instead of 45 s per record. The renewal comes every
+# 1.5 s, 4.5 s before the lock would end: the margin a loaded machine's scheduling gets.
+LOCK_MS = 6_000
+WORK_S = 18.0  # three locks: without RENEW the record is redelivered twice meanwhile
 N = 4
 
 
@@ -68,7 +71,7 @@ def test_work_three_times_the_lock_is_renewed_and_processed_once(
                         bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=1,
                         output_topic=out, exactly_once_outputs=exactly_once,
                         on_progress=False)
-    # timeout_s only bounds a hang: N records of 45 s on 2 workers take about 90 s.
+    # timeout_s only bounds a hang: N records of 18 s on 2 workers take about 36 s.
     summary = stop_when_drained(job, kafka, group, timeout_s=600)
     if renew_config:
         assert _renew_allowed(kafka, group) == "true"
@@ -79,7 +82,7 @@ def test_work_three_times_the_lock_is_renewed_and_processed_once(
     t = summary.totals
     assert (t["accepted"], t["ack_failures"], t["renew_failures"]) == (N, 0, 0), str(summary)
     assert t["released_lock_deadline"] == 0 and t["released"] == 0, str(summary)
-    # Renewed every half lock budget (3.75 s) for 45 s: about 12 times per record.
+    # Renewed every half lock budget (1.5 s) for 18 s: about 12 times per record.
     assert t["renewed"] >= N * 6, str(summary)
     assert_exactly_once(output_origins(read_topic(kafka, out, N)),
                         {(src, 0, i) for i in range(N)})

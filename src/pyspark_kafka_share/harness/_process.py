@@ -2,6 +2,10 @@
 
 Each harness owns child processes that must never outlive it:
 
+- :func:`free_port` picks a port for a child to bind (below the ephemeral range, where no
+  outgoing connection takes it), and :func:`start_on_free_ports` starts again on fresh ports
+  when one was taken before the child bound it;
+
 - :func:`spawn` starts a child in a session (process group) of its own that the kernel kills
   when this process dies (Linux ``PR_SET_PDEATHSIG``), from a thread that lives as long as
   the process;
@@ -21,8 +25,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import logging
 import os
 import queue
+import random
+import re
 import shutil
 import signal
 import socket
@@ -41,16 +48,94 @@ from pyspark_kafka_share.errors import LocalKafkaError
 
 _T = TypeVar("_T")
 _H = TypeVar("_H", bound="Harness")
+_log = logging.getLogger(__name__)
 
 
 # -- ports and pids ----------------------------------------------------------------------------
 
 
+_PORT_FLOOR = 10_000  # ports below are left to services (and need no root above 1024)
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_HANDED: set[int] = set()  # every port free_port() handed out in this process
+_PORTS_LOCK = threading.Lock()
+_RANDOM = random.SystemRandom()  # not the random module's: a test's seed would align processes
+
+
+def _ephemeral_floor() -> int:
+    """The lowest port of the kernel's ephemeral range (Linux's default: 32768)."""
+    try:
+        return int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port of ``host`` that is free now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port of ``host`` that is free now, for a child to bind, and never one this
+    process handed out before.
+
+    It is drawn below the kernel's ephemeral range: the local port of every outgoing connection
+    is taken from that range, so a port the OS picked there (bind to port 0, close) could be
+    taken by any client's connection before the child binds it ("Address already in use",
+    issue 37). Only a process binding a port on purpose can take one drawn here; a start that
+    still loses its port is retried on fresh ones (:func:`start_on_free_ports`). Without room
+    below that range, the OS picks."""
+    floor = _ephemeral_floor()
+    with _PORTS_LOCK:
+        for _ in range(200):
+            port = _RANDOM.randrange(_PORT_FLOOR, floor) if floor - _PORT_FLOOR >= 1_000 else 0
+            if port in _HANDED:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue  # in use (or TIME_WAIT): draw again
+                port = int(s.getsockname()[1])
+            if port not in _HANDED:
+                _HANDED.add(port)
+                return port
+    raise LocalKafkaError(f"no free TCP port on {host} in 200 draws")
+
+
+BIND_ATTEMPTS = 3
+"""How many times :func:`start_on_free_ports` starts a child whose port was taken."""
+_BIND_FAILURE = re.compile(r"failed to bind to (\S+?): Address already in use")
+
+
+def port_taken(log: str) -> str | None:
+    """The address a child could not bind, from its ``log`` (Kafka's "Socket server failed to
+    bind to 127.0.0.1:<port>: Address already in use."; ``"a port"`` when the line names
+    none), or ``None``: no bind failure."""
+    found = _BIND_FAILURE.search(log)
+    if found is not None:
+        return found.group(1)
+    return "a port" if "Address already in use" in log else None
+
+
+def start_on_free_ports(start: Callable[[], None], taken: Callable[[], str | None],
+                        reset: Callable[[], None], what: str,
+                        attempts: int = BIND_ATTEMPTS) -> None:
+    """``start()`` (which picks its ports and starts the children); when it fails because
+    a port was taken between its pick and the child's bind (``taken()``: the address, from
+    the child's log; ``None``: another failure), ``reset()`` and start again on fresh ports,
+    logged at WARNING, up to ``attempts`` starts in all. Any failure is ``reset()`` and
+    raised; the last of ``attempts`` bind failures as a :class:`LocalKafkaError` that says
+    so."""
+    for attempt in range(1, attempts + 1):
+        try:
+            start()
+            return
+        except BaseException as exc:
+            address = taken() if isinstance(exc, LocalKafkaError) else None
+            reset()
+            if address is None:
+                raise
+            if attempt == attempts:
+                raise LocalKafkaError(
+                    f"{what} could not bind its ports in {attempts} starts (the last time "
+                    f"{address} was already in use): {exc}") from exc
+            _log.warning("%s: %s was taken before it could bind it; starting again on fresh "
+                         "ports (start %d of %d)", what, address, attempt + 1, attempts)
 
 
 def pid_alive(pid: int) -> bool:

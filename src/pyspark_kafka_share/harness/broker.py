@@ -154,6 +154,7 @@ class LocalKafka(BrokerSettings, _process.Harness):
 
     _bootstrap: str | None = field(default=None, init=False, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _log_from: int = field(default=0, init=False, repr=False)  # the last JVM's log: from here
     _workdir: Path | None = field(default=None, init=False, repr=False)
     _external: bool = field(default=False, init=False, repr=False)
     _security: BrokerSecurity | None = field(default=None, init=False, repr=False)
@@ -230,7 +231,9 @@ class LocalKafka(BrokerSettings, _process.Harness):
         return props
 
     def start(self) -> LocalKafka:
-        """Format storage, start the JVM and wait until the broker answers. Idempotent.
+        """Format storage, start the JVM and wait until the broker answers. Idempotent. A
+        port picked here and taken by another process before the JVM bound it: started
+        again on fresh ports (:func:`~pyspark_kafka_share.harness._process.start_on_free_ports`).
 
         Raises :class:`LocalKafkaError` after :meth:`kill`: use :meth:`restart` (same data)
         or :meth:`stop` and then start (fresh data).
@@ -245,13 +248,26 @@ class LocalKafka(BrokerSettings, _process.Harness):
             self._bootstrap, self._external = external, True
             self._wait_ready(time.monotonic() + self.start_timeout_s)
             return self
-        try:
-            self._prepare()
-            self._launch()
-        except BaseException:
-            self.stop()
-            raise
+        _process.start_on_free_ports(self._start_own, self._port_taken, self.stop,
+                                     "the Kafka broker")
         return self
+
+    def _start_own(self) -> None:
+        self._prepare()
+        self._launch()
+
+    def _port_taken(self) -> str | None:
+        """The address the JVM last started could not bind because another process took it
+        after it was picked (from its log), or ``None``; not the caller's own ``port``
+        (starting again would not free it)."""
+        path = self.log_path
+        if path is None or not path.exists():
+            return None
+        with path.open("rb") as log:
+            log.seek(self._log_from)
+            address = _process.port_taken(log.read().decode("utf-8", errors="replace"))
+        mine = self.port is not None and self._node is None
+        return None if mine and address == f"127.0.0.1:{self.port}" else address
 
     def _prepare(self) -> None:
         """Make the data directory, the certificates (secured) and ``server.properties``, and
@@ -300,6 +316,7 @@ class LocalKafka(BrokerSettings, _process.Harness):
         libs = ensure_jars(self.version)
         _process.track(self)
         with open(self._workdir / "broker.log", "ab") as log:
+            self._log_from = log.tell()
             if log.tell():
                 log.write(f"\n===== localkafka: restarting the broker at "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n\n".encode())

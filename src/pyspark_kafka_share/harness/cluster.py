@@ -100,32 +100,40 @@ class LocalKafkaCluster(BrokerSettings, _process.Harness):
 
     def start(self) -> LocalKafkaCluster:
         """Format every node, start all JVMs together and wait until each is in the cluster's
-        metadata. Idempotent."""
+        metadata (all again on fresh ports if a node lost one of its ports to another process
+        before it bound it). Idempotent."""
         if self._nodes:
             return self
         ensure_jars(self.version)
-        try:
-            shared: BrokerSecurity | None = None
-            for node in self.layout():
-                kafka = LocalKafka(**self.broker_settings(), port=node.port)
-                kafka._node, kafka._shared_security = node, shared
-                self._nodes[node.node_id] = kafka
-                kafka._prepare()
-                shared = kafka._security
-                if self.toxiproxy is not None and node.advertised_port is not None:
-                    self.toxiproxy.start().create_proxy(
-                        self.proxy_name(node.node_id), f"127.0.0.1:{node.advertised_port}",
-                        f"127.0.0.1:{node.port}")
-            for kafka in self._nodes.values():
-                kafka._spawn()
-            deadline = time.monotonic() + self.start_timeout_s
-            for kafka in self._nodes.values():
-                kafka._wait_ready(deadline)
-        except BaseException:
-            self.stop()
-            raise
+        _process.start_on_free_ports(self._start_nodes, self._port_taken, self.stop,
+                                     "the Kafka cluster")
         _process.track(self)
         return self
+
+    def _start_nodes(self) -> None:
+        """Lay the nodes out on free ports, prepare each, start them all, wait for each."""
+        shared: BrokerSecurity | None = None
+        for node in self.layout():
+            kafka = LocalKafka(**self.broker_settings(), port=node.port)
+            kafka._node, kafka._shared_security = node, shared
+            self._nodes[node.node_id] = kafka
+            kafka._prepare()
+            shared = kafka._security
+            if self.toxiproxy is not None and node.advertised_port is not None:
+                self.toxiproxy.start().create_proxy(
+                    self.proxy_name(node.node_id), f"127.0.0.1:{node.advertised_port}",
+                    f"127.0.0.1:{node.port}")
+        for kafka in self._nodes.values():
+            kafka._spawn()
+        deadline = time.monotonic() + self.start_timeout_s
+        for kafka in self._nodes.values():
+            kafka._wait_ready(deadline)
+
+    def _port_taken(self) -> str | None:
+        """A port a node could not bind because another process took it after the layout
+        picked it (the quorum's ports are in every node's configuration: all start again on
+        a new layout), or ``None``."""
+        return next((a for a in (n._port_taken() for n in self._nodes.values()) if a), None)
 
     def stop(self) -> None:
         """Stop every node (data deleted) and delete the cluster's proxies. Idempotent."""

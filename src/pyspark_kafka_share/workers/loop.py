@@ -9,7 +9,9 @@ Per poll (explicit acknowledgement: every record of a poll is acknowledged befor
    measured time per record); if so, the rest of the poll is RELEASEd unprocessed, except
    records on their last delivery, which RELEASE would archive. With ``client="native"`` the
    locks are renewed while the function runs (``workers/consumer.py``): only a deadline
-   already too close cuts the poll short.
+   already too close cuts the poll short. With calls in flight (``concurrency``, or an
+   ``async def`` function) the poll is worked through by
+   :mod:`~pyspark_kafka_share.workers.inflight_poll` under the same rules.
 3. Each record's outcome is resolved (:mod:`~pyspark_kafka_share.workers.verdict`): ACCEPT
    (optionally with an output record), RELEASE (retry; on the last allowed attempt it becomes
    poison), REJECT (poison). Poison goes to the dead-letter topic first when one is set.
@@ -30,9 +32,8 @@ import contextlib
 import os
 import socket
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +54,7 @@ from pyspark_kafka_share.workers.control import WorkerChannel, open_worker_chann
 from pyspark_kafka_share.workers.exactly_once.settler import TransactionalSettler
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.inflight import InFlight, is_async
+from pyspark_kafka_share.workers.inflight_poll import work_concurrently
 from pyspark_kafka_share.workers.outcome import Outcome, WorkerFunction
 from pyspark_kafka_share.workers.phases import Phases
 from pyspark_kafka_share.workers.retry import Pace, TokenBucket, worker_rate
@@ -211,34 +213,34 @@ class _Worker:
         one transaction, settled before a stop or the deadline releases the rest
         (``flush``), and at the end of the poll at the latest."""
         if self.inflight is not None:
-            self._work_concurrently(msgs, poll, self.inflight)
+            work_concurrently(self, msgs, poll, self.inflight)
             return
         size = self.config.chunk_size
         rest = list(msgs)
         while rest:
             poll.unacked = [*self.settler.pending(), *rest]
             chunk, rest = rest[:size], rest[size:]
-            reason = self._cut_short(chunk, poll)
-            if reason is not None and self.settler.pending():
-                self.settler.flush(poll)  # the chunks already processed first
-                self.last_active = time.monotonic()
-                reason = self._cut_short(chunk, poll)
+            reason = self.cut_short(chunk, poll)
             if reason is not None:
-                # RELEASE would make the broker archive a record on its last delivery
-                # (unprocessed, and without a dead-letter record): those are processed anyway.
-                last, give_back = split_last_delivery(chunk + rest, self.spec.delivery_limit)
-                self.stats[reason] += len(give_back)
-                poll.release(give_back)
-                chunk, rest = last, []
-                poll.unacked = list(last)
+                chunk, rest = self.release_but_last(chunk + rest, reason, poll), []
+                poll.unacked = list(chunk)
                 if not chunk:
                     break
             self._process(chunk, poll, poll_ends=not rest)
         poll.unacked = []
 
-    def _cut_short(self, chunk: list[Any], poll: Poll) -> str | None:
+    def cut_short(self, chunk: list[Any], poll: Poll) -> str | None:
         """Why the poll stops before ``chunk``: a stop, or a chunk (and the settling of what
-        is held) that would end past the lock deadline; None to go on."""
+        is held) that would end past the lock deadline; None to go on. What a transaction
+        holds is settled first if that is what would end past it."""
+        reason = self._why_stop(chunk, poll)
+        if reason is not None and self.settler.pending():
+            self.settler.flush(poll)  # the chunks already processed first
+            self.last_active = time.monotonic()
+            reason = self._why_stop(chunk, poll)
+        return reason
+
+    def _why_stop(self, chunk: list[Any], poll: Poll) -> str | None:
         if self.should_stop():
             return "released_on_stop"
         # Renewed locks (native client) last as long as the function runs.
@@ -246,6 +248,15 @@ class _Worker:
         if poll.ends_past(work_s + self.settler.settle_s):
             return "released_lock_deadline"
         return None
+
+    def release_but_last(self, msgs: list[Any], reason: str, poll: Poll) -> list[Any]:
+        """RELEASE ``msgs`` (counted as ``reason``) but the records on their last delivery,
+        which a RELEASE would make the broker archive (unprocessed, without a dead-letter
+        record): those are returned, to be processed anyway."""
+        last, give_back = split_last_delivery(msgs, self.spec.delivery_limit)
+        self.stats[reason] += len(give_back)
+        poll.release(give_back)
+        return last
 
     def _process(self, chunk: list[Any], poll: Poll, *, poll_ends: bool) -> None:
         """Run the function on ``chunk`` (the records no marker decided) and hand the results
@@ -262,11 +273,10 @@ class _Worker:
             self.stats.update(pace.counts)
             # The waits before retries are not the function's time per record.
             took_s = max(0.0, time.monotonic() - t0 - pace.counts["retry_wait_ms"] / 1000)
-            final = self._screened(self._judged(
+            final = self.screened(self.judged(
                 chunk, verdicts, took_s, unprocessed=pace.counts["released_rate_limit"]))
         self.settler.settle(final, poll, poll_ends=poll_ends, began=t0)
         self.last_active = time.monotonic()
-
 
     def _renewing(self, poll: Poll) -> contextlib.AbstractContextManager[None]:
         """The poll's locks renewed while the function runs (native client), else nothing.
@@ -275,8 +285,8 @@ class _Worker:
         return self.renewer.covering(poll) if self.renewer is not None \
             else contextlib.nullcontext()
 
-    def _judged(self, chunk: list[Any], verdicts: list[Any], took_s: float, *,
-                unprocessed: int = 0) -> list[Final]:
+    def judged(self, chunk: list[Any], verdicts: list[Any], took_s: float, *,
+               unprocessed: int = 0) -> list[Final]:
         """The records of one call (``took_s`` long) with their outcomes resolved; counted
         (less the ``unprocessed`` the rate limit RELEASEd before the function ran)."""
         if unprocessed < len(chunk) and took_s > 0:  # a call (a Done without one: no time)
@@ -289,107 +299,9 @@ class _Worker:
         return [(m, resolve(m, v, self.spec.attempts_allowed, self.stats), v)
                 for m, v in zip(chunk, verdicts, strict=True)]
 
-    # ---- many calls in flight (concurrency, workers/inflight.py) ---------------------------
-
-    def _work_concurrently(self, msgs: list[Any], poll: Poll, inflight: InFlight) -> None:
-        """Keep up to ``concurrency`` units of ``msgs`` (records, or chunks of a batch
-        function) in flight; settle the completions as they come and start new units in their
-        places. At a stop or the deadline the units not started are RELEASEd (but last
-        deliveries); at the deadline, the units still running too (:meth:`_give_up`)."""
-        size = 1 if self.config.batch_format == "record" else self.config.chunk_size
-        backlog = _Backlog(deque(msgs[i:i + size] for i in range(0, len(msgs), size)))
-        inflight.begin(deadline=lambda: poll.deadline - self.settler.settle_s)
-        try:
-            while backlog.units or inflight.pending:
-                self._refill(backlog, poll, inflight)
-                if inflight.pending:
-                    self._take_completions(backlog, poll, inflight)
-        finally:
-            inflight.end()
-        if self.settler.pending():  # every unit was given up: what completed before is held
-            self.settler.flush(poll)
-        poll.unacked = []
-
-    def _refill(self, backlog: _Backlog, poll: Poll, inflight: InFlight) -> None:
-        """Start units while a slot is free, unless a stop or the deadline cuts the poll short
-        (then only the last deliveries are left to start, as without concurrency)."""
-        self._mark_unacked(backlog, poll, inflight)  # a unit started stays among them
-        inflight.start_due()  # the retries whose wait is over first
-        while backlog.units and inflight.busy < inflight.slots:
-            reason = None if backlog.cut else self._cut_short(backlog.units[0], poll)
-            if reason is not None and self.settler.pending():
-                self.settler.flush(poll)  # the records completed so far first
-                self.last_active = time.monotonic()
-                reason = self._cut_short(backlog.units[0], poll)
-            if reason is not None:
-                backlog.cut = True
-                last, give_back = split_last_delivery(
-                    [m for unit in backlog.units for m in unit], self.spec.delivery_limit)
-                self.stats[reason] += len(give_back)
-                poll.release(give_back)
-                size = len(backlog.units[0])
-                backlog.units = deque(last[i:i + size] for i in range(0, len(last), size))
-                continue
-            unit = self.settler.undecided(backlog.units.popleft(), poll)
-            if unit:
-                inflight.start(unit)
-
-    def _take_completions(self, backlog: _Backlog, poll: Poll, inflight: InFlight) -> None:
-        """Wait for completions (until the deadline, less the settling's time; with an open
-        transaction, until its interval ends) and settle them; past the deadline, give up
-        the units still running."""
-        give_up_at = poll.deadline - self.settler.settle_s
-        now = time.monotonic()
-        wake = give_up_at if now < give_up_at else self._lock_end(poll)
-        if self.settler.pending():
-            wake = min(wake, now + max(self.config.transaction_interval_s, 0.01))
-        retry_at = inflight.next_wake()
-        if retry_at is not None and inflight.busy < inflight.slots:
-            wake = min(wake, retry_at)  # a retry's wait ends: started at the next refill
-        done = inflight.done(until=wake)
-        if done:
-            final = [x for d in done for x in self._judged(
-                d.unit, d.verdicts, d.took_s, unprocessed=sum(v.unprocessed for v in d.verdicts))]
-            self._mark_unacked(backlog, poll, inflight, also=[m for d in done for m in d.unit])
-            self.settler.settle(self._screened(final), poll,
-                                poll_ends=not (backlog.units or inflight.busy),
-                                began=min(d.began for d in done))
-            self.last_active = time.monotonic()
-        elif self.settler.pending():  # the open transaction's interval may have ended
-            self.settler.settle([], poll, poll_ends=False, began=now)
-        if time.monotonic() >= give_up_at:
-            self._give_up(poll, inflight)
-
-    def _give_up(self, poll: Poll, inflight: InFlight) -> None:
-        """RELEASE the units running past the deadline (an async task is cancelled, a
-        thread's late result discarded); records on their last delivery, which a RELEASE
-        would archive, are waited for until their lock ends (as without concurrency)."""
-        lock_end = self._lock_end(poll)
-        limit = self.spec.delivery_limit
-
-        def keep(unit: list[Any]) -> bool:
-            return time.monotonic() < lock_end and \
-                all(m.delivery_count() >= limit for m in unit)
-
-        given_up = inflight.abandon(keep)
-        if given_up:
-            self.stats["released_in_flight"] += len(given_up)
-            poll.release(given_up)
-
-    def _lock_end(self, poll: Poll) -> float:
-        """When the poll's locks end (its deadline is the lock's safety share of that)."""
-        return poll.deadline - self.budget_s + self.spec.lock_ms / 1000
-
-    def _mark_unacked(self, backlog: _Backlog, poll: Poll, inflight: InFlight,
-                      also: Sequence[Any] = ()) -> None:
-        """The poll's unacknowledged records (what a mistake or a crash RELEASEs): held for a
-        transaction, ``also`` (completed, being settled), running, not started."""
-        poll.unacked = [*self.settler.pending(), *also, *inflight.records(),
-                        *(m for unit in backlog.units for m in unit)]
-
     # ---- a failure of the job stops the worker (workers/mistakes.py, breaker.py) ----------
 
-    def _screened(self, final: list[Final]) -> list[Final]:
+    def screened(self, final: list[Final]) -> list[Final]:
         """The worker's circuit breaker judges the chunk before it is settled. Tripped: the
         failed records are RELEASEd, not REJECTed (but on their last delivery, where a
         RELEASE would archive them too), the worker stops and tells the driver at once."""
@@ -428,15 +340,6 @@ class _Worker:
         self.settler.close()
         if self.inflight is not None:
             self.inflight.close()
-
-
-@dataclass
-class _Backlog:
-    """The units of a poll not started yet; ``cut``: a stop or the deadline cut the poll
-    short (the units left are last deliveries, started anyway)."""
-
-    units: deque[list[Any]]
-    cut: bool = False
 
 
 def run_worker(spec: WorkerSpec, fn: WorkerFunction) -> dict[str, Any]:
