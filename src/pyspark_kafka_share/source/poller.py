@@ -136,7 +136,9 @@ class Poller:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
         session = self.pc.session
         while not self._spent(time.monotonic()):
-            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s))
+            # The budget caps the poll: strictly with the native client (record_limit), so
+            # that a task reads exactly its share of maxRecordsPerTrigger.
+            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s), self.budget)
             self.brokers.observe(session.take_errors(), bool(msgs))
             self.stats["polls"] += 1
             if not msgs:

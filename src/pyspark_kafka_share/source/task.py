@@ -45,7 +45,7 @@ import pyarrow as pa
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.arrow import messages_to_batch, partitions_of
 from pyspark_kafka_share._kafka.partition import TopicPartition
-from pyspark_kafka_share._kafka.share import ShareSession, split_last_delivery
+from pyspark_kafka_share._kafka.share import ConsumerSession, split_last_delivery
 from pyspark_kafka_share._spark import attempt_identity, query_id
 from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
@@ -71,7 +71,7 @@ def _key(m: Any) -> tuple[str, int, int]:
     return (m.topic(), m.partition(), m.offset())
 
 
-def _settle(session: ShareSession, stats: Counter[str], accept: Sequence[Any],
+def _settle(session: ConsumerSession, stats: Counter[str], accept: Sequence[Any],
             release: Sequence[Any], partitions: set[TopicPartition] | None = None) -> bool:
     """Acknowledge and commit; True if the broker confirmed every partition."""
     if not accept and not release:
@@ -151,7 +151,7 @@ def _release_consumer(spec: TaskSpec, pc: _pool.PooledConsumer, *, healthy: bool
 
 
 def _acquire_consumer(spec: TaskSpec) -> _pool.PooledConsumer:
-    return _pool.acquire(spec.consumer_config(), spec.options.topics, spec.idle_timeout_s,
+    return _pool.acquire(spec.consumer_recipe(), spec.options.topics, spec.idle_timeout_s,
                          spec.options.client.timeout_s)
 
 

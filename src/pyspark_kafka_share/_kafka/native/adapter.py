@@ -85,6 +85,9 @@ class NativeSession:
 
     consumer: NativeShareConsumer
     lock: threading.Lock = field(default_factory=threading.Lock)
+    created: float = field(default_factory=time.monotonic)
+    last_poll: float = field(default_factory=time.monotonic)  # when the last poll returned
+    fetch_pending: bool = False  # never: the native consumer fetches only inside poll()
 
     @classmethod
     def open(cls, config: NativeConsumerConfig, topics: Sequence[str]) -> NativeSession:
@@ -95,12 +98,17 @@ class NativeSession:
         """Always empty: the native consumer raises its errors from ``poll()`` instead."""
         return []
 
-    def poll(self, wait_s: float) -> tuple[list[NativeMessage], float]:
+    def poll(self, wait_s: float, max_records: int | None = None
+             ) -> tuple[list[NativeMessage], float]:
         """One poll: its records and when their locks may have started. The native consumer
-        fetches only inside ``poll()``, so that is the poll's start (no margin)."""
+        fetches only inside ``poll()``, so that is the poll's start (no margin).
+        ``max_records``: this poll's cap below ``max.poll.records`` (strict with
+        ``record_limit``)."""
         start = time.monotonic()
         with self.lock:
-            records = self.consumer.poll(wait_s)
+            records = self.consumer.poll(wait_s) if max_records is None else \
+                self.consumer.poll(wait_s, max_records=max_records)
+        self.last_poll = time.monotonic()
         return [NativeMessage(r) for r in records], start
 
     def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),

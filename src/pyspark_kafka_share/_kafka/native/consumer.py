@@ -122,10 +122,13 @@ class NativeShareConsumer:
 
     # -- the public API --
 
-    def poll(self, timeout_s: float) -> list[ShareRecord]:
+    def poll(self, timeout_s: float, max_records: int | None = None) -> list[ShareRecord]:
         """Fetch (and acquire) records for up to ``timeout_s``; piggyback the acknowledgements
-        made since. Raises :class:`WakeupError` after :meth:`wakeup`."""
+        made since. ``max_records``: at most this many, if fewer than ``max_poll_records``
+        (strictly with ``record_limit``). Raises :class:`WakeupError` after :meth:`wakeup`."""
         self._check_open()
+        limit = self.config.max_poll_records if max_records is None else \
+            max(1, min(max_records, self.config.max_poll_records))
         deadline = time.monotonic() + timeout_s
         while not self._membership.wait_joined(min(0.1, max(0.0, timeout_s))):
             self._raise_pending()  # a wakeup ends the wait for an assignment too
@@ -136,7 +139,8 @@ class NativeShareConsumer:
             if self._acknowledge_first():
                 self._acknowledge_all(final=False)
             left_ms = int((deadline - time.monotonic()) * 1000)
-            records = self._fetch_once(max(0, min(left_ms, self.config.fetch_max_wait_ms)))
+            records = self._fetch_once(max(0, min(left_ms, self.config.fetch_max_wait_ms)),
+                                       limit)
             if records or time.monotonic() >= deadline:
                 return records
 
@@ -194,7 +198,7 @@ class NativeShareConsumer:
 
     # -- fetching --
 
-    def _fetch_once(self, max_wait_ms: int) -> list[ShareRecord]:
+    def _fetch_once(self, max_wait_ms: int, limit: int) -> list[ShareRecord]:
         assignment = self._assigned()
         by_node: dict[int, list[TopicPartitionId]] = {}
         for tp in assignment:
@@ -209,7 +213,6 @@ class NativeShareConsumer:
             time.sleep(min(max_wait_ms, 100) / 1000.0)
             return out
         wait = max_wait_ms // len(nodes)
-        limit = self.config.max_poll_records
         for node in nodes:
             # record_limit is strict per poll: each leader is asked for what is left of it
             budget = limit - len(out) if self.config.record_limit else limit
