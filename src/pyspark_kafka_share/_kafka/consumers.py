@@ -59,7 +59,9 @@ class ConsumerRecipe:
 
     ``max_poll_records`` caps the settings' own ``max.poll.records`` (None: theirs).
     ``record_limit`` (native only): acquire at most that many records per poll, strictly
-    (KIP-1206), instead of whole producer batches.
+    (KIP-1206), instead of whole producer batches. ``arrow`` (native only): polls come as
+    ``_kafka.arrow.ColumnarPoll``s of the source's schema, decoded without an object per
+    record (with headers if True); None: as messages.
     """
 
     settings: ClientSettings
@@ -67,6 +69,7 @@ class ConsumerRecipe:
     client_id: str = "pyspark-kafka-share"
     max_poll_records: int | None = None
     record_limit: bool = False
+    arrow: bool | None = None
 
     def key(self) -> tuple[tuple[str, str], ...]:
         """What tells consumers of this recipe apart (the pool's key)."""
@@ -75,7 +78,8 @@ class ConsumerRecipe:
         return (("client", "native"), ("bootstrap.servers", self.settings.bootstrap_servers),
                 ("group.id", self.settings.group_id), ("client.id", self.client_id),
                 ("max.poll.records", str(self.max_poll_records)),
-                ("record_limit", str(self.record_limit)), *sorted(self.settings.extra))
+                ("record_limit", str(self.record_limit)), ("arrow", str(self.arrow)),
+                *sorted(self.settings.extra))
 
     def check(self) -> None:
         """Refuse, by name, a setting the chosen client would not honour (the native client:
@@ -93,7 +97,8 @@ class ConsumerRecipe:
             return NativeSession.open(
                 self.settings.native_consumer(client_id=self.client_id,
                                               max_poll_records=self.max_poll_records,
-                                              record_limit=self.record_limit), topics)
+                                              record_limit=self.record_limit), topics,
+                arrow=self.arrow)
         return ShareSession.open(self.confluent_config(), topics, timeout_s)
 
     def confluent_config(self) -> dict[str, object]:

@@ -234,7 +234,7 @@ class ConsumerSession(Protocol):
     def take_errors(self) -> list[Any]:
         """The client errors reported since the last call (for :class:`BrokerWatch`)."""
 
-    def poll(self, wait_s: float, max_records: int | None = None) -> tuple[list[Any], float]:
+    def poll(self, wait_s: float, max_records: int | None = None) -> tuple[Sequence[Any], float]:
         """One poll: its records and the earliest time their locks may have started.
         ``max_records``: this poll's cap, strict where the client can (the native client with
         ``record_limit``); librdkafka cannot change ``max.poll.records`` after creation and

@@ -125,9 +125,12 @@ class SourceOptions:
 
     def consumer_recipe(self, max_poll_records: int | None = None) -> ConsumerRecipe:
         """A task's share consumer (``client``), polling at most ``max_poll_records``; the
-        native client acquires strictly that many (``record_limit``)."""
+        native client acquires strictly that many (``record_limit``) and decodes its fetches
+        straight into the source's Arrow schema (``arrow``)."""
+        native = self.share_client == "native"
         return ConsumerRecipe(self.client, self.share_client, "pyspark-kafka-share",
-                              max_poll_records, record_limit=self.share_client == "native")
+                              max_poll_records, record_limit=native,
+                              arrow=self.include_headers if native else None)
 
 
 def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0,
