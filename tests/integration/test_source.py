@@ -107,6 +107,13 @@ def _remaining(kafka: LocalKafka, group: str, topics: list[str],
     return [record_key(m) for m in poll_share(c, AcknowledgeType.RELEASE, timeout_s=wait_s)]
 
 
+def _native(*values: str) -> object:
+    """A test's cell with the source on the native client (``client=native``): in ``make
+    test``, not in the version tiers (marker ``client_variant``: CI's minutes)."""
+    return pytest.param(*values, "native", id="-".join((*values, "native")),
+                        marks=pytest.mark.client_variant)
+
+
 # -- reading ---------------------------------------------------------------------------------
 
 
@@ -200,6 +207,7 @@ def test_max_records_per_trigger_bounds_batches(
 
 
 @pytest.mark.needs_spark_4_2
+@pytest.mark.client_variant
 def test_max_records_per_trigger_is_exact_with_the_native_client(
     spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
@@ -317,9 +325,11 @@ def test_at_most_once_reads_without_journal(
 @pytest.mark.spark_subset
 @pytest.mark.kafka_subset
 @pytest.mark.parametrize(("point", "journal", "client"),
-                         [("fail-before-publish", "local-offsets", "librdkafka"),
-                          *(("fail-before-end", cell, "librdkafka") for cell in JOURNAL_MATRIX),
-                          ("fail-before-end", "local-offsets", "native")],
+                         [pytest.param("fail-before-publish", "local-offsets", "librdkafka",
+                                       id="fail-before-publish-local-offsets"),
+                          *(pytest.param("fail-before-end", cell, "librdkafka",
+                                         id=f"fail-before-end-{cell}") for cell in JOURNAL_MATRIX),
+                          _native("fail-before-end", "local-offsets")],
                          indirect=["journal"])
 def test_a_failed_task_attempt_is_retried_exactly_once(
     point: str, client: str, spark: SparkSession, kafka: LocalKafka,
@@ -361,8 +371,9 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
 @pytest.mark.spark_subset
 @pytest.mark.kafka_subset
 @pytest.mark.parametrize(("journal", "fsync", "client"),
-                         [*((cell, "true", "librdkafka") for cell in JOURNAL_MATRIX),
-                          ("local-offsets", "true", "native")],
+                         [*(pytest.param(cell, "true", "librdkafka", id=f"{cell}-true")
+                            for cell in JOURNAL_MATRIX),
+                          _native("local-offsets", "true")],
                          indirect=["journal"])
 def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
     fsync: str, client: str, spark: SparkSession, kafka: LocalKafka, topic: str, group: str,
