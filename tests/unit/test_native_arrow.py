@@ -106,7 +106,7 @@ def test_an_arrow_poll_is_settled_by_offset_and_read_as_messages_on_demand() -> 
                             check_crc=True, include_headers=True, codecs=Counter())
              for p in (3, 4)]
     polled = ArrowPoll([parts[0], parts[1].set_column(
-        3, "partition", pa.array([4] * 4, pa.int32()))], True, deadline=5.0)
+        3, "partition", pa.array([4] * 4, pa.int32()))], True, started=5.0)
     assert isinstance(polled, ColumnarPoll) and len(polled) == 8
     assert messages_to_batch(polled, True) is polled.arrow_batch
     assert dict(polled.offsets_by_partition()).keys() == \

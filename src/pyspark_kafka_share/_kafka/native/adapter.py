@@ -91,10 +91,12 @@ class NativeMessage:
 class ArrowPoll(ColumnarPoll):
     """One poll of :meth:`NativeShareConsumer.poll_arrow`: its batches as one, and the
     offsets of each partition (for the acknowledgements). Read as a sequence, its
-    :class:`NativeMessage`s are made on first use."""
+    :class:`NativeMessage`s are made on first use; their ``ShareRecord.deadline`` is
+    ``started``, the poll's start: no later than their locks began, so an early bound on when
+    they end (the source keeps its own deadline per poll)."""
 
     def __init__(self, batches: Sequence[pa.RecordBatch], include_headers: bool,
-                 deadline: float) -> None:
+                 started: float) -> None:
         schema = arrow_schema(include_headers)
         if len(batches) == 1:
             self.arrow_batch = batches[0]
@@ -102,10 +104,12 @@ class ArrowPoll(ColumnarPoll):
             self.arrow_batch = pa.Table.from_batches(list(batches), schema=schema) \
                 .combine_chunks().to_batches(max_chunksize=None)[0] if batches else \
                 pa.RecordBatch.from_pylist([], schema=schema)
-        self.deadline = deadline
-        self._parts = {TopicPartition(b.column("topic")[0].as_py(),
-                                      b.column("partition")[0].as_py()):
-                       b.column("offset").to_numpy() for b in batches}
+        self.started = started
+        parts: dict[TopicPartition, list[npt.NDArray[np.int64]]] = {}
+        for b in batches:  # one per partition fetched
+            tp = TopicPartition(b.column("topic")[0].as_py(), b.column("partition")[0].as_py())
+            parts.setdefault(tp, []).append(b.column("offset").to_numpy())
+        self._parts = {tp: np.concatenate(arrays) for tp, arrays in parts.items()}
         self._messages: list[NativeMessage] | None = None
 
     def offsets_by_partition(self) -> Mapping[TopicPartition, npt.NDArray[np.int64]]:
@@ -135,7 +139,7 @@ class ArrowPoll(ColumnarPoll):
         heads = b.get("headers") or [None] * len(b["offset"])
         return [ShareRecord(t, p, o, -1 if ts is None else ts // 1000, k, v,
                             tuple((h["key"], h["value"]) for h in hs or ()), dc,
-                            self.deadline, tt == 1)
+                            self.started, tt == 1)
                 for t, p, o, ts, k, v, hs, dc, tt in zip(
                     b["topic"], b["partition"], b["offset"], stamps, b["key"], b["value"],
                     heads, b["deliveryCount"], b["timestampType"], strict=True)]
@@ -176,7 +180,7 @@ class NativeSession:
                 batches = self.consumer.poll_arrow(wait_s, max_records,
                                                    include_headers=self.arrow)
             self.last_poll = time.monotonic()
-            return ArrowPoll(batches, self.arrow, start), start
+            return ArrowPoll(batches, self.arrow, started=start), start
         with self.lock:
             records = self.consumer.poll(wait_s) if max_records is None else \
                 self.consumer.poll(wait_s, max_records=max_records)
