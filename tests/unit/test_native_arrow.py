@@ -20,6 +20,7 @@ from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig, Nat
 from pyspark_kafka_share._kafka.native.session import Held
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.protocol.consume import AcquiredRange, SharePartitionAnswer
+from pyspark_kafka_share.source.journal.slots import rows_checksum
 from tests.unit.test_native_records import CODECS, _batch, _record
 
 TID, TOPIC = "topic-id-1", "in"
@@ -64,6 +65,8 @@ def test_the_arrow_path_gives_the_per_record_paths_rows_holds_and_gaps(
                          include_headers=include_headers, codecs=codecs)
     assert got.schema == expected.schema
     assert got.to_pylist() == expected.to_pylist()
+    assert rows_checksum(got) == rows_checksum(expected), \
+        "the same Arrow buffers: an offsets slot's replay (messages_to_batch) must match"
     assert got.num_rows == expected.num_rows > 0
     assert {tp: set(recs) for tp, recs in held.records.items()} == \
         {tp: set(recs) for tp, recs in expected_held.records.items()}
