@@ -86,6 +86,17 @@ def test_every_codec_reaches_arrow_the_same(name: str) -> None:
     assert packed.equals(plain) and plain.num_rows == 50
 
 
+def test_part_of_a_batch_acquired_has_the_per_record_paths_buffers() -> None:
+    """record_limit acquires part of a producer batch: the rows picked (no null among them)
+    must have the buffers messages_to_batch gives, or an offsets slot fails its replay."""
+    data = _batch(0, [_record(i, i, b"k%d" % i, b"v%d" % i) for i in range(40)])
+    acquired = (AcquiredRange(0, 23, 1),)
+    expected, _ = _per_record(data, acquired, False)
+    got = acquired_batch(data, acquired, TOPIC, (TID, 3), Held(), check_crc=True,
+                         include_headers=False, codecs=Counter())
+    assert got.num_rows == 24 and rows_checksum(got) == rows_checksum(expected)
+
+
 class _Acks:
     """Records what an ``ArrowPoll``'s settlement asks of the consumer."""
 
