@@ -34,11 +34,12 @@ DELTA_4.1 ?= 4.4.0
 # The tiers select by pytest markers (pyproject.toml; a test carries the subsets it is in, so a
 # renamed test stays in its tiers); tests/tiers/ records each tier's selection and
 # tests/unit/test_tiers.py (make test) fails if a tier stops selecting a recorded test.
-# journal_variant: a journal cell but local-offsets (another store or content).
+# journal_variant: a journal cell but local-offsets (another store or content); client_variant: a
+# source test's cell on the native client (make test only, for CI's minutes).
 OLDEST_TESTS := tests/integration/test_spark_versions.py tests/integration/test_source.py \
 	tests/integration/test_workers.py tests/integration/test_progress_lines.py \
 	tests/integration/test_delta.py tests/integration/test_workers_renew.py
-OLDEST_M ?= spark_subset and not journal_variant
+OLDEST_M ?= spark_subset and not journal_variant and not client_variant
 # make demo SINK=delta: the Delta Lake example, on this line's venv (Delta has no Spark 4.3).
 DELTA_LINE ?= 4.1.4
 SINK ?=
@@ -56,7 +57,7 @@ KAFKA_TIER_LINES ?= $(KAFKA_OLDEST)
 KAFKA_VERSIONS_TESTS := tests/integration/test_kafka_versions.py tests/integration/test_source.py \
 	tests/integration/test_workers.py tests/integration/test_admin.py tests/integration/test_cli.py \
 	tests/integration/test_workers_renew.py
-KAFKA_VERSIONS_M ?= kafka_subset and not journal_variant
+KAFKA_VERSIONS_M ?= kafka_subset and not journal_variant and not client_variant
 # Tests of what Kafka 4.2 lacks (marker needs_kafka_4_3): a group's own
 # share.delivery.count.limit (4.3+; on 4.2 the broker's applies: test_kafka_versions.py checks
 # that instead). Left out on every 4.2 line.
@@ -256,7 +257,8 @@ test-versions: $(STAMP) $(call venvs_of,$(VERSION_PAIRS))
 	$(call run_pairs,$(wordlist 2,99,$(VERSION_PAIRS)),$(OLDEST_TESTS),$(OLDEST_M),\
 		$(VERSIONS_TIMEOUT))
 	$(call run_pairs,main:$(KAFKA_OLDEST),$(KAFKA_VERSIONS_TESTS),\
-		kafka_upgrade or (needs_spark_4_2 and not journal_variant),$(KAFKA_VERSIONS_TIMEOUT))
+		kafka_upgrade or (needs_spark_4_2 and not journal_variant and not client_variant),\
+		$(KAFKA_VERSIONS_TIMEOUT))
 
 # Developer targets: one subset on one axis, the other axis at its newest.
 # make test-spark-line-4.0.5: the Spark subset on that line, against the newest Kafka.

@@ -380,9 +380,11 @@ class SparkBench:
         if kind == "kafka":
             return self._kafka_reader(data.topic)
         delivery = {"share-eo": "exactly-once", "share-eo-nofsync": "exactly-once",
-                    "share-eo-records": "exactly-once", "share-amo": "at-most-once"}[kind]
+                    "share-eo-records": "exactly-once", "share-eo-native": "exactly-once",
+                    "share-amo": "at-most-once"}[kind]
         extra = {"share-eo-nofsync": {"journalFsync": "false"},
-                 "share-eo-records": {"journalContent": "records"}}.get(kind)
+                 "share-eo-records": {"journalContent": "records"},
+                 "share-eo-native": {"client": "native"}}.get(kind)
         return self._share_reader(data.topic, delivery=delivery, num_partitions=num_partitions,
                                   extra=extra)
 

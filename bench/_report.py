@@ -145,6 +145,12 @@ def derive(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "wall": _ratio(nofsync["wall_s"], amo["wall_s"]),
             "steady": _ratio(amo["records_per_s_steady"], nofsync["records_per_s_steady"]),
         }
+    native = summary.get("share-eo-native")
+    if eo and native:  # issue 39: the source on the native client against librdkafka
+        derived["native_vs_librdkafka"] = {
+            "wall": _ratio(native["records_per_s_wall"], eo["records_per_s_wall"]),
+            "steady": _ratio(native["records_per_s_steady"], eo["records_per_s_steady"]),
+        }
     return derived
 
 
@@ -182,8 +188,8 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
             "vs Python client | runs |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-records",
-                 "share-eo-nofsync", "share-amo", "kafka"]
+        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-native",
+                 "share-eo-records", "share-eo-nofsync", "share-amo", "kafka"]
         for name in sorted(thr, key=lambda n: order.index(n) if n in order else 99):
             s, r = thr[name], derived["ratios"].get(name, {})
             lines.append(
@@ -204,6 +210,13 @@ def markdown(doc: dict[str, Any], summary: dict[str, dict[str, Any]],
             f"the Python client reference is `{PYTHON_REF}`.",
             "",
         ]
+        nv = derived.get("native_vs_librdkafka")
+        if nv:
+            lines += [
+                "**The source on the native client** (`client=native`, exactly-once, same "
+                f"run): {_fmt_ratio(nv['wall'], nv['steady'])} the source on librdkafka.",
+                "",
+            ]
         jo = derived.get("journal_overhead")
         nf = derived.get("journal_overhead_nofsync")
         jr = derived.get("journal_overhead_records")
@@ -365,8 +378,8 @@ def plots(summary: dict[str, dict[str, Any]], out: Path) -> list[str]:
     written: list[str] = []
     thr = [(k, s) for k, s in summary.items() if s["suite"] == "throughput"]
     if thr:
-        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-records",
-                 "share-eo-nofsync", "share-amo", "kafka"]
+        order = ["python-sync", "python-async", "java-perf", "share-eo", "share-eo-native",
+                 "share-eo-records", "share-eo-nofsync", "share-amo", "kafka"]
         thr.sort(key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
         fig, ax = plt.subplots(figsize=(9, 0.6 * len(thr) + 1.5))
         ys = range(len(thr))

@@ -243,7 +243,7 @@ def test_a_task_whose_share_others_took_ends_once_the_planned_records_are_acknow
 
 
 def _pooled_for(spec: TaskSpec) -> int:
-    return len(_pool._IDLE.get(tuple(sorted(spec.consumer_config().items())), []))
+    return len(_pool._IDLE.get(spec.consumer_recipe().key(), []))
 
 
 def test_an_available_now_task_closes_its_consumer_where_a_streaming_one_pools_it(

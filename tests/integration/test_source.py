@@ -107,6 +107,13 @@ def _remaining(kafka: LocalKafka, group: str, topics: list[str],
     return [record_key(m) for m in poll_share(c, AcknowledgeType.RELEASE, timeout_s=wait_s)]
 
 
+def _native(*values: str) -> object:
+    """A test's cell with the source on the native client (``client=native``): in ``make
+    test``, not in the version tiers (marker ``client_variant``: CI's minutes)."""
+    return pytest.param(*values, "native", id="-".join((*values, "native")),
+                        marks=pytest.mark.client_variant)
+
+
 # -- reading ---------------------------------------------------------------------------------
 
 
@@ -197,6 +204,26 @@ def test_max_records_per_trigger_bounds_batches(
     assert sum(sizes) == 600
     assert max(sizes) <= 100, sizes
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), spread_keys(topic, 1, 600))
+
+
+@pytest.mark.needs_spark_4_2
+@pytest.mark.client_variant
+def test_max_records_per_trigger_is_exact_with_the_native_client(
+    spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
+) -> None:
+    """Producer batches of 1,000 records, tasks' shares of 750: librdkafka's polls acquire
+    whole batches (a batch of 2,000 where 1,500 were asked); the native client's strict
+    record_limit polls, each capped by what is left of the task's share, read exactly
+    maxRecordsPerTrigger per batch."""
+    kafka.produce(topic, (b"%d" % i for i in range(6000)),
+                  producer_config={"batch.num.messages": "1000", "batch.size": "10000000",
+                                   "linger.ms": "2000"})
+    df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
+                      maxRecordsPerTrigger=1500, client="native")
+    q = run_available_now(df, tmp_path / "out", tmp_path / "chk")
+    sizes = [p.numInputRows for p in q.recentProgress if p.numInputRows]
+    assert sizes == [1500] * 4, sizes
+    assert_exactly_once(sink_keys(spark, tmp_path / "out"), spread_keys(topic, 1, 6000))
 
 
 def test_a_batch_reads_the_backlog_it_was_planned_with_not_the_whole_stream(
@@ -297,13 +324,17 @@ def test_at_most_once_reads_without_journal(
 # neither the store nor the content plays a part (one cell); fail-before-end: every cell.
 @pytest.mark.spark_subset
 @pytest.mark.kafka_subset
-@pytest.mark.parametrize(("point", "journal"),
-                         [("fail-before-publish", "local-offsets"),
-                          *(("fail-before-end", cell) for cell in JOURNAL_MATRIX)],
+@pytest.mark.parametrize(("point", "journal", "client"),
+                         [pytest.param("fail-before-publish", "local-offsets", "librdkafka",
+                                       id="fail-before-publish-local-offsets"),
+                          *(pytest.param("fail-before-end", cell, "librdkafka",
+                                         id=f"fail-before-end-{cell}") for cell in JOURNAL_MATRIX),
+                          _native("fail-before-end", "local-offsets")],
                          indirect=["journal"])
 def test_a_failed_task_attempt_is_retried_exactly_once(
-    point: str, spark: SparkSession, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
-    tmp_path: Path, journal: JournalAt, share_consumer: ShareConsumerFactory,
+    point: str, client: str, spark: SparkSession, kafka: LocalKafka,
+    topic_factory: TopicFactory, group: str, tmp_path: Path, journal: JournalAt,
+    share_consumer: ShareConsumerFactory,
 ) -> None:
     """Attempt 0 of a task fails before publishing a poll (it RELEASEs what it polled) or
     before END (after it yielded rows: rows go downstream while a task polls, Spark drops a
@@ -317,7 +348,7 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
     # next run.
     kafka.set_group_config(group, "share.record.lock.duration.ms", 10_000)
     expected = produce_spread(kafka, topic, 2, 4000)
-    df = share_stream(spark, kafka, [topic], group, journal, numPartitions=2,
+    df = share_stream(spark, kafka, [topic], group, journal, numPartitions=2, client=client,
                       _faultInjection=f"{point}:seq=1:part=0:attempt=0")
     run_available_now(df, tmp_path / "out", tmp_path / "chk")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
@@ -339,22 +370,27 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
 # the unit tests'; the bench runs it end to end).
 @pytest.mark.spark_subset
 @pytest.mark.kafka_subset
-@pytest.mark.parametrize(("journal", "fsync"), [(cell, "true") for cell in JOURNAL_MATRIX],
+@pytest.mark.parametrize(("journal", "fsync", "client"),
+                         [*(pytest.param(cell, "true", "librdkafka", id=f"{cell}-true")
+                            for cell in JOURNAL_MATRIX),
+                          _native("local-offsets", "true")],
                          indirect=["journal"])
 def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
-    fsync: str, spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path,
-    journal: JournalAt, share_consumer: ShareConsumerFactory,
+    fsync: str, client: str, spark: SparkSession, kafka: LocalKafka, topic: str, group: str,
+    tmp_path: Path, journal: JournalAt, share_consumer: ShareConsumerFactory,
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", KILLED_LOCK_MS)
     expected = produce_spread(kafka, topic, 1, 3000)
     # One task, so the killed task surely holds records.
     df = share_stream(spark, kafka, [topic], group, journal, numPartitions=1, journalFsync=fsync,
+                      client=client,
                       _faultInjection="kill-after-publish:seq=1:part=0:attempt=0")
     runs = [run_available_now(df, tmp_path / "out", tmp_path / "chk")]
     assert_content(journal)
     # The killed attempt's journaled records were never acknowledged: once their lock expires
     # they are redelivered, and a batch must recognise and ACCEPT them without emitting them.
-    df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2, journalFsync=fsync)
+    df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2, journalFsync=fsync,
+                       client=client)
     runs += _run_until_drained(kafka, group, df2, tmp_path / "out", tmp_path / "chk")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=6) == [], \

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import pytest
 from pyspark import cloudpickle
 
 from pyspark_kafka_share.exporter.workers import serve_worker_metrics
@@ -90,11 +91,13 @@ def test_a_running_job_s_counters_move_and_end_at_the_summary(
         ended = _sums(last, group)
         assert ended["kafka_share_workers_job_active"] == 0
         assert ended["kafka_share_workers_in_flight"] == 0
-        for key in COUNTERS:  # the metrics end at the summary's totals
-            name = "kafka_share_workers_" + ("marker_wait_seconds_total"
-                                             if key == "marker_wait_ms" else f"{key}_total")
-            want = summary.totals[key] / (1000 if key == "marker_wait_ms" else 1)
-            assert ended.get(name, 0) == want, (name, ended.get(name), str(summary))
+        for key in COUNTERS:  # the metrics end at the summary's totals (*_ms in seconds)
+            in_ms = key.endswith("_ms")
+            name = "kafka_share_workers_" + (key.removesuffix("_ms") + "_seconds_total"
+                                             if in_ms else f"{key}_total")
+            want = summary.totals[key] / (1000 if in_ms else 1)
+            assert ended.get(name, 0) == pytest.approx(want), (name, ended.get(name),
+                                                               str(summary))
         assert {dict(labels)["worker"] for (name, labels) in last
                 if name == "kafka_share_workers_processed_total"} == {"0", "1"}
     finally:

@@ -87,7 +87,8 @@ def test_held_records_settle_once_and_renew_keeps_them() -> None:
     assert not held.acknowledge(A, 3, AckType.ACCEPT)  # settled already
     assert held.acknowledge(A, 4, AckType.RENEW)
     held.renewed(A, [4], lock_ms=60_000)
-    assert held.records[A][4].deadline > 100.0  # on the monotonic clock, now + 60 s
+    renewed = held.records[A][4]
+    assert renewed is not None and renewed.deadline > 100.0  # monotonic clock, now + 60 s
     assert held.take([A]) == {A: [(3, 3, [1]), (4, 4, [4]), (6, 6, [0])]}
     held.release_all()
     assert held.take([A]) == {A: [(4, 5, [2]), (7, 7, [2])]}

@@ -122,3 +122,46 @@ def test_a_task_polls_10_s_by_default_30_s_under_available_now_and_as_long_as_se
     spec = TaskSpec(default, seq=1, part=0, parts=1, task_max_records=None, lock_ms=30_000,
                     available_now=True)
     assert Poller(spec, Pooled(), None, Counter()).max_batch_s == 30  # type: ignore[arg-type]
+
+
+def test_client_defaults_to_librdkafka_and_takes_native() -> None:
+    from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig
+
+    assert parse_options(BASE).share_client == "librdkafka"
+    assert parse_options(BASE).consumer_recipe().record_limit is False
+    opts = parse_options({**BASE, "CLIENT": " Native ", "kafka.max.poll.records": "800",
+                          "kafka.fetch.wait.max.ms": "100", "kafka.client.id": "me"})
+    assert opts.share_client == "native"
+    recipe = opts.consumer_recipe(max_poll_records=300)
+    assert recipe.record_limit, "the source's native polls are strict: maxRecordsPerTrigger"
+    native = recipe.settings.native_consumer(client_id=recipe.client_id,
+                                             max_poll_records=recipe.max_poll_records,
+                                             record_limit=recipe.record_limit)
+    assert isinstance(native, NativeConsumerConfig)
+    assert (native.max_poll_records, native.fetch_max_wait_ms, native.client_id) == \
+        (300, 100, "me")
+    # pooled apart: a native consumer never serves a librdkafka task, nor another poll size
+    keys = {recipe.key(), opts.consumer_recipe(max_poll_records=600).key(),
+            parse_options(BASE).consumer_recipe(max_poll_records=300).key()}
+    assert len(keys) == 3
+    assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+def test_a_bad_client_names_the_option_the_value_and_the_choices() -> None:
+    with pytest.raises(OptionError) as err:
+        parse_options({**BASE, "client": "kafka-python"})
+    assert err.value.option == "client" and err.value.value == "kafka-python"
+    assert "'librdkafka'" in err.value.fix and "'native'" in err.value.fix
+
+
+@pytest.mark.parametrize(("key", "value"), [("kafka.receive.message.max.bytes", "100000000"),
+                                            ("kafka.socket.keepalive.enable", "true"),
+                                            ("kafka.statistics.interval.ms", "1000")])
+def test_the_native_client_refuses_at_load_the_kafka_settings_it_would_not_honour(
+        key: str, value: str) -> None:
+    parse_options({**BASE, key: value})  # librdkafka takes it
+    with pytest.raises(OptionError) as err:
+        parse_options({**BASE, key: value, "client": "native"})
+    assert err.value.option == key, "the error names the user's option, kafka. prefix and all"
+    assert "native share client does not honour it" in err.value.fix
+    assert "client='librdkafka'" in err.value.fix

@@ -312,10 +312,10 @@ def test_the_poll_size_is_about_a_quarter_of_a_task_share_and_only_grows() -> No
 
 def test_a_task_polls_at_most_the_planned_poll_size(tmp_path: Path) -> None:
     spec = dataclasses.replace(_spec(tmp_path / "j"), poll_records=512)
-    assert spec.consumer_config()["max.poll.records"] == "512"
+    assert spec.consumer_recipe().confluent_config()["max.poll.records"] == "512"
     capped = dataclasses.replace(spec, task_max_records=100)  # maxRecordsPerTrigger's share
-    assert capped.consumer_config()["max.poll.records"] == "100"
-    assert dataclasses.replace(spec, poll_records=None).consumer_config()[
+    assert capped.consumer_recipe().confluent_config()["max.poll.records"] == "100"
+    assert dataclasses.replace(spec, poll_records=None).consumer_recipe().confluent_config()[
         "max.poll.records"] == "2000"
 
 
@@ -483,3 +483,19 @@ def test_exactly_once_polls_up_to_a_whole_share_at_once() -> None:
     first = BatchOffset(0, 8).following(8, 0, 10_000, polls_per_share=once)
     assert first.poll == 1024
     assert first.following(8, 0, 1_000, polls_per_share=once).poll == 1024  # never shrinks
+
+
+def test_the_tasks_shares_of_max_records_per_trigger_sum_to_it(tmp_path: Path) -> None:
+    from pyspark_kafka_share.source.offset import BatchOffset
+
+    plan = BatchOffset(0, 3).following(3, 1000, 10_000)
+    shares = [plan.exact_share(i) for i in range(3)]
+    assert shares == [334, 333, 333] and sum(s or 0 for s in shares) == 1000
+    assert plan.task_share()[0] == 334, "the consumers' poll cap stays alike for every task"
+    assert [BatchOffset(0, 4).following(4, 2, None).exact_share(i) for i in range(4)] == \
+        [1, 1, 0, 0]
+    assert BatchOffset(0, 2).following(2, 0, 100).exact_share(0) is None
+    spec = dataclasses.replace(_spec(tmp_path / "j"), task_max_records=334, trigger_share=333,
+                               backlog_share=5000)
+    assert spec.record_budget == 333
+    assert dataclasses.replace(spec, backlog_share=100).record_budget == 100

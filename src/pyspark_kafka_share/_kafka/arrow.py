@@ -1,22 +1,32 @@
 """Conversion of share-consumer messages into ``pyarrow.RecordBatch``es.
 
 The Arrow schema matches the Spark schema field for field (names, types, nullability), which the
-Python Data Source API requires of yielded record batches.
+Python Data Source API requires of yielded record batches. Two ways in: confluent-kafka
+``Message``s (or anything read like them), one object per record (:func:`messages_to_batch`);
+or a fetch's decoded columns (``protocol.records.Columns``), which the native client turns
+into the batch directly (:func:`columns_to_batch`) and hands over as a :class:`ColumnarPoll`,
+whose batch :func:`messages_to_batch` then returns as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_kafka_share._kafka.partition import TopicPartition
+from pyspark_kafka_share._kafka.protocol.records import Columns
 
 __all__ = [
     "KEY_SCHEMA",
+    "ColumnarPoll",
     "arrow_schema",
+    "columns_to_batch",
     "messages_to_batch",
     "partitions_of",
     "single_topic",
@@ -60,8 +70,24 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+class ColumnarPoll(Sequence[Any]):
+    """A poll whose records arrived as Arrow columns (the native client's, for the source):
+    ``arrow_batch`` in the source's schema, and the offsets of each partition. Read as a
+    sequence it gives message objects, made on demand (the rare paths: duplicates, a passed
+    deadline); the common path never makes one."""
+
+    arrow_batch: pa.RecordBatch
+
+    @abstractmethod
+    def offsets_by_partition(self) -> Mapping[TopicPartition, npt.NDArray[np.int64]]:
+        """The poll's offsets of each topic-partition."""
+
+
 def messages_to_batch(messages: Sequence[Any], include_headers: bool) -> pa.RecordBatch:
-    """Columns of ``messages`` (confluent-kafka ``Message``s without errors) as one batch."""
+    """Columns of ``messages`` (confluent-kafka ``Message``s without errors) as one batch; a
+    :class:`ColumnarPoll`'s own batch (decoded that way, ``include_headers`` as asked)."""
+    if isinstance(messages, ColumnarPoll):
+        return messages.arrow_batch
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     topics: list[str] = []
@@ -100,6 +126,44 @@ def messages_to_batch(messages: Sequence[Any], include_headers: bool) -> pa.Reco
             _HEADERS,
         ))
     arrays.append(pa.array(counts, pa.int32()))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+def columns_to_batch(cols: Columns, rows: npt.NDArray[np.intp], topic: str, partition: int,
+                     *, log_append: npt.NDArray[np.bool_], counts: npt.NDArray[np.int32],
+                     include_headers: bool) -> pa.RecordBatch:
+    """Rows ``rows`` of a fetch's decoded ``cols`` (one topic-partition's) as one batch of the
+    source's schema: ``log_append``: per row of ``cols``, whether its timestamp is the broker's
+    LogAppendTime; ``counts``: per row, its delivery count. The same values
+    :func:`messages_to_batch` makes of those records read as messages, without an object per
+    record (but the keys' and values' bytes)."""
+    n = len(rows)
+    picks = None if n == len(cols) else rows.tolist()
+
+    def picked(values: list[Any], kind: pa.DataType) -> pa.Array:
+        # Built from the values as messages_to_batch builds them (not Array.take, which adds a
+        # validity bitmap): the same buffers, so the journal's rows checksum of an offsets
+        # slot matches its replay's.
+        return pa.array(values if picks is None else [values[i] for i in picks], kind)
+
+    offsets = np.frombuffer(cols.offsets, dtype=np.int64)[rows]
+    stamps = np.frombuffer(cols.timestamps, dtype=np.int64)[rows]
+    missing = stamps < 0
+    stamp_types = np.where(missing, -1, log_append[rows].astype(np.int32)).astype(np.int32)
+    arrays: list[pa.Array] = [
+        picked(cols.keys, pa.binary()),
+        picked(cols.values, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(offsets),
+        pa.array(stamps * 1000, _TS, mask=missing if missing.any() else None),
+        pa.array(stamp_types),
+    ]
+    if include_headers:
+        arrays.append(pa.array(
+            [[{"key": k, "value": v} for k, v in cols.headers[i]] or None for i in rows.tolist()],
+            _HEADERS))
+    arrays.append(pa.array(counts[rows].astype(np.int32)))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 

@@ -9,7 +9,9 @@ record of every poll before it returns the consumer. librdkafka, however, keeps 
 after a poll that timed out, and that fetch can *acquire* records while nobody polls. Those
 records would sit locked in an idle consumer, so an idle consumer is closed (which releases
 them) after ``consumerIdleTimeoutMs`` by a daemon thread, and a consumer's records are given a
-lock deadline counted from the start of its previous poll (see ``_kafka.share``).
+lock deadline counted from the start of its previous poll (see ``_kafka.share``). The native
+client (``client="native"``) fetches only inside a poll, so its idle consumers hold nothing;
+they are pooled the same way (the key tells the clients apart, ``_kafka.consumers``).
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-from pyspark_kafka_share._kafka.share import ShareSession
+from pyspark_kafka_share._kafka.consumers import ConsumerRecipe, PolledSession
 
 __all__ = ["PooledConsumer", "acquire", "close_all", "discard", "release"]
 
 
 @dataclass(eq=False)
 class PooledConsumer:
-    session: ShareSession
+    session: PolledSession
     key: tuple[tuple[str, str], ...]
     topics: tuple[str, ...]
     idle_timeout_s: float = 10.0
@@ -68,10 +70,10 @@ def _ensure_reaper() -> None:
             _REAPER.start()
 
 
-def acquire(config: dict[str, str], topics: tuple[str, ...], idle_timeout_s: float,
+def acquire(recipe: ConsumerRecipe, topics: tuple[str, ...], idle_timeout_s: float,
             timeout_s: float) -> PooledConsumer:
-    """An idle pooled consumer for ``config``/``topics``, or a new subscribed one."""
-    key = tuple(sorted(config.items()))
+    """An idle pooled consumer of ``recipe``/``topics``, or a new subscribed one."""
+    key = recipe.key()
     with _LOCK:
         idle = _IDLE.get(key)
         while idle:
@@ -83,7 +85,7 @@ def acquire(config: dict[str, str], topics: tuple[str, ...], idle_timeout_s: flo
                 pc.idle_timeout_s = idle_timeout_s
                 return pc
             _close_in_background(pc)
-    session = ShareSession.open(config, topics, timeout_s)
+    session = recipe.open(topics, timeout_s)
     return PooledConsumer(session, key, topics, idle_timeout_s=idle_timeout_s, uses=1)
 
 

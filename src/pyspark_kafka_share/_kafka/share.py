@@ -234,8 +234,11 @@ class ConsumerSession(Protocol):
     def take_errors(self) -> list[Any]:
         """The client errors reported since the last call (for :class:`BrokerWatch`)."""
 
-    def poll(self, wait_s: float) -> tuple[list[Any], float]:
-        """One poll: its records and the earliest time their locks may have started."""
+    def poll(self, wait_s: float, max_records: int | None = None) -> tuple[Sequence[Any], float]:
+        """One poll: its records and the earliest time their locks may have started.
+        ``max_records``: this poll's cap, strict where the client can (the native client with
+        ``record_limit``); librdkafka cannot change ``max.poll.records`` after creation and
+        ignores it."""
 
     def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
                reject: Sequence[Any] = (), *,
@@ -279,8 +282,9 @@ class ShareSession:
         errors, self.errors[:] = list(self.errors), []
         return errors
 
-    def poll(self, wait_s: float) -> tuple[list[Any], float]:
-        """One poll: its records and the earliest time their locks may have started.
+    def poll(self, wait_s: float, max_records: int | None = None) -> tuple[list[Any], float]:
+        """One poll: its records and the earliest time their locks may have started
+        (``max_records``: ignored, see :meth:`ConsumerSession.poll`).
 
         A record with an error raises :class:`BrokerError`, after the poll's other records
         were RELEASEd (best effort: they come back when their locks expire otherwise).

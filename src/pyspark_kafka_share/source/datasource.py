@@ -314,7 +314,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                                          partitions=known, journal_marker=self.marker,
                                          poll_records=plan.poll or None,
                                          available_now=self.available_now_target is not None,
-                                         isolation_level=self.isolation_level))
+                                         isolation_level=self.isolation_level,
+                                         trigger_share=plan.exact_share(i)))
             for i in range(plan.parts)
         ]
 

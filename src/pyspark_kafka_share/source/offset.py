@@ -77,6 +77,13 @@ class BatchOffset:
         return (-(-self.max_records // self.parts) if self.max_records else None,
                 -(-self.backlog // self.parts) if self.backlog else None)
 
+    def exact_share(self, part: int) -> int | None:
+        """Task ``part``'s share of ``max_records`` (None: unbounded): the shares sum to it,
+        the first ``max_records % parts`` tasks taking one more."""
+        if not self.max_records:
+            return None
+        return self.max_records // self.parts + (part < self.max_records % self.parts)
+
 
 def poll_size(share: int | None, previous: int | None,
               polls_per_share: int = POLLS_PER_SHARE) -> int:

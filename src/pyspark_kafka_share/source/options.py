@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pyspark_kafka_share._kafka.clientconf import shown
 from pyspark_kafka_share._kafka.connection_parse import parse_flag
+from pyspark_kafka_share._kafka.consumers import (
+    DEFAULT_CLIENT,
+    ConsumerRecipe,
+    ShareClient,
+    check_client,
+)
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
     ClientSettings,
@@ -37,7 +43,7 @@ SOURCE_OPTIONS = (
     "numPartitions", "maxRecordsPerTrigger", "startingOffsets", "includeHeaders",
     "pollTimeoutMs", "joinTimeoutMs", "maxBatchDurationMs", "consumerIdleTimeoutMs",
     "lockSafetyFraction", "dedupRetentionMs", "brokerTimeoutMs", "journalFsync",
-    "journalContent", "failOnDataLoss", "journalRetryTimeoutMs",
+    "journalContent", "failOnDataLoss", "journalRetryTimeoutMs", "client",
 )
 # Options Spark may add on its own (e.g. for CREATE TABLE ... USING); ignored.
 _SPARK_INJECTED = ("path", "paths", "provider")
@@ -81,6 +87,8 @@ class SourceOptions:
     # journal.<key> options of an object-store journal (without the prefix): credentials,
     # endpoints. Never logged nor shown (repr=False); see source/journal/stores/.
     journal_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # The share consumer: confluent-kafka's ("librdkafka") or the package's own ("native").
+    share_client: ShareClient = DEFAULT_CLIENT
 
     def batch_duration_ms(self, available_now: bool) -> int:
         """How long a task may poll: ``maxBatchDurationMs``, or by default 10 s, and 30 s for
@@ -120,6 +128,15 @@ class SourceOptions:
         """How the source's clients reach the cluster (the ``kafka.*`` options)."""
         return ClientSettings(self.bootstrap_servers, self.group_id, self.client_config,
                               self.broker_timeout_ms / 1000)
+
+    def consumer_recipe(self, max_poll_records: int | None = None) -> ConsumerRecipe:
+        """A task's share consumer (``client``), polling at most ``max_poll_records``; the
+        native client acquires strictly that many (``record_limit``) and decodes its fetches
+        straight into the source's Arrow schema (``arrow``)."""
+        native = self.share_client == "native"
+        return ConsumerRecipe(self.client, self.share_client, "pyspark-kafka-share",
+                              max_poll_records, record_limit=native,
+                              arrow=self.include_headers if native else None)
 
 
 def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0,
@@ -317,6 +334,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     topics = check_topics("" if raw_topics is None else raw_topics, "subscribe")
     delivery, journal = _delivery_and_journal(opts, journal_opts)
     lock_fraction = _fraction(opts)
+    share_client = check_client(opts.get("client", DEFAULT_CLIENT))
+    # The native client refuses, by name, the kafka.* settings it would not honour.
+    ConsumerRecipe(ClientSettings(bootstrap, group, client), share_client,
+                   record_limit=share_client == "native").check()
     return SourceOptions(
         bootstrap_servers=bootstrap,
         group_id=group,
@@ -342,4 +363,5 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         client_config=client,
         journal_options=journal_opts,
         fault_injection=opts.get(_TEST_OPTION),
+        share_client=share_client,
     )

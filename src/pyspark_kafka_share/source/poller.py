@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark_kafka_share._kafka import pool as _pool
+from pyspark_kafka_share._kafka.arrow import ColumnarPoll
 from pyspark_kafka_share._kafka.group import (
     UNKNOWN_BACKLOG,
     TopicWatch,
@@ -126,17 +127,26 @@ class Poller:
 
     def _note_plan_end(self, msgs: Sequence[Any]) -> None:
         ends = self.spec.planned_ends
-        if ends and not self.past_plan and any(
-                m.offset() >= ends.get(TopicPartition(m.topic(), m.partition()), m.offset() + 1)
-                for m in msgs):
+        if not ends or self.past_plan:
+            return
+        if isinstance(msgs, ColumnarPoll):  # from its columns: no message objects
+            past = any(int(offsets.max()) >= ends[tp]
+                       for tp, offsets in msgs.offsets_by_partition().items()
+                       if tp in ends and len(offsets))
+        else:
+            past = any(m.offset() >= ends.get(TopicPartition(m.topic(), m.partition()),
+                                              m.offset() + 1) for m in msgs)
+        if past:
             self.past_plan = True
             self.stats["ended_past_plan"] = 1
 
-    def next_poll(self) -> tuple[list[Any], float] | None:
+    def next_poll(self) -> tuple[Sequence[Any], float] | None:
         """The next non-empty poll and its lock deadline, or None when the budget is spent."""
         session = self.pc.session
         while not self._spent(time.monotonic()):
-            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s))
+            # The budget caps the poll: strictly with the native client (record_limit), so
+            # that a task reads exactly its share of maxRecordsPerTrigger.
+            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s), self.budget)
             self.brokers.observe(session.take_errors(), bool(msgs))
             self.stats["polls"] += 1
             if not msgs:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pyspark_kafka_share._kafka.consumers import ConsumerRecipe
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.share import lock_budget_s
 from pyspark_kafka_share.source.journal import Journal
@@ -45,6 +46,9 @@ class TaskSpec:
     # The share group's share.isolation.level, read at planning: what a replay of an
     # ``offsets`` journal slot reads Kafka with (the records the group could hand out).
     isolation_level: str = "read_uncommitted"
+    # This task's exact share of maxRecordsPerTrigger (the shares sum to it; None: none, or
+    # task_max_records, which is rounded up so that every task's consumer is alike).
+    trigger_share: int | None = None
 
     def journal(self) -> Journal:
         """The journal, checked to be the driver's (see ``Journal.check_marker``)."""
@@ -61,16 +65,20 @@ class TaskSpec:
                               include_headers=self.options.include_headers,
                               fail_on_data_loss=self.options.fail_on_data_loss)
 
-    def consumer_config(self) -> dict[str, str]:
+    def consumer_recipe(self) -> ConsumerRecipe:
+        """The task's share consumer: the ``client`` option's, polling at most the task's
+        share of ``maxRecordsPerTrigger`` and the plan's poll size; the native client in the
+        strict ``record_limit`` mode (so that ``maxRecordsPerTrigger`` is exact)."""
         caps = [n for n in (self.task_max_records, self.poll_records) if n]
-        return self.options.client.consumer(client_id="pyspark-kafka-share",
-                                            max_poll_records=min(caps) if caps else None)
+        return self.options.consumer_recipe(max_poll_records=min(caps) if caps else None)
 
     @property
     def record_budget(self) -> int | None:
-        """Records the task reads at most (None: bounded by time only). Overshoot: the rest
-        of the poll that reaches it (whole producer batches)."""
-        shares = [n for n in (self.task_max_records, self.backlog_share) if n is not None]
+        """Records the task reads at most (None: bounded by time only). Overshoot with
+        librdkafka: the rest of the poll that reaches it (whole producer batches); none with
+        the native client, whose polls are capped by what is left of it."""
+        cap = self.trigger_share if self.trigger_share is not None else self.task_max_records
+        shares = [n for n in (cap, self.backlog_share) if n is not None]
         return min(shares) if shares else None
 
     @property

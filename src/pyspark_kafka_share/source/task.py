@@ -45,7 +45,7 @@ import pyarrow as pa
 from pyspark_kafka_share._kafka import pool as _pool
 from pyspark_kafka_share._kafka.arrow import messages_to_batch, partitions_of
 from pyspark_kafka_share._kafka.partition import TopicPartition
-from pyspark_kafka_share._kafka.share import ShareSession, split_last_delivery
+from pyspark_kafka_share._kafka.share import ConsumerSession, split_last_delivery
 from pyspark_kafka_share._spark import attempt_identity, query_id
 from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
@@ -71,7 +71,7 @@ def _key(m: Any) -> tuple[str, int, int]:
     return (m.topic(), m.partition(), m.offset())
 
 
-def _settle(session: ShareSession, stats: Counter[str], accept: Sequence[Any],
+def _settle(session: ConsumerSession, stats: Counter[str], accept: Sequence[Any],
             release: Sequence[Any], partitions: set[TopicPartition] | None = None) -> bool:
     """Acknowledge and commit; True if the broker confirmed every partition."""
     if not accept and not release:
@@ -151,7 +151,7 @@ def _release_consumer(spec: TaskSpec, pc: _pool.PooledConsumer, *, healthy: bool
 
 
 def _acquire_consumer(spec: TaskSpec) -> _pool.PooledConsumer:
-    return _pool.acquire(spec.consumer_config(), spec.options.topics, spec.idle_timeout_s,
+    return _pool.acquire(spec.consumer_recipe(), spec.options.topics, spec.idle_timeout_s,
                          spec.options.client.timeout_s)
 
 
@@ -208,8 +208,8 @@ YIELD_BYTES = 32 << 20
 class _Split(NamedTuple):
     """One poll split by the journal; ``batch`` and ``keys`` are ``fresh``'s."""
 
-    fresh: list[Any]
-    dups: list[Any]
+    fresh: Sequence[Any]
+    dups: Sequence[Any]
     batch: pa.RecordBatch
     keys: SlotKeys
 
@@ -240,7 +240,7 @@ class _Fill:
         self.reader = SlotReader(log, spec.replay_settings(), self.stats)
         existing = sum(_slot_summary(log.slot(s))[0] for s in scan.data_slots)
         self.budget = None if spec.record_budget is None else spec.record_budget - existing
-        self.pending: list[Any] = []  # polled, not yet acknowledged
+        self.pending: Sequence[Any] = []  # polled, not yet acknowledged
 
     def run(self, pc: _pool.PooledConsumer) -> Generator[pa.RecordBatch, None, ScanResult]:
         """Poll until the budget is spent or a step says stop, yielding what is published;
@@ -285,7 +285,7 @@ class _Fill:
         finally:
             _release_consumer(self.spec, pc, healthy=healthy, keep=keep)
 
-    def _step(self, msgs: list[Any], deadline: float) -> bool:
+    def _step(self, msgs: Sequence[Any], deadline: float) -> bool:
         """Journal and acknowledge one poll; False when the task must stop."""
         self.pending = msgs
         fresh, dups, batch, keys = self._split_duplicates(msgs)
@@ -320,7 +320,7 @@ class _Fill:
             self.poller.budget -= len(fresh)
         return True
 
-    def _split_duplicates(self, msgs: list[Any]) -> _Split:
+    def _split_duplicates(self, msgs: Sequence[Any]) -> _Split:
         """The records the journal does not hold yet, and those it does.
 
         Every record is looked up, first deliveries too: the broker keeps an acquisition's
@@ -341,12 +341,12 @@ class _Fill:
         self.stats["duplicates_dropped"] += len(dup_msgs)
         return _Split(fresh, dup_msgs, *self._arrow(fresh))
 
-    def _arrow(self, msgs: list[Any]) -> tuple[pa.RecordBatch, SlotKeys]:
+    def _arrow(self, msgs: Sequence[Any]) -> tuple[pa.RecordBatch, SlotKeys]:
         """``msgs`` as one Arrow batch, and its keys."""
         batch = messages_to_batch(msgs, self.spec.options.include_headers)
         return batch, SlotKeys.of_table(batch)
 
-    def _publish(self, fresh: list[Any], dups: list[Any], batch: pa.RecordBatch,
+    def _publish(self, fresh: Sequence[Any], dups: Sequence[Any], batch: pa.RecordBatch,
                  keys: SlotKeys) -> int | None:
         """Journal ``fresh`` (as ``batch``, whose keys are ``keys``) in the next free slot: its
         number, or None (records given back) when the log was closed or the batch committed by
@@ -396,7 +396,7 @@ class _Fill:
             self.emitted = slot + 1
             yield from _batches(table)
 
-    def _give_back(self, accept: list[Any], release: list[Any], counter: str) -> None:
+    def _give_back(self, accept: Sequence[Any], release: Sequence[Any], counter: str) -> None:
         """ACCEPT ``accept`` (journaled already), RELEASE ``release`` (not emitted)."""
         self.stats[counter] += len(release)
         self.poller.note_unemitted(release)

@@ -16,6 +16,7 @@ from typing import Any, Literal, TypedDict
 
 from pyspark_kafka_share._kafka.clientconf import shown
 from pyspark_kafka_share._kafka.connection import ConnectionConfig, TokenProvider
+from pyspark_kafka_share._kafka.consumers import CLIENTS, ConsumerRecipe, ShareClient
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
     DEFAULT_MAX_POLL_RECORDS,
@@ -39,9 +40,8 @@ __all__ = ["CLIENTS", "BatchFormat", "ShareClient", "WorkerConfig", "WorkerOptio
            "WorkerSpec"]
 
 BatchFormat = Literal["record", "arrow", "pandas"]
-ShareClient = Literal["librdkafka", "native"]
-CLIENTS: tuple[ShareClient, ...] = ("librdkafka", "native")
-"""The share consumers a worker may use (the argument ``client``)."""
+# The share consumers a worker may use (the argument ``client``): the kernel's, which the
+# source shares (``_kafka.consumers``).
 
 # Producer settings the workers fix, and why.
 _PRODUCER_FIXED = {
@@ -325,8 +325,8 @@ class WorkerConfig:
             self.exactly_once_outputs
         check_client_config(self.client, dict(self.producer_config) if producing else None)
         if self.share_client == "native":  # refuses by name what it would not honour
-            self.client.native_consumer(client_id="pyspark-kafka-share-check",
-                                        max_poll_records=self.chunk_size, record_limit=True)
+            ConsumerRecipe(self.client, "native", "pyspark-kafka-share-check", self.chunk_size,
+                           record_limit=True).check()
 
     @property
     def client(self) -> ClientSettings:

@@ -1,7 +1,8 @@
 """A worker's share consumer: the client ``client`` chooses, behind one seam, and with the
 native client the renewal of long work's locks.
 
-:func:`open_consumer` is the one place the worker loop gets its consumer from: a
+:func:`open_consumer` is the one place the worker loop gets its consumer from (through the
+kernel's seam, ``_kafka.consumers.ConsumerRecipe``, which the source shares): a
 :class:`~pyspark_kafka_share._kafka.share.ShareSession` (confluent-kafka, ``"librdkafka"``)
 or a :class:`~pyspark_kafka_share._kafka.native.adapter.NativeSession` (``"native"``: the
 strict ``record_limit`` acquire mode with ``max.poll.records`` = ``poll_records``: one chunk,
@@ -25,11 +26,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from pyspark_kafka_share._kafka.consumers import ConsumerRecipe
 from pyspark_kafka_share._kafka.native.adapter import NativeSession
 from pyspark_kafka_share._kafka.share import (
     ConsumerSession,
     Settled,
-    ShareSession,
     lock_budget_s,
 )
 from pyspark_kafka_share.errors import KafkaShareError
@@ -52,17 +53,13 @@ class Renewing(Protocol):
 def open_consumer(spec: WorkerSpec, index: int) -> tuple[ConsumerSession, LockRenewer | None]:
     """Worker ``index``'s consumer, subscribed, and its lock renewer (native client only)."""
     config = spec.config
-    client_id = f"kafka-share-worker-{index}"
-    if config.share_client == "native":
-        native = NativeSession.open(
-            config.client.native_consumer(client_id=client_id,
-                                          max_poll_records=config.poll_records,
-                                          record_limit=True), config.topics)
+    native = config.share_client == "native"
+    session = ConsumerRecipe(config.client, config.share_client, f"kafka-share-worker-{index}",
+                             config.poll_records, record_limit=native) \
+        .open(config.topics, config.broker_timeout_s)
+    if isinstance(session, NativeSession):
         budget_s = lock_budget_s(spec.lock_ms, config.lock_safety_fraction)
-        return native, LockRenewer(native, budget_s)
-    session = ShareSession.open(config.client.consumer(client_id=client_id,
-                                                       max_poll_records=config.poll_records),
-                                config.topics, config.broker_timeout_s)
+        return session, LockRenewer(session, budget_s)
     return session, None
 
 

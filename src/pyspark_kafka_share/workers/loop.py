@@ -184,7 +184,7 @@ class _Worker:
                 self.stats["received"] += len(msgs)
                 self.phases.add("poll_wait", time.monotonic() - polled)
                 self.last_active = time.monotonic()
-                self._work_through(self.settler.admit(msgs, self.poll), self.poll)
+                self._work_through(self.settler.admit(list(msgs), self.poll), self.poll)
         except mistakes.JobMistake as exc:  # the job's mistake, not the records'
             if self.inflight is not None:
                 self.inflight.abandon()  # among the poll's unacknowledged records

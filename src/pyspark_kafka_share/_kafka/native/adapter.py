@@ -7,6 +7,10 @@ and renews locks (RENEW, :meth:`NativeSession.renew`). Its records are
 ``value()``, ``delivery_count()``, ...), so that the code above the seam is one for both
 clients. The consumer is not thread-safe: every call on it here holds one lock, so that a
 renewing thread may settle while the owner's thread runs the user's function.
+
+With ``arrow`` set (the source's), a poll is an :class:`ArrowPoll`: the fetch decoded straight
+into the source's Arrow schema (``columns.py``), acknowledged by offset; its messages are
+made only if something reads it record by record.
 """
 
 from __future__ import annotations
@@ -14,10 +18,15 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from pyspark_kafka_share._kafka.arrow import ColumnarPoll, arrow_schema
 from pyspark_kafka_share._kafka.native.consumer import (
     NativeConsumerConfig,
     NativeShareConsumer,
@@ -27,7 +36,7 @@ from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.share import Settled
 from pyspark_kafka_share.errors import error_name
 
-__all__ = ["NativeMessage", "NativeSession"]
+__all__ = ["ArrowPoll", "NativeMessage", "NativeSession"]
 
 # confluent-kafka's timestamp types: TIMESTAMP_NOT_AVAILABLE, _CREATE_TIME, _LOG_APPEND_TIME
 _NO_TIME, _CREATE_TIME, _LOG_APPEND_TIME = 0, 1, 2
@@ -79,17 +88,81 @@ class NativeMessage:
         return f"NativeMessage({r.topic}-{r.partition}@{r.offset}, delivery {r.delivery_count})"
 
 
+class ArrowPoll(ColumnarPoll):
+    """One poll of :meth:`NativeShareConsumer.poll_arrow`: its batches as one, and the
+    offsets of each partition (for the acknowledgements). Read as a sequence, its
+    :class:`NativeMessage`s are made on first use; their ``ShareRecord.deadline`` is
+    ``started``, the poll's start: no later than their locks began, so an early bound on when
+    they end (the source keeps its own deadline per poll)."""
+
+    def __init__(self, batches: Sequence[pa.RecordBatch], include_headers: bool,
+                 started: float) -> None:
+        schema = arrow_schema(include_headers)
+        if len(batches) == 1:
+            self.arrow_batch = batches[0]
+        else:  # none, or several partitions: one batch (a journal slot per poll)
+            self.arrow_batch = pa.Table.from_batches(list(batches), schema=schema) \
+                .combine_chunks().to_batches(max_chunksize=None)[0] if batches else \
+                pa.RecordBatch.from_pylist([], schema=schema)
+        self.started = started
+        parts: dict[TopicPartition, list[npt.NDArray[np.int64]]] = {}
+        for b in batches:  # one per partition fetched
+            tp = TopicPartition(b.column("topic")[0].as_py(), b.column("partition")[0].as_py())
+            parts.setdefault(tp, []).append(b.column("offset").to_numpy())
+        self._parts = {tp: np.concatenate(arrays) for tp, arrays in parts.items()}
+        self._messages: list[NativeMessage] | None = None
+
+    def offsets_by_partition(self) -> Mapping[TopicPartition, npt.NDArray[np.int64]]:
+        return self._parts
+
+    def __len__(self) -> int:
+        return int(self.arrow_batch.num_rows)
+
+    @overload
+    def __getitem__(self, i: int) -> NativeMessage: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[NativeMessage]: ...
+
+    def __getitem__(self, i: int | slice) -> NativeMessage | list[NativeMessage]:
+        return self.messages()[i]
+
+    def messages(self) -> list[NativeMessage]:
+        """The poll's records as messages (made once)."""
+        if self._messages is None:
+            self._messages = [NativeMessage(r) for r in self._records()]
+        return self._messages
+
+    def _records(self) -> list[ShareRecord]:
+        b = self.arrow_batch.to_pydict()
+        stamps = self.arrow_batch.column("timestamp").cast(pa.int64()).to_pylist()
+        heads = b.get("headers") or [None] * len(b["offset"])
+        return [ShareRecord(t, p, o, -1 if ts is None else ts // 1000, k, v,
+                            tuple((h["key"], h["value"]) for h in hs or ()), dc,
+                            self.started, tt == 1)
+                for t, p, o, ts, k, v, hs, dc, tt in zip(
+                    b["topic"], b["partition"], b["offset"], stamps, b["key"], b["value"],
+                    heads, b["deliveryCount"], b["timestampType"], strict=True)]
+
+
 @dataclass(eq=False)
 class NativeSession:
     """One subscribed :class:`NativeShareConsumer`; see the module docstring."""
 
     consumer: NativeShareConsumer
     lock: threading.Lock = field(default_factory=threading.Lock)
+    created: float = field(default_factory=time.monotonic)
+    last_poll: float = field(default_factory=time.monotonic)  # when the last poll returned
+    fetch_pending: bool = False  # never: the native consumer fetches only inside poll()
+    arrow: bool | None = None
+    """None: polls of :class:`NativeMessage`; else :class:`ArrowPoll`s (with headers if
+    True)."""
 
     @classmethod
-    def open(cls, config: NativeConsumerConfig, topics: Sequence[str]) -> NativeSession:
+    def open(cls, config: NativeConsumerConfig, topics: Sequence[str], *,
+             arrow: bool | None = None) -> NativeSession:
         """A new consumer subscribed to ``topics`` (it joins in the background)."""
-        return cls(NativeShareConsumer(config, topics))
+        return cls(NativeShareConsumer(config, topics), arrow=arrow)
 
     def take_errors(self) -> list[Any]:
         """The connection failures reported since the last call (``_TRANSPORT``,
@@ -97,12 +170,23 @@ class NativeSession:
         errors the native consumer raises from ``poll()``."""
         return list(self.consumer.take_errors())
 
-    def poll(self, wait_s: float) -> tuple[list[NativeMessage], float]:
+    def poll(self, wait_s: float, max_records: int | None = None
+             ) -> tuple[Sequence[NativeMessage], float]:
         """One poll: its records and when their locks may have started. The native consumer
-        fetches only inside ``poll()``, so that is the poll's start (no margin)."""
+        fetches only inside ``poll()``, so that is the poll's start (no margin).
+        ``max_records``: this poll's cap below ``max.poll.records`` (strict with
+        ``record_limit``)."""
         start = time.monotonic()
+        if self.arrow is not None:
+            with self.lock:
+                batches = self.consumer.poll_arrow(wait_s, max_records,
+                                                   include_headers=self.arrow)
+            self.last_poll = time.monotonic()
+            return ArrowPoll(batches, self.arrow, started=start), start
         with self.lock:
-            records = self.consumer.poll(wait_s)
+            records = self.consumer.poll(wait_s) if max_records is None else \
+                self.consumer.poll(wait_s, max_records=max_records)
+        self.last_poll = time.monotonic()
         return [NativeMessage(r) for r in records], start
 
     def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
@@ -125,19 +209,25 @@ class NativeSession:
 
     def _acknowledge(self, kinds: Sequence[tuple[str, Sequence[Any]]],
                      partitions: set[TopicPartition] | None) -> Settled:
-        msgs = [m for _, ms in kinds for m in ms]
-        if not msgs:
+        if not any(ms for _, ms in kinds):
             return Settled(frozenset(), {})
+        sent: set[TopicPartition] = set()
         with self.lock:
             for kind, ms in kinds:
+                if isinstance(ms, ArrowPoll):  # by offset: no message objects
+                    for tp, offsets in ms.offsets_by_partition().items():
+                        self.consumer.acknowledge_offsets(tp.topic, tp.partition,
+                                                          offsets.tolist(), kind)
+                        sent.add(tp)
+                    continue
                 for m in ms:
                     self.consumer.acknowledge(m.record, kind)
+                    sent.add(TopicPartition(m.topic(), m.partition()))
             results = self.consumer.commit_sync()
         outcomes = {TopicPartition(t, p): code for (t, p), code in results.items()}
         confirmed = frozenset(tp for tp, code in outcomes.items() if code == 0)
         failed = {tp: error_name(code) for tp, code in outcomes.items() if code != 0}
-        wanted = partitions if partitions is not None else {
-            TopicPartition(m.topic(), m.partition()) for m in msgs}
+        wanted = partitions if partitions is not None else sent
         for tp in wanted - confirmed:
             failed.setdefault(tp, "no result")
         return Settled(confirmed, failed)

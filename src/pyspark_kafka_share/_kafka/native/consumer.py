@@ -17,8 +17,12 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
 
 from pyspark_kafka_share._kafka.connection import ConnectionConfig
+from pyspark_kafka_share._kafka.native.columns import acquired_batch
 from pyspark_kafka_share._kafka.native.events import ConnectionEvent, ConnectionEvents
 from pyspark_kafka_share._kafka.native.membership import Membership
 from pyspark_kafka_share._kafka.native.session import (
@@ -127,10 +131,26 @@ class NativeShareConsumer:
 
     # -- the public API --
 
-    def poll(self, timeout_s: float) -> list[ShareRecord]:
+    def poll(self, timeout_s: float, max_records: int | None = None) -> list[ShareRecord]:
         """Fetch (and acquire) records for up to ``timeout_s``; piggyback the acknowledgements
-        made since. Raises :class:`WakeupError` after :meth:`wakeup`."""
+        made since. ``max_records``: at most this many, if fewer than ``max_poll_records``
+        (strictly with ``record_limit``). Raises :class:`WakeupError` after :meth:`wakeup`."""
+        records: list[ShareRecord] = self._poll(timeout_s, max_records, None)
+        return records
+
+    def poll_arrow(self, timeout_s: float, max_records: int | None = None, *,
+                   include_headers: bool = False) -> list[pa.RecordBatch]:
+        """:meth:`poll`, its records as Arrow batches of the source's schema (one per
+        partition fetched, ``_kafka.arrow.arrow_schema``), decoded without an object per
+        record (:mod:`.columns`); acknowledge them with :meth:`acknowledge_offsets`."""
+        batches: list[pa.RecordBatch] = self._poll(timeout_s, max_records, include_headers)
+        return batches
+
+    def _poll(self, timeout_s: float, max_records: int | None, arrow: bool | None) -> list[Any]:
+        """``arrow``: None for records, else Arrow batches (with headers if True)."""
         self._check_open()
+        limit = self.config.max_poll_records if max_records is None else \
+            max(1, min(max_records, self.config.max_poll_records))
         deadline = time.monotonic() + timeout_s
         while not self._membership.wait_joined(min(0.1, max(0.0, timeout_s))):
             self._raise_pending()  # a wakeup ends the wait for an assignment too
@@ -141,7 +161,8 @@ class NativeShareConsumer:
             if self._acknowledge_first():
                 self._acknowledge_all(final=False)
             left_ms = int((deadline - time.monotonic()) * 1000)
-            records = self._fetch_once(max(0, min(left_ms, self.config.fetch_max_wait_ms)))
+            records = self._fetch_once(max(0, min(left_ms, self.config.fetch_max_wait_ms)),
+                                       limit, arrow)
             if records or time.monotonic() >= deadline:
                 return records
 
@@ -164,6 +185,19 @@ class NativeShareConsumer:
             raise OptionError("record", f"{record.topic}-{record.partition}@{record.offset}",
                               "it is not held by this consumer (already acknowledged?)")
 
+    def acknowledge_offsets(self, topic: str, partition: int, offsets: Iterable[int],
+                            kind: str | AckType = AckType.ACCEPT) -> None:
+        """:meth:`acknowledge` the held records at ``offsets`` of ``topic``-``partition``
+        (those :meth:`poll_arrow` delivered, or any held)."""
+        ack = _ACK_NAMES.get(kind.upper()) if isinstance(kind, str) else AckType(kind)
+        if ack is None or ack == AckType.GAP:
+            raise OptionError("kind", kind, "give ACCEPT, RELEASE, REJECT or RENEW")
+        tp = self._tp(topic, partition)
+        for offset in offsets:
+            if not self._held.acknowledge(tp, offset, ack):
+                raise OptionError("record", f"{topic}-{partition}@{offset}",
+                                  "it is not held by this consumer (already acknowledged?)")
+
     def commit_sync(self) -> dict[tuple[str, int], int]:
         """Send every pending acknowledgement now (ShareAcknowledge); return the error code
         of each partition settled since the last call (0: success)."""
@@ -174,7 +208,8 @@ class NativeShareConsumer:
 
     def held(self) -> list[ShareRecord]:
         """The records delivered and not yet settled (their deadlines included)."""
-        return [r for recs in self._held.records.values() for r in recs.values()]
+        return [r for recs in self._held.records.values() for r in recs.values()
+                if r is not None]
 
     def take_errors(self) -> list[ConnectionEvent]:
         """The connection failures since the last call (``_TRANSPORT``: a broker's connection
@@ -205,7 +240,7 @@ class NativeShareConsumer:
 
     # -- fetching --
 
-    def _fetch_once(self, max_wait_ms: int) -> list[ShareRecord]:
+    def _fetch_once(self, max_wait_ms: int, limit: int, arrow: bool | None) -> list[Any]:
         assignment = self._assigned()
         by_node: dict[int, list[TopicPartitionId]] = {}
         for tp in assignment:
@@ -214,19 +249,21 @@ class NativeShareConsumer:
                 by_node.setdefault(node, []).append(tp)
         for node in self._conns:
             by_node.setdefault(node, [])  # forget what it no longer leads for us
-        out: list[ShareRecord] = []
+        out: list[Any] = []
+        got = 0
         nodes = [n for n, tps in by_node.items() if tps or self._conns[n].members]
         if not nodes:
             time.sleep(min(max_wait_ms, 100) / 1000.0)
             return out
         wait = max_wait_ms // len(nodes)
-        limit = self.config.max_poll_records
         for node in nodes:
             # record_limit is strict per poll: each leader is asked for what is left of it
-            budget = limit - len(out) if self.config.record_limit else limit
+            budget = limit - got if self.config.record_limit else limit
             if budget <= 0:
                 break  # the other leaders' turn comes with the next poll
-            out.extend(self._fetch_from(node, by_node[node], wait, budget))
+            fetched = self._fetch_from(node, by_node[node], wait, budget, arrow)
+            got += sum(b.num_rows for b in fetched) if arrow is not None else len(fetched)
+            out.extend(fetched)
         return out
 
     def _assigned(self) -> list[TopicPartitionId]:
@@ -242,7 +279,7 @@ class NativeShareConsumer:
         return tps
 
     def _fetch_from(self, node: int, tps: list[TopicPartitionId], wait_ms: int,
-                    max_records: int) -> list[ShareRecord]:
+                    max_records: int, arrow: bool | None) -> list[Any]:
         try:
             session = self._session(node)
         except KafkaConnectionError as exc:
@@ -261,12 +298,22 @@ class NativeShareConsumer:
             return []
         session.advanced(req, fetch=True)
         received = time.monotonic()
-        out: list[ShareRecord] = []
+        out: list[Any] = []
         for part in answer.partitions:
             self._settled(part, req, answer.lock_timeout_ms)
             try:
-                if self._partition_ok(part):
+                if not self._partition_ok(part) or not part.acquired:
+                    continue
+                if arrow is None:
                     out.extend(self._acquired(part, received + answer.lock_timeout_ms / 1e3))
+                    continue
+                batch = acquired_batch(part.records or b"", part.acquired,
+                                       self._names[part.topic_id],
+                                       (part.topic_id, part.partition), self._held,
+                                       check_crc=self.config.check_crcs, include_headers=arrow,
+                                       codecs=self.batch_codecs)
+                if batch.num_rows:
+                    out.append(batch)
             except KafkaShareError as exc:  # the others' records are delivered first
                 self._error = self._error or exc
         return out

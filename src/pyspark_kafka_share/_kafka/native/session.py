@@ -82,11 +82,18 @@ class Held:
     """The records the consumer holds (delivered, not yet acknowledged) and the
     acknowledgements waiting to be sent, per ``(topic id, partition)``."""
 
-    records: dict[TopicPartitionId, dict[int, ShareRecord]] = field(default_factory=dict)
+    records: dict[TopicPartitionId, dict[int, ShareRecord | None]] = \
+        field(default_factory=dict)
+    """Per partition, the held offsets and their records (None: delivered as Arrow columns,
+    no object kept)."""
     pending: dict[TopicPartitionId, dict[int, AckType]] = field(default_factory=dict)
 
     def hold(self, tp: TopicPartitionId, record: ShareRecord) -> None:
         self.records.setdefault(tp, {})[record.offset] = record
+
+    def hold_offsets(self, tp: TopicPartitionId, offsets: Iterable[int]) -> None:
+        """Hold records delivered as columns, by offset only."""
+        self.records.setdefault(tp, {}).update(dict.fromkeys(offsets))
 
     def gap(self, tp: TopicPartitionId, offset: int) -> None:
         """An acquired offset with no record for the consumer: acknowledged as GAP."""
