@@ -16,44 +16,25 @@ before/after of the whole chain: the per-record path is the one the source used 
 from __future__ import annotations
 
 import argparse
-import struct
 import time
 from collections import Counter
 from collections.abc import Callable
-
-from crc32c import crc32c
 
 from pyspark_kafka_share._kafka.arrow import messages_to_batch
 from pyspark_kafka_share._kafka.native.adapter import NativeMessage
 from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig, NativeShareConsumer
 from pyspark_kafka_share._kafka.native.session import Held
 from pyspark_kafka_share._kafka.protocol.consume import AcquiredRange, SharePartitionAnswer
+from pyspark_kafka_share.harness.record_batches import batch, record
 
 TID, TOPIC = "bench-topic-id", "bench"
 
 
-def _zigzag(v: int) -> bytes:
-    u = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
 def _batch(base: int, n: int, value_bytes: int) -> bytes:
     """A record batch v2 of ``n`` records (offsets ``base``...): null key, no headers."""
-    records = []
-    for i in range(n):
-        value = (b"value-%09d-" % (base + i)).ljust(value_bytes, b"x")
-        body = b"\x00" + _zigzag(i) + _zigzag(i) + _zigzag(-1) + _zigzag(len(value)) + value \
-            + _zigzag(0)
-        records.append(_zigzag(len(body)) + body)
-    after_crc = struct.pack(">hiqqqhii", 0, n - 1, 1_700_000_000_000, 1_700_000_000_000 + n,
-                            -1, -1, -1, n) + b"".join(records)
-    rest = struct.pack(">ib", 0, 2) + struct.pack(">I", crc32c(after_crc)) + after_crc
-    return struct.pack(">qi", base, len(rest)) + rest
+    return batch(base, [record(i, i, None, (b"value-%09d-" % (base + i)).ljust(value_bytes, b"x"))
+                        for i in range(n)], base_ts=1_700_000_000_000,
+                 max_ts=1_700_000_000_000 + n)
 
 
 def fetches(records: int, per_fetch: int, per_batch: int,

@@ -20,8 +20,10 @@ from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig, Nat
 from pyspark_kafka_share._kafka.native.session import Held
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.protocol.consume import AcquiredRange, SharePartitionAnswer
+from pyspark_kafka_share.harness.record_batches import batch as _batch
+from pyspark_kafka_share.harness.record_batches import record as _record
 from pyspark_kafka_share.source.journal.slots import rows_checksum
-from tests.unit.test_native_records import CODECS, _batch, _record
+from tests.unit.test_native_records import CODECS
 
 TID, TOPIC = "topic-id-1", "in"
 

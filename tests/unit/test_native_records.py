@@ -10,49 +10,10 @@ import struct
 
 import cramjam
 import pytest
-from crc32c import crc32c
 
 from pyspark_kafka_share._kafka.protocol.records import decode_batches
 from pyspark_kafka_share.errors import ProtocolDecodeError
-
-Header = tuple[str, bytes | None]
-
-
-def _zigzag(v: int) -> bytes:
-    u = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def _field(data: bytes | None) -> bytes:
-    return _zigzag(-1) if data is None else _zigzag(len(data)) + data
-
-
-def _record(delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
-            headers: tuple[Header, ...] = ()) -> bytes:
-    body = b"\x00" + _zigzag(ts_delta) + _zigzag(delta) + _field(key) + _field(value)
-    body += _zigzag(len(headers))
-    for hkey, hvalue in headers:
-        body += _field(hkey.encode()) + _field(hvalue)
-    return _zigzag(len(body)) + body
-
-
-def _batch(base: int, records: list[bytes], *, codec: int = 0, compress: object = None,
-           attributes: int = 0, base_ts: int = 1_000, max_ts: int = 2_000,
-           magic: int = 2) -> bytes:
-    payload = b"".join(records)
-    if compress is not None:
-        payload = compress(payload)  # type: ignore[operator]
-    after_crc = struct.pack(">hiqqqhii", codec | attributes, len(records) - 1, base_ts, max_ts,
-                            -1, -1, -1, len(records)) + payload
-    head = struct.pack(">ib", 0, magic)  # partitionLeaderEpoch, magic
-    crc = struct.pack(">I", crc32c(after_crc))
-    rest = head + crc + after_crc
-    return struct.pack(">qi", base, len(rest)) + rest
+from pyspark_kafka_share.harness import record_batches as rb
 
 
 def _xerial(data: bytes) -> bytes:
@@ -65,9 +26,9 @@ def _xerial(data: bytes) -> bytes:
     return out
 
 
-RECORDS = [_record(0, 0, b"k0", b"v0", (("h", b"x"), ("n", None))),
-           _record(1, 5, None, b"v1"),
-           _record(2, -3, b"k2", None)]
+RECORDS = [rb.record(0, 0, b"k0", b"v0", (("h", b"x"), ("n", None))),
+           rb.record(1, 5, None, b"v1"),
+           rb.record(2, -3, b"k2", None)]
 
 CODECS = {
     "gzip": (1, gzip.compress),
@@ -79,7 +40,7 @@ CODECS = {
 
 
 def test_an_uncompressed_batch_is_read_field_by_field() -> None:
-    (batch,) = decode_batches(_batch(100, RECORDS))
+    (batch,) = decode_batches(rb.batch(100, RECORDS))
     assert (batch.base_offset, batch.last_offset, batch.codec) == (100, 102, "none")
     got = [(r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in batch.records]
     assert got == [(100, 1_000, b"k0", b"v0", (("h", b"x"), ("n", None))),
@@ -90,20 +51,20 @@ def test_an_uncompressed_batch_is_read_field_by_field() -> None:
 @pytest.mark.parametrize("name", sorted(CODECS))
 def test_each_codec_decodes_to_the_same_records(name: str) -> None:
     codec, compress = CODECS[name]
-    plain = decode_batches(_batch(7, RECORDS))[0].records
-    (batch,) = decode_batches(_batch(7, RECORDS, codec=codec, compress=compress))
+    plain = decode_batches(rb.batch(7, RECORDS))[0].records
+    (batch,) = decode_batches(rb.batch(7, RECORDS, codec=codec, compress=compress))
     assert batch.records == plain
     assert batch.codec == name.split("-", maxsplit=1)[0]
 
 
 def test_log_append_time_gives_every_record_the_batch_timestamp() -> None:
-    (batch,) = decode_batches(_batch(0, RECORDS, attributes=0x08, max_ts=9_999))
+    (batch,) = decode_batches(rb.batch(0, RECORDS, attributes=0x08, max_ts=9_999))
     assert batch.log_append_time
     assert {r.timestamp_ms for r in batch.records} == {9_999}
 
 
 def test_a_crc_mismatch_is_an_error_unless_unchecked() -> None:
-    data = bytearray(_batch(0, RECORDS))
+    data = bytearray(rb.batch(0, RECORDS))
     data[-3] ^= 0x01  # the last record's key, b"k2" -> b"k3": covered by the CRC
     with pytest.raises(ProtocolDecodeError, match="CRC-32C mismatch"):
         decode_batches(bytes(data))
@@ -112,18 +73,18 @@ def test_a_crc_mismatch_is_an_error_unless_unchecked() -> None:
 
 
 def test_a_partial_batch_at_the_end_is_left_out() -> None:
-    whole = _batch(0, RECORDS) + _batch(3, RECORDS)
+    whole = rb.batch(0, RECORDS) + rb.batch(3, RECORDS)
     assert [b.base_offset for b in decode_batches(whole)] == [0, 3]
     assert [b.base_offset for b in decode_batches(whole[:-5])] == [0]
 
 
 @pytest.mark.parametrize(("data", "match"), [
-    (_batch(0, RECORDS, magic=1), "magic 1"),
-    (_batch(0, RECORDS, codec=5), "unknown codec 5"),
-    (_batch(0, RECORDS, codec=1, compress=lambda d: b"not gzip"), "gzip data is corrupt"),
-    (_batch(0, [_zigzag(4) + b"\x00\x00\x00\x01\x01\x00"]), "does not match its fields"),
-    (_batch(0, [RECORDS[0] + b"\x00"]), "1 bytes after its 1 records"),
-    (_batch(0, [_zigzag(40) + b"\x00\x00\x00" + _zigzag(500)]), "runs past"),
+    (rb.batch(0, RECORDS, magic=1), "magic 1"),
+    (rb.batch(0, RECORDS, codec=5), "unknown codec 5"),
+    (rb.batch(0, RECORDS, codec=1, compress=lambda d: b"not gzip"), "gzip data is corrupt"),
+    (rb.batch(0, [rb.zigzag(4) + b"\x00\x00\x00\x01\x01\x00"]), "does not match its fields"),
+    (rb.batch(0, [RECORDS[0] + b"\x00"]), "1 bytes after its 1 records"),
+    (rb.batch(0, [rb.zigzag(40) + b"\x00\x00\x00" + rb.zigzag(500)]), "runs past"),
 ])
 def test_malformed_batches_are_decode_errors(data: bytes, match: str) -> None:
     with pytest.raises(ProtocolDecodeError, match=match):
@@ -131,5 +92,5 @@ def test_malformed_batches_are_decode_errors(data: bytes, match: str) -> None:
 
 
 def test_control_and_transactional_flags_are_reported() -> None:
-    (batch,) = decode_batches(_batch(0, RECORDS[:1], attributes=0x30))
+    (batch,) = decode_batches(rb.batch(0, RECORDS[:1], attributes=0x30))
     assert batch.control and batch.transactional
