@@ -184,6 +184,31 @@ def test_the_lock_deadline_releases_what_would_not_finish_in_time() -> None:
     assert list(c.acks.values()).count("ACCEPT") < 6
 
 
+class _SlowFirstFlush(FakeProducer):
+    """The first flush takes 1.5 s (a transaction coordinator's failover), the others none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+
+    def flush(self, timeout: float) -> int:
+        self.flushes += 1
+        if self.flushes == 1:
+            time.sleep(1.5)
+        return super().flush(timeout)
+
+
+def test_one_slow_settling_does_not_release_every_later_chunk() -> None:
+    # A settling that took 1.5 s makes a chunk of a poll with 1 s left wait for the next
+    # delivery; not every later one (the average, refreshed only by settling, stayed put:
+    # each poll released unprocessed until the records' last delivery).
+    spec = _spec(lock_ms=2_000, chunk_size=1, time_budget_s=2.5)  # deadline 1 s after a poll
+    c, _, s = _run(spec, lambda r: b"x", [[Msg(0)], [Msg(1)], [Msg(2)], [Msg(3)]],
+                   _SlowFirstFlush())
+    assert c.acks == {0: "ACCEPT", 1: "RELEASE", 2: "ACCEPT", 3: "ACCEPT"}
+    assert s["released_lock_deadline"] == 1
+
+
 def test_an_exception_mid_poll_releases_every_unacknowledged_record() -> None:
     def fn(r: Record) -> None:
         if r.offset == 2:

@@ -254,6 +254,39 @@ def test_no_commit_too_close_to_the_polls_deadline() -> None:
     assert consumer.acks == {0: "RELEASE", 1: "RELEASE"}
 
 
+class _SlowFirstCommit(_TxnProducer):
+    """The first commit takes ``first_s`` (a transaction coordinator's failover), the
+    others no time."""
+
+    def __init__(self, first_s: float) -> None:
+        super().__init__()
+        self.first_s = first_s
+
+    def commit_transaction(self, timeout: float) -> None:
+        if not self.committed:
+            time.sleep(self.first_s)
+        super().commit_transaction(timeout)
+
+
+def test_one_slow_commit_does_not_refuse_every_later_one() -> None:
+    """A commit that took 1.2 s makes the commit check ask for 2.4 s of the lock (twice the
+    commits' average), more than a 2 s poll leaves: that poll's transaction is aborted, but
+    not every later one (the average, refreshed only by commits, stayed put and every
+    delivery of the records was aborted until the broker archived them): the refusal halves
+    it and the next poll's records commit."""
+    producer = _SlowFirstCommit(1.2)
+    settler, consumer, _ = _transactional(producer)
+    _settle(settler, _final(2), _poll(consumer, settler.stats))
+    assert len(producer.committed) == 1
+    outcomes = []
+    for dc in range(2, 6):  # the records' deliveries 2 to 5 (the limit: then archived)
+        consumer.acks.clear()
+        _settle(settler, _final(2, dc=dc), _poll(consumer, settler.stats, deadline_s=2.0))
+        outcomes.append(consumer.acks[0])
+    assert outcomes == ["RELEASE", "ACCEPT", "ACCEPT", "ACCEPT"], outcomes
+    assert settler.stats["transactions_aborted"] == 1
+
+
 def test_a_fenced_producer_stops_the_worker() -> None:
     producer = _TxnProducer(commits=[_kafka_error("PRODUCER_FENCED", fatal=True)])
     settler, consumer, _ = _transactional(producer)

@@ -246,8 +246,19 @@ class _Worker:
         # Renewed locks (native client) last as long as the function runs.
         work_s = 0.0 if self.renewer is not None else self.per_record_s * len(chunk)
         if poll.ends_past(work_s + self.settler.settle_s):
+            self._settling_refused(poll, work_s)
             return "released_lock_deadline"
         return None
+
+    def _settling_refused(self, poll: Poll, work_s: float) -> None:
+        """A chunk was cut for the settling's average (``settle_s``) alone: bring it down
+        (halved, and to half the time the poll had left after the work at most). It is
+        refreshed only by settling, which it then refuses: one slow settling (a commit
+        during the transaction coordinator's failover) released every later chunk
+        unprocessed until its records' last delivery."""
+        left = poll.deadline - time.monotonic() - work_s
+        if left > 0:
+            self.settler.settle_s = min(self.settler.settle_s / 2, left / 2)
 
     def release_but_last(self, msgs: list[Any], reason: str, poll: Poll) -> list[Any]:
         """RELEASE ``msgs`` (counted as ``reason``) but the records on their last delivery,
