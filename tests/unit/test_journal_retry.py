@@ -278,11 +278,13 @@ def test_a_bad_bound_names_the_option_the_value_and_the_fix(
 
 class _StubS3:
     """A loopback HTTP endpoint that answers every request ``status`` until ``until``
-    (monotonic), then 404 (an absent key); counts requests."""
+    (monotonic) and for its first ``at_least`` requests, then 404 (an absent key); counts
+    requests."""
 
     def __init__(self) -> None:
         self.status = 503
         self.until = 0.0
+        self.at_least = 0
         self.requests = 0
         stub = self
 
@@ -295,7 +297,8 @@ class _StubS3:
                 length = int(self.headers.get("Content-Length") or 0)
                 if length:
                     self.rfile.read(length)
-                code = stub.status if time.monotonic() < stub.until else 404
+                down = time.monotonic() < stub.until or stub.requests <= stub.at_least
+                code = stub.status if down else 404
                 body = b"<Error><Code>SlowDown</Code></Error>"
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(body)))
@@ -324,8 +327,9 @@ def stub_s3() -> Iterator[_StubS3]:
 
 
 def test_obstore_retries_503s_past_its_ten_retries_until_the_bound(stub_s3: _StubS3) -> None:
-    # obstore's default gives up after 10 retries (1.7-3.6 s); with the bound it goes on.
-    stub_s3.until = time.monotonic() + 4.0
+    # obstore's default gives up after 10 retries (1.7-3.6 s); with the bound it goes on. The
+    # outage lasts 4 s and 12 requests at least (a loaded machine makes fewer in 4 s).
+    stub_s3.until, stub_s3.at_least = time.monotonic() + 4.0, 12
     started = time.monotonic()
     with pytest.raises(FileNotFoundError):  # the store answered again: the key is absent
         stub_s3.store(20_000).read("j/committed")
