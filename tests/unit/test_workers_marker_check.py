@@ -165,6 +165,25 @@ def test_a_read_that_fails_fails_the_check(failure: str) -> None:
     assert probe.unassigned == 1
 
 
+def test_the_placeholder_groups_denied_lookup_does_not_fail_the_check() -> None:
+    # The probe's group.id is a placeholder librdkafka insists on; with exactly the listed ACLs
+    # its FindCoordinator is denied (GROUP_AUTHORIZATION_FAILED, delivered by consume). The
+    # assign()-ed read never uses the group: the check reads on (it aborted every transaction
+    # on a secured listener before).
+    class Denied(_Probe):
+        denied = False
+
+        def consume(self, n: int, timeout: float) -> list[_Rec]:
+            if not self.denied:
+                self.denied = True
+                return [_Rec(-1, error=KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))]
+            return super().consume(n, timeout)
+
+    probe = Denied([(b"1:0:def:5", _marker([("t", 0, 12, A)])), (OWN + b"4", _marker(MINE))])
+    assert _log(probe, since=0).check(MINE, OWN + b"4", _soon()) == \
+        [Overlap(b"1:0:def:5", 0, 1)]
+
+
 def test_the_retired_markers_bound_is_where_the_topic_ended_before_the_previous_poll() -> None:
     # The records of a poll may have been acquired by a fetch the previous (empty) poll began:
     # a tombstone below the topic's end before that poll was written before they were
