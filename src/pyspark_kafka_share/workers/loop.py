@@ -58,7 +58,13 @@ from pyspark_kafka_share.workers.inflight_poll import work_concurrently
 from pyspark_kafka_share.workers.outcome import Outcome, WorkerFunction
 from pyspark_kafka_share.workers.phases import Phases
 from pyspark_kafka_share.workers.retry import Pace, TokenBucket, worker_rate
-from pyspark_kafka_share.workers.settle import DLQ_HEADERS, AtLeastOnceSettler, Poll, Settler
+from pyspark_kafka_share.workers.settle import (
+    DLQ_HEADERS,
+    AtLeastOnceSettler,
+    Poll,
+    Settler,
+    eased,
+)
 from pyspark_kafka_share.workers.verdict import Final, call, resolve
 
 __all__ = ["DLQ_HEADERS", "DUPLICATE", "ArrowTask", "run_worker", "worker_task"]
@@ -258,7 +264,7 @@ class _Worker:
         unprocessed until its records' last delivery."""
         left = poll.deadline - time.monotonic() - work_s
         if left > 0:
-            self.settler.settle_s = min(self.settler.settle_s / 2, left / 2)
+            self.settler.settle_s = eased(self.settler.settle_s, 1, left)
 
     def release_but_last(self, msgs: list[Any], reason: str, poll: Poll) -> list[Any]:
         """RELEASE ``msgs`` (counted as ``reason``) but the records on their last delivery,

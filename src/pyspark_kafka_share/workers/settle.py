@@ -77,6 +77,15 @@ class Poll:
         self.ack([(m, Outcome.RELEASE) for m in msgs])
 
 
+def eased(average_s: float, margin_of: float, left_s: float) -> float:
+    """A time average (of settling, of commits) after a poll was refused for the margin it
+    asks alone (``margin_of`` times the average): halved, and at most so that the margin is
+    half the ``left_s`` the poll had. The average is refreshed only by what it refuses: one
+    slow settling or commit (a transaction coordinator's failover) would otherwise refuse
+    every later poll until the broker archived its records at their last delivery."""
+    return min(average_s / 2, left_s / (2 * margin_of))
+
+
 class Settler(Protocol):
     """What the worker loop hands its results to (one per worker, for its guarantee)."""
 

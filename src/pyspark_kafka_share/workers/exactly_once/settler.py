@@ -47,6 +47,7 @@ from pyspark_kafka_share.workers.settle import (
     Poll,
     ProduceFailures,
     dead_letter_items,
+    eased,
     output_failed,
     output_items,
     produce_all,
@@ -424,7 +425,7 @@ def _too_close(poll: Poll, eos: ExactlyOnce) -> str | None:
         return None
     left = poll.deadline - time.monotonic()
     if left > _COMMIT_MARGIN_S:
-        txn.commit_s = min(txn.commit_s / 2, left / 4)
+        txn.commit_s = eased(txn.commit_s, 2, left)
     return "the poll's lock deadline is too close"
 
 
