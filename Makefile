@@ -148,7 +148,7 @@ unit: $(STAMP)
 	$(PY) -m pytest -m "not broker and not spark" $(PYTEST_ARGS)
 
 test: $(STAMP) lint typecheck docs jars
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 # The cluster tier: a Spark standalone master and two workers (tests/cluster, marker
 # "cluster"), in a pytest process of its own; its summary shows what Spark really did.

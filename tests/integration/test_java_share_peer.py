@@ -28,6 +28,7 @@ from tests.helpers import read_topic, stop_when_drained, wait_for
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 BATCHES, PER_BATCH = 40, 10  # small producer batches: every fetch finds a few
+MAX_BATCHES = 300
 
 
 def _java_share_consumer(kafka: LocalKafka, group: str, topic: str,
@@ -44,15 +45,35 @@ def _java_share_consumer(kafka: LocalKafka, group: str, topic: str,
         return subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
 
 
-def _produce_in_batches(kafka: LocalKafka, topic: str) -> None:
-    """``BATCHES`` producer batches of ``PER_BATCH`` records (a flush after each), values
-    ``0``, ``1``, ..."""
+def _produce_until_split(kafka: LocalKafka, topic: str, java_out: Path, out: str) -> int:
+    """Producer batches of ``PER_BATCH`` records (a flush after each), values ``0``, ``1``, ...:
+    ``BATCHES`` of them, then more until both the Java consumer has printed a record and the
+    workers have written one (at most ``MAX_BATCHES``: which fetch a batch lands in is the
+    broker's choice, and on a loaded machine one side can take the first few hundred); the
+    count produced."""
     extra: dict[str, Any] = {"linger.ms": 0, "acks": "all"}
     producer = Producer(kafka.client_config(**extra))
-    for b in range(BATCHES):
+    b = 0
+    while b < BATCHES or (b < MAX_BATCHES and not (
+            java_out.stat().st_size and _written(kafka, out))):
         for i in range(PER_BATCH):
             producer.produce(topic, value=b"%d" % (b * PER_BATCH + i))
         assert producer.flush(30) == 0, "records left undelivered"
+        b += 1
+        if b >= BATCHES:
+            time.sleep(0.2)  # pacing only: lets both sides' fetches come back
+    return b * PER_BATCH
+
+
+def _written(kafka: LocalKafka, topic: str) -> bool:
+    """Whether ``topic`` (one partition) has a record."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = kafka.admin()  # held while its futures resolve: a dropped client never answers
+    spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    futures = admin.list_offsets({TopicPartition(topic, 0): spec}, request_timeout=20)
+    return any(f.result(timeout=20).offset > 0 for f in futures.values())
 
 
 def _members(admin: ShareGroupAdmin, group: str) -> int:
@@ -82,7 +103,7 @@ def test_a_java_share_consumer_and_two_native_workers_split_the_records_once(
         with ShareGroupAdmin(kafka.bootstrap_servers) as admin:
             wait_for(lambda: _members(admin, group), lambda n: n == 3, 120,
                      "the Java consumer and both workers in the group")
-        _produce_in_batches(kafka, src)
+        produced = _produce_until_split(kafka, src, java_out, out)
         summary = stop_when_drained(job, kafka, group, timeout_s=180)  # bounds a hang only
         job = None
     finally:
@@ -94,7 +115,7 @@ def test_a_java_share_consumer_and_two_native_workers_split_the_records_once(
     workers_got = [(m.value() or b"").decode()
                    for m in read_topic(kafka, out, summary.totals["accepted"])]
     every = Counter(java_got + workers_got)
-    expected = {str(i) for i in range(BATCHES * PER_BATCH)}
+    expected = {str(i) for i in range(produced)}
     note = (f"Java consumer: {len(java_got)} records; the native workers: {len(workers_got)}; "
             f"Java's stderr: {java_err.read_text()[-2000:]}")
     assert set(every) == expected, f"missing {sorted(expected - set(every))[:5]}; {note}"
