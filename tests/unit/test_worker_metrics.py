@@ -23,7 +23,7 @@ from pyspark_kafka_share.exporter.workers import (
     WorkerMetrics,
     serve_worker_metrics,
 )
-from pyspark_kafka_share.workers.api import COUNTERS, WorkerJob, _totals
+from pyspark_kafka_share.workers.api import COUNTERS, WorkerJob, WorkerSummary, _totals
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.control import Endpoint
 from pyspark_kafka_share.workers.control_state import ControlState
@@ -272,3 +272,12 @@ def test_the_listener_s_terminated_query_keeps_its_counters_not_its_lag() -> Non
     assert ("kafka_share_query_lag", q) not in s  # the report's lag: from before the batch
     assert s[("kafka_share_query_batch_records_total", q)] == 10
     assert s[("kafka_share_query_active", q)] == 0
+
+
+def test_the_summary_says_where_the_time_went() -> None:
+    totals = _totals([{"function_ms": 41_200, "function_max_ms": 1_020, "txn_commit_ms": 300,
+                       "txn_commit_max_ms": 40}, {"function_ms": 800, "function_max_ms": 90}])
+    text = str(WorkerSummary(1.0, "idle timeout", totals))
+    assert ("  time per phase, all workers: function 42.0s (max 1.02s), "
+            "txn_commit 0.3s (max 0.04s)") in text.splitlines()
+    assert "time per phase" not in str(WorkerSummary(1.0, "idle timeout", _totals([{}])))

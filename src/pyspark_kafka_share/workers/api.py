@@ -58,7 +58,7 @@ from pyspark_kafka_share.workers.mistakes import (
     unknown_fate,
 )
 from pyspark_kafka_share.workers.outcome import Outcome, Record, Result, WorkerFunction
-from pyspark_kafka_share.workers.phases import MAXIMA, PHASES
+from pyspark_kafka_share.workers.phases import MAXIMA, PHASES, phase_line
 from pyspark_kafka_share.workers.preflight import (
     check_callables,
     check_environment,
@@ -192,6 +192,7 @@ class WorkerSummary:
                 f"  retries in place={t['retries']} (waited {t['retry_wait_ms']} ms) "
                 f"rate limit waits={t['rate_limit_wait_ms']} ms released by the rate limit="
                 f"{t['released_rate_limit']} undecodable={t['undecodable']}")
+        lines.extend(line for line in [phase_line(t)] if line)
         if self.on_progress_failures:
             lines.append(f"  on_progress raised {self.on_progress_failures} time(s) (the first "
                          "is logged with its traceback)")

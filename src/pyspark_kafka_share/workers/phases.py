@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-__all__ = ["MAXIMA", "PHASES", "Phases"]
+__all__ = ["MAXIMA", "PHASES", "Phases", "phase_line"]
 
 PHASES = ("poll_wait", "marker_wait", "marker_open_txn", "marker_gc", "function", "txn_held",
           "txn_produce", "txn_check", "txn_commit", "txn_ack")
@@ -62,3 +62,12 @@ class Phases:
             yield
         finally:
             self.add(phase, time.monotonic() - t0)
+
+
+def phase_line(totals: Mapping[str, int]) -> str | None:
+    """The summary's line of where the time went: each phase that took any, its total and its
+    longest single occurrence (``function 41.2s (max 1.02s)``); None when none was timed."""
+    parts = [f"{p} {totals.get(f'{p}_ms', 0) / 1000:.1f}s "
+             f"(max {totals.get(f'{p}_max_ms', 0) / 1000:.2f}s)"
+             for p in PHASES if totals.get(f"{p}_ms") or totals.get(f"{p}_max_ms")]
+    return "  time per phase, all workers: " + ", ".join(parts) if parts else None
