@@ -153,10 +153,14 @@ def test_the_deadline_too_close_with_a_renew_is_tried_again() -> None:
     settler, _, _ = _transactional(producer)
     native = FakeNative([])
     poll, final = _native_poll(settler, native, 0.1)
+    rest = NativeMessage(ShareRecord("in", 0, 9, 1, None, b"v", (), 1, time.monotonic() + 30))
+    poll.unacked = [*(m for m, _, _ in final), rest]  # the poll's next chunk, not processed yet
     _settle(settler, final, poll)
     assert producer.events == ["begin", "abort", "begin", "commit"]
     assert native.acks == {0: "ACCEPT", 1: "ACCEPT"} and _counts(settler) == (1, 0)
-    assert poll.deadline > time.monotonic() + 10
+    # The deadline moved for the whole poll: every record it holds was renewed with them.
+    assert poll.deadline > time.monotonic() + 10 and poll.unacked == [rest]
+    assert settler.stats["renewed"] == 3 + 2  # the poll before the retry, its check
 
 
 def test_a_renew_the_leader_refuses_archives_loudly() -> None:

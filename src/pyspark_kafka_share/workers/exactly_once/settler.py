@@ -311,9 +311,11 @@ class TransactionalSettler:
             return result.why
         if tries >= _LAST_DELIVERY_RETRIES:
             return f"{result.why}; {tries + 1} transactions tried"
-        if isinstance(poll.session, Renewing):
+        if isinstance(poll.session, Renewing):  # every record the poll holds: its deadline
             start = time.monotonic()
-            lost = _not_held(poll, [m for m, _, _ in last])
+            ids = {id(m) for m, _, _ in last}
+            lost = _not_held(poll, [*(m for m, _, _ in last),
+                                    *(m for m in poll.unacked if id(m) not in ids)])
             if lost is not None:
                 return f"{result.why}; then {lost}"
             poll.deadline = max(poll.deadline, start + self.eos.lock_budget_s)
