@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "ArtifactNotFoundError",
@@ -160,11 +160,17 @@ class Fenced(BrokerError):
 class TransactionFailed(BrokerError):
     """A transaction was aborted (or its outcome is unknown): its records are RELEASEd, and a
     redelivery finds the marker if the commit went through after all. ``fatal``: the producer
-    is unusable (e.g. its transaction state was lost with a broker restart) and is replaced."""
+    is unusable (e.g. its transaction state was lost with a broker restart) and is replaced,
+    and the outcome is unknown until the new producer's ``init_transactions``. ``locks``:
+    whether the worker still holds the transaction's records (``"held"``: a new transaction
+    of the same records may commit), or they were handed to another attempt (``"elsewhere"``),
+    or nobody can tell (``"unknown"``: a connection lost, a RENEW refused)."""
 
-    def __init__(self, text: str, *, fatal: bool = False) -> None:
+    def __init__(self, text: str, *, fatal: bool = False,
+                 locks: Literal["held", "elsewhere", "unknown"] = "held") -> None:
         super().__init__(text)
         self.fatal = fatal
+        self.locks = locks
 
 
 class ErrorCode(IntEnum):

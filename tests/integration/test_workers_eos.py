@@ -556,3 +556,57 @@ def test_a_commit_whose_outcome_is_unknown_is_not_acknowledged(
             assert set(calls.values()) == {1}, str(summary)
         else:  # run again, once
             assert max(calls.values()) == 2, str(summary)
+
+
+def _released_first(log: str) -> Any:
+    """:func:`_work`, but a record's first delivery is RELEASEd untouched: with a delivery
+    limit of 2 every record is processed on its last delivery."""
+    work: Callable[[Record], Result] = _work(log)
+
+    def released_first(rec: Record) -> Result:
+        if rec.delivery_count < 2:
+            return Result.release("first delivery")
+        return work(rec)
+
+    return released_first
+
+
+@pytest.mark.parametrize("client", ["librdkafka", "native"])
+def test_a_commit_failed_on_the_last_delivery_loses_nothing(
+    client: ShareClient, kafka: LocalKafka, topic_factory: TopicFactory, group: str,
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """Issue 37: the group's ``share.delivery.count.limit`` at its minimum (2) and every
+    record's first delivery RELEASEd, so each transaction with a marker holds records on their
+    last delivery; each worker's first one fails its commit with the retriable timeout of a
+    lost reply, the transaction not committed (``timeout-commit:committed=0``). A RELEASE there
+    made the broker archive the records: no output, no dead letter (on main: the outputs of
+    the first transactions missing). Now the worker replaces its producer (which aborts the
+    transaction), reads the markers (none covers them) and commits them in a new transaction:
+    every origin once for a read_committed reader, nothing archived. With the native client
+    the records are RENEWed before the new transaction."""
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    produce_spread(kafka, src, 2, N)
+    log = str(tmp_path / "calls.jsonl")
+    kafka.set_group_config(group, "share.delivery.count.limit", 2)
+    # A lock 30 s long: the test waits for no lock to expire (the RELEASEs redeliver at once),
+    # and the retry (a new producer, a marker read, a transaction) must fit in its budget on a
+    # loaded machine.
+    kafka.set_group_config(group, "share.record.lock.duration.ms", 30_000)
+    job = start_workers(spark, _released_first(log), topics=src, group=group,
+                        bootstrap_servers=kafka.bootstrap_servers, workers=2, chunk_size=5,
+                        output_topic=out, dead_letter_topic=dlq, exactly_once_outputs=True,
+                        max_attempts=2, on_progress=False, client=client,
+                        **worker_faults("timeout-commit:attempt=0:seq=1:committed=0"))
+    summary = stop_when_drained(job, kafka, group)
+    print(f"{summary}\n{summary.workers}")  # shown if it fails
+    aborted = _assert_each_origin_once(kafka, src, out, dlq)
+    t = summary.totals
+    assert aborted >= 1, str(summary)  # the failed commit's outputs, aborted
+    assert t["transactions_aborted"] >= 1 and t["producers_replaced"] >= 1, str(summary)
+    assert t["last_delivery_retries"] >= 1 and t["last_delivery_archived"] == 0, str(summary)
+    if client == "native":  # every RENEW (the commit checks', the retries') confirmed
+        assert t["renewed"] >= 1 and t["renew_failures"] == 0, str(summary)
+    if _every_attempt_lived(summary):
+        assert (t["accepted"], t["rejected"]) == (N - 9, 9), str(summary)
+        assert set(_calls(log).values()) == {1}, str(summary)  # run once, on the last delivery

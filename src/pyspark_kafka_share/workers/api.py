@@ -96,7 +96,8 @@ _COUNTERS = ("received", "processed", "accepted", "released", "rejected", "dead_
              # exactly_once_outputs (0 without it): docs/workers.md, "Counters"
              "transactions", "transactions_aborted", "already_committed", "marker_wait_ms",
              "marker_conflicts", "marker_overlaps_aborted", "released_marker_wait",
-             "unchecked_last_deliveries", "producers_replaced",
+             "unchecked_last_deliveries", "producers_replaced", "last_delivery_retries",
+             "last_delivery_archived",
              # concurrency (issue 40; 0 without it): docs/workers.md, "Many calls in flight"
              "released_in_flight", "late_discarded", "slot_ms", "slot_capacity_ms",
              # issue 40: retries in place, the rate limit, decoding (docs/workers.md, "Counters")
@@ -180,7 +181,15 @@ class WorkerSummary:
                 f"{t['marker_overlaps_aborted']} released at the marker wait="
                 f"{t['released_marker_wait']} unchecked last deliveries="
                 f"{t['unchecked_last_deliveries']} producers replaced="
-                f"{t['producers_replaced']}")
+                f"{t['producers_replaced']} last deliveries retried="
+                f"{t['last_delivery_retries']} last deliveries archived="
+                f"{t['last_delivery_archived']}")
+            if t["last_delivery_archived"]:  # lost: never silent
+                lines.append(
+                    f"  WARNING: {t['last_delivery_archived']} record(s) on their last delivery "
+                    "were RELEASEd after their transaction was not committed and archived by "
+                    "the broker, without an output or a dead letter (the workers' log names "
+                    "them and why)")
         if t["slot_capacity_ms"]:
             lines.append(
                 f"  concurrency: slots filled {self.slots_filled:.0%} (mean calls in flight / "

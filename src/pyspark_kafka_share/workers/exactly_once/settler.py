@@ -18,6 +18,14 @@ The commit check (:meth:`TransactionalSettler._check_commit`): no connection los
 poll, no other attempt's marker over the transaction's records written since the poll's
 barrier began (:meth:`~.markers.MarkerLog.check`; ``marker_overlaps_aborted``), the deadline
 not too close; else abort and RELEASE.
+
+Not committed while the worker still holds the locks (an abort, a commit of unknown outcome,
+the deadline too close, a refused marker): the records on their last delivery, which a
+RELEASE would make the broker archive, are not RELEASEd but put in a new transaction
+(:meth:`TransactionalSettler._last_deliveries`; at most ``_LAST_DELIVERY_RETRIES``, before
+the deadline, with the native client after a RENEW; after an unknown outcome only those its
+marker did not decide). What cannot be is RELEASEd, counted (``last_delivery_archived``) and
+logged. The table: docs/design.md, "A transaction not committed on a last delivery".
 """
 
 from __future__ import annotations
@@ -28,16 +36,16 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pyspark_kafka_share._kafka.faults import Faults
 from pyspark_kafka_share._kafka.share import lock_budget_s, split_last_delivery
 from pyspark_kafka_share.errors import BrokerError, Fenced, TransactionFailed
 from pyspark_kafka_share.workers.config import WorkerSpec
 from pyspark_kafka_share.workers.consumer import Renewing
-from pyspark_kafka_share.workers.exactly_once.markers import Origin, origins_of
+from pyspark_kafka_share.workers.exactly_once.markers import Origin, Overlap, origins_of
 from pyspark_kafka_share.workers.exactly_once.transactions import ExactlyOnce
 from pyspark_kafka_share.workers.outcome import Outcome
 from pyspark_kafka_share.workers.phases import Phases
@@ -57,8 +65,10 @@ from pyspark_kafka_share.workers.verdict import Final
 __all__ = ["Committed", "NotCommitted", "Refused", "TransactionalSettler"]
 
 _log = logging.getLogger(__name__)
+Locks = Literal["held", "elsewhere", "unknown"]  # TransactionFailed.locks
 
 _COMMIT_MARGIN_S = 0.2  # at least this much of the lock budget left for a commit
+_LAST_DELIVERY_RETRIES = 2  # new transactions for last deliveries after one not committed
 
 
 @dataclass(frozen=True)
@@ -79,9 +89,13 @@ class Refused:
 
 @dataclass(frozen=True)
 class NotCommitted:
-    """Neither committed nor refused (aborted, outcome unknown, or fenced): ``why``."""
+    """Neither committed nor refused (aborted, outcome unknown, or fenced): ``why``; whether
+    the worker still holds the records (``locks``, as :class:`TransactionFailed` says), and
+    whether the outcome is ``unknown`` (a commit that timed out: the markers decide)."""
 
     why: str
+    locks: Locks = "held"
+    unknown: bool = False
 
 
 TransactionResult = Committed | Refused | NotCommitted
@@ -208,24 +222,106 @@ class TransactionalSettler:
         try on the last delivery) and it is tried once more. So one refused output costs no
         other record an attempt.
         Not committed: everything left is RELEASEd (a commit that went through after all is
-        found by the marker check when the records come back)."""
+        found by the marker check when the records come back), but the records on their last
+        delivery, tried again in a new transaction while that is safe
+        (:meth:`_last_deliveries`)."""
         todo: _Todo = [(final, False)]
         refused = False
+        tries = 0
         while todo:
             group, retried = todo.pop(0)
             result = self._transact_group(group, poll)
             if isinstance(result, Committed):
                 continue
-            if isinstance(result, NotCommitted):
-                _release_all(poll, [group, *(g for g, _ in todo)])
-                return refused
-            refused = True
-            self._after_refusal(result)
-            if not result.records:  # only the marker or a tombstone: no record's own fault
-                _release_all(poll, [group, *(g for g, _ in todo)])
-                return True
-            self._split(group, retried, result.records, todo, poll)
+            if isinstance(result, Refused):
+                refused = True
+                self._after_refusal(result)
+                if result.records:
+                    self._split(group, retried, result.records, todo, poll)
+                    continue
+                # Only the marker or a tombstone: no record's own fault (and aborted).
+                result = NotCommitted(f"a produce to the marker topic failed: {result.own}")
+            again = self._last_deliveries([group, *(g for g, _ in todo)], result, poll, tries)
+            todo = [(again, False)] if again else []
+            tries += 1
         return refused
+
+    def _last_deliveries(self, groups: list[list[Final]], result: NotCommitted, poll: Poll,
+                         tries: int) -> list[Final]:
+        """After a transaction was not committed (``tries`` after the first): RELEASE the
+        records of ``groups`` (a later delivery retries them), but those on their last
+        delivery, which a RELEASE would make the broker archive: returned for a new
+        transaction (the same outputs and dead letters, a new marker) while the worker holds
+        their locks, a few times at most and before the deadline (with the native client
+        renewed first). After an unknown outcome the markers are read first: those its marker
+        decided are acknowledged as it did. The others are RELEASEd, counted as
+        ``last_delivery_archived`` and logged (unless another attempt's marker covers them:
+        theirs to settle)."""
+        limit = self.spec.delivery_limit
+        items = [x for g in groups for x in g]
+        last = [x for x in items if x[0].delivery_count() >= limit]
+        poll.release([m for m, _, _ in items if m.delivery_count() < limit])
+        if last and result.unknown and result.locks == "held" and self.stop_reason is None:
+            last = self._undecided_last(last, poll)
+        if not last:
+            return []
+        why = self._why_not_again(result, last, poll, tries)
+        if why is None:
+            self.stats["last_delivery_retries"] += 1
+            return last
+        poll.release([m for m, _, _ in last])
+        if result.locks != "elsewhere":
+            self._archived(last, why)
+        return []
+
+    def _archived(self, last: Sequence[Final], why: str) -> None:
+        """``last`` was RELEASEd on its last delivery: counted and logged, never silent."""
+        self.stats["last_delivery_archived"] += len(last)
+        _log.warning(
+            "kafka-share worker %d: %d record(s) on their last delivery RELEASEd after their "
+            "transaction was not committed (%s); the broker archives them, without an output "
+            "or a dead letter: %s", self.index, len(last), why,
+            ", ".join(f"{m.topic()}-{m.partition()}@{m.offset()}" for m, _, _ in last[:20])
+            + (" ..." if len(last) > 20 else ""))
+
+    def _undecided_last(self, last: list[Final], poll: Poll) -> list[Final]:
+        """After a commit of unknown outcome (the producer replaced: its ``init_transactions``
+        completed or aborted the transaction): the committed markers read to the topic's end;
+        the records a marker decided are acknowledged as it did, the others returned. Not
+        read by the deadline: none returned, all RELEASEd (a new transaction could output
+        them twice)."""
+        with self.phases.timed("marker_wait"):
+            done = self.eos.log.catch_up(poll.deadline)
+        if not done:
+            poll.release([m for m, _, _ in last])
+            self._archived(last, "a commit of unknown outcome, and the markers could not be "
+                           "read by the deadline to tell")
+            return []
+        undecided = {id(m) for m in self.undecided([m for m, _, _ in last], poll)}
+        return [x for x in last if id(x[0]) in undecided]
+
+    def _why_not_again(self, result: NotCommitted, last: list[Final], poll: Poll,
+                       tries: int) -> str | None:
+        """Why ``last`` (records on their last delivery) cannot go in a new transaction after
+        ``result``, or None: the locks held, a try left, the native client's RENEW confirmed
+        (the deadline moves), time left for a commit."""
+        if self.stop_reason is not None:
+            return f"{result.why}; the worker stops"
+        if result.locks != "held":
+            return result.why
+        if tries >= _LAST_DELIVERY_RETRIES:
+            return f"{result.why}; {tries + 1} transactions tried"
+        if isinstance(poll.session, Renewing):  # every record the poll holds: its deadline
+            start = time.monotonic()
+            ids = {id(m) for m, _, _ in last}
+            lost = _not_held(poll, [*(m for m, _, _ in last),
+                                    *(m for m in poll.unacked if id(m) not in ids)])
+            if lost is not None:
+                return f"{result.why}; then {lost}"
+            poll.deadline = max(poll.deadline, start + self.eos.lock_budget_s)
+        if poll.ends_past(max(_COMMIT_MARGIN_S, 2 * self.eos.txn.commit_s)):
+            return f"{result.why}; no time left for another before the lock deadline"
+        return None
 
     def _split(self, group: list[Final], retried: bool, failed: dict[int, str], todo: _Todo,
                poll: Poll) -> None:
@@ -251,7 +347,7 @@ class TransactionalSettler:
                                      [m for m, _, _ in group])
         except TransactionFailed as exc:
             self._aborted(exc)
-            return NotCommitted(str(exc))
+            return NotCommitted(str(exc), exc.locks, unknown=exc.fatal)
         except Fenced as exc:
             self.stop_reason = str(exc)
             return NotCommitted(str(exc))
@@ -373,21 +469,32 @@ class TransactionalSettler:
         eos = self.eos
         waived = "ignore-deadline" in faults.points
         until = time.monotonic() + self.config.broker_timeout_s if waived else poll.deadline
-        why = eos.session_lost() or self._overlap(key, origins, until) or (
-            None if waived else _too_close(poll, eos)) or _not_held(poll, held)
-        if why is not None:
-            eos.txn.abort(why)
-            raise TransactionFailed(f"not committed: {why}")
+        found: list[Overlap] = []
 
-    def _overlap(self, key: bytes | None, origins: list[Origin], until: float) -> str | None:
-        """Why the transaction of marker ``key`` must not commit for what the marker topic
-        holds from the poll's barrier up to ``key``, read until ``until`` (None: it may)."""
-        if key is None:
+        def unread() -> str | None:  # the markers from the barrier up to the own one
+            nonlocal found
+            read = [] if key is None else eos.log.check(origins, key, until)
+            if read is None:
+                return "the markers since the poll's barrier could not be read up to its own"
+            found = read
             return None
-        found = self.eos.log.check(origins, key, until)
-        if found is None:
-            return "the markers since the poll's barrier could not be read up to its own"
-        if not found:
+
+        checks: list[tuple[Locks, Callable[[], str | None]]] = [
+            ("unknown", eos.session_lost), ("unknown", unread),
+            ("elsewhere", lambda: self._overlap(key, origins, found)),
+            ("held", lambda: None if waived else _too_close(poll, eos)),
+            ("unknown", lambda: _not_held(poll, held))]
+        for locks, check in checks:
+            why = check()
+            if why is not None:
+                eos.txn.abort(why)
+                raise TransactionFailed(f"not committed: {why}", locks=locks)
+
+    def _overlap(self, key: bytes | None, origins: list[Origin],
+                 found: list[Overlap]) -> str | None:
+        """Why the transaction of marker ``key`` must not commit for the other attempts'
+        markers ``found`` from the poll's barrier up to ``key`` (None: it may)."""
+        if key is None or not found:
             return None
         self.stats["marker_overlaps_aborted"] += 1
         log = self.eos.log
@@ -456,6 +563,3 @@ def _not_held(poll: Poll, held: Sequence[Any]) -> str | None:
             + ", ".join(f"{tp.topic}-{tp.partition}: {why}"
                         for tp, why in sorted(settled.failed.items())) + ")")
 
-
-def _release_all(poll: Poll, groups: list[list[Final]]) -> None:
-    poll.release([m for g in groups for m, _, _ in g])
