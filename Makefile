@@ -91,7 +91,7 @@ endef
 venvs_of = $(foreach s,$(filter-out main,$(foreach p,$(1),$(firstword $(subst :, ,$(p))))),\
 	.venv-spark-$(s)/.installed)
 
-.PHONY: demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers test-brokers-ci chaos-scale toxiproxy promtool promtool-if-go test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench bench-journal clean help
+.PHONY: ci-deps demo demo-workers demo-delta docs docs-serve test test-cluster test-brokers test-brokers-ci chaos-scale toxiproxy promtool promtool-if-go test-versions test-spark-lines test-spark-oldest test-kafka-versions test-connect chaos chaos-long unit lint typecheck jars bench bench-journal clean help
 
 help:
 	@echo "make demo   - run the kafka-share pipeline on an embedded Kafka broker"
@@ -201,6 +201,10 @@ test-brokers: $(STAMP) jars $(TOXIPROXY)
 # distinct failures (docs/deployment.md lists them and their minutes: about 5:45 at load
 # average 13-25 on 2 cores, hence 480 s).
 BROKERS_CI_TIMEOUT ?= 480
+# What .ci/run's lanes share, installed once before they start in parallel: the venv, the
+# broker's jars, the version tiers' venvs, Toxiproxy.
+ci-deps: $(STAMP) jars $(TOXIPROXY) $(call venvs_of,$(VERSION_PAIRS))
+
 test-brokers-ci: $(STAMP) jars $(TOXIPROXY)
 	timeout -s INT -k 60 $(BROKERS_CI_TIMEOUT) $(PY) -m pytest -m brokers_ci tests/brokers \
 		$(PYTEST_ARGS)
