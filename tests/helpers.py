@@ -46,16 +46,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
-from confluent_kafka import (
-    AcknowledgeType,
-    Consumer,
-    KafkaException,
-    Message,
-    ShareConsumer,
-    TopicPartition,
-)
+from confluent_kafka import AcknowledgeType, Consumer, KafkaException, Message, ShareConsumer
 from pyspark import cloudpickle
 
+from pyspark_kafka_share._kafka.group import list_offsets
+from pyspark_kafka_share._kafka.partition import TopicPartition as KernelTopicPartition
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.errors import KafkaShareError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
@@ -383,17 +378,19 @@ def _empty_logs(kafka: LocalKafka, partitions: list[tuple[str, int]]) -> bool:
     partition no record was ever fetched from (Kafka 4.2-4.4): with all of a test's records
     produced within one sticky-partitioner window, the other partition reads unknown for
     ever, although nothing there waits."""
+    return log_offsets(kafka, partitions, "earliest") == log_offsets(kafka, partitions, "latest")
+
+
+def log_offsets(kafka: LocalKafka, partitions: list[tuple[str, int]], which: str) -> list[int]:
+    """The log start (``which="earliest"``) or end (``"latest"``) offset of each of
+    ``partitions``, in their order (ListOffsets, the kernel's :func:`list_offsets`)."""
     from confluent_kafka.admin import OffsetSpec
 
-    admin = kafka.admin()  # held while its futures resolve: a dropped client never answers
-
-    def offsets(spec: OffsetSpec) -> list[int]:
-        futures = admin.list_offsets(
-            {TopicPartition(t, p): spec for t, p in partitions}, request_timeout=20)
-        return [int(f.result(timeout=20).offset) for f in futures.values()]
-
-    return offsets(OffsetSpec.earliest()) == offsets(  # type: ignore[no-untyped-call]
-        OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    tps = [KernelTopicPartition(t, p) for t, p in partitions]
+    spec = (OffsetSpec.earliest if which == "earliest"
+            else OffsetSpec.latest)()  # type: ignore[no-untyped-call]
+    got = list_offsets(kafka.admin(), tps, spec, 20.0)
+    return [got[tp] for tp in tps]
 
 
 def stop_when_drained(job: WorkerJob, kafka: LocalKafka, group: str, timeout_s: float = 300,

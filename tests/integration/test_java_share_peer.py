@@ -23,7 +23,7 @@ from pyspark_kafka_share.harness.broker_files import tool_log4j
 from pyspark_kafka_share.harness.jars import ensure_jars, require_tool
 from pyspark_kafka_share.workers import Record, Result, start_workers
 from tests.fixtures.kafka import TopicFactory
-from tests.helpers import read_topic, stop_when_drained, wait_for
+from tests.helpers import log_offsets, read_topic, stop_when_drained, wait_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
@@ -67,13 +67,7 @@ def _produce_until_split(kafka: LocalKafka, topic: str, java_out: Path, out: str
 
 def _written(kafka: LocalKafka, topic: str) -> bool:
     """Whether ``topic`` (one partition) has a record."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
-    admin = kafka.admin()  # held while its futures resolve: a dropped client never answers
-    spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    futures = admin.list_offsets({TopicPartition(topic, 0): spec}, request_timeout=20)
-    return any(f.result(timeout=20).offset > 0 for f in futures.values())
+    return log_offsets(kafka, [(topic, 0)], "latest")[0] > 0
 
 
 def _members(admin: ShareGroupAdmin, group: str) -> int:
