@@ -319,7 +319,7 @@ class TransactionalSettler:
             if lost is not None:
                 return f"{result.why}; then {lost}"
             poll.deadline = max(poll.deadline, start + self.eos.lock_budget_s)
-        if poll.ends_past(max(_COMMIT_MARGIN_S, 2 * self.eos.txn.commit_s)):
+        if poll.ends_past(_commit_margin_s(self.eos)):
             return f"{result.why}; no time left for another before the lock deadline"
         return None
 
@@ -517,6 +517,12 @@ class TransactionalSettler:
             os._exit(137)
 
 
+def _commit_margin_s(eos: ExactlyOnce) -> float:
+    """The lock time a commit needs left: twice the moving average of the commits' time, at
+    least ``_COMMIT_MARGIN_S`` (the commit check's and a last delivery's retry's alike)."""
+    return max(_COMMIT_MARGIN_S, 2 * eos.txn.commit_s)
+
+
 def _too_close(poll: Poll, eos: ExactlyOnce) -> str | None:
     """Why the poll's lock deadline leaves no time to commit, or None: less than the margin
     (twice the moving average of the commits' time, at least ``_COMMIT_MARGIN_S``) left.
@@ -528,7 +534,7 @@ def _too_close(poll: Poll, eos: ExactlyOnce) -> str | None:
     for the average alone brings it down (halved, and to a margin of half the time this poll
     had left at most): a poll like this one commits and measures the time again."""
     txn = eos.txn
-    if not poll.ends_past(max(_COMMIT_MARGIN_S, 2 * txn.commit_s)):
+    if not poll.ends_past(_commit_margin_s(eos)):
         return None
     left = poll.deadline - time.monotonic()
     if left > _COMMIT_MARGIN_S:
