@@ -364,21 +364,24 @@ def group_lag(kafka: LocalKafka, group: str) -> int | None:
     the broker cannot tell (no share state yet, a coordinator loading after a restart)."""
     try:
         with ShareGroupAdmin(kafka.bootstrap_servers, timeout_s=20) as admin:
-            offsets = admin.offsets(group)
-            unknown = [(o.topic, o.partition) for o in offsets if o.lag is None]
-            if not offsets or (unknown and not _empty_logs(kafka, unknown)):
-                return None
-            return admin.total_lag(group, offsets)
+            return known_lag(kafka, {(o.topic, o.partition): o.lag for o in admin.offsets(group)})
     except (KafkaShareError, KafkaException, OSError):
         return None
 
 
-def _empty_logs(kafka: LocalKafka, partitions: list[tuple[str, int]]) -> bool:
-    """Whether every one of ``partitions`` has an empty log. The broker reports no lag for a
-    partition no record was ever fetched from (Kafka 4.2-4.4): with all of a test's records
-    produced within one sticky-partitioner window, the other partition reads unknown for
-    ever, although nothing there waits."""
-    return log_offsets(kafka, partitions, "earliest") == log_offsets(kafka, partitions, "latest")
+def known_lag(kafka: LocalKafka, lags: Mapping[tuple[str, int], int | None]) -> int | None:
+    """The sum of ``lags`` (each partition's lag as the group reports it, ``None``: unknown);
+    ``None`` if there are none or a partition's lag is unknown while its log holds records.
+
+    The broker reports no lag for a partition no record was ever fetched from (Kafka 4.2-4.4):
+    with all of a test's records produced within one sticky-partitioner window, the other
+    partition reads unknown for ever, although nothing there waits. Such a partition, its log
+    empty (ListOffsets earliest = latest), counts 0. Every test's "drained" reads lag here."""
+    unknown = [tp for tp, lag in lags.items() if lag is None]
+    if not lags or (unknown and log_offsets(kafka, unknown, "earliest")
+                    != log_offsets(kafka, unknown, "latest")):
+        return None
+    return sum(lag for lag in lags.values() if lag is not None)
 
 
 def log_offsets(kafka: LocalKafka, partitions: list[tuple[str, int]], which: str) -> list[int]:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 from pyspark import cloudpickle
 
 from pyspark_kafka_share.errors import KafkaShareError
@@ -49,6 +50,7 @@ from tests.helpers import (
     DRIVER_LOG_SENTINEL,
     assert_exactly_once,
     driver_log,
+    known_lag,
     sink_keys,
     stop_when_drained,
     wait_for,
@@ -209,7 +211,8 @@ def _reports(q: Any) -> list[dict[str, Any]]:
     return [dict(json.loads(p.sources[0].latestOffset or "{}")) for p in q.recentProgress]
 
 
-def _group_lags(kafka: LocalKafka, user: str, listener: str, group: str) -> list[int | None]:
+def _group_lags(kafka: LocalKafka, user: str, listener: str,
+                group: str) -> dict[tuple[str, int], int | None]:
     """Each partition's lag as the group's DescribeShareGroupOffsets gives it to ``user`` on
     ``listener`` (the package's protocol client: what the source reads the lag with)."""
     from pyspark_kafka_share._kafka.protocol.client import KafkaProtocolClient, iter_partitions
@@ -220,21 +223,19 @@ def _group_lags(kafka: LocalKafka, user: str, listener: str, group: str) -> list
     client = KafkaProtocolClient(kafka.secured.bootstrap(listener), connection=connection,
                                  timeout_s=30)
     with client:
-        return [p.lag for _, p in iter_partitions(client.describe_share_group_offsets(group))]
+        return {(t, p.partition): p.lag
+                for t, p in iter_partitions(client.describe_share_group_offsets(group))}
 
 
 def _total_lag(kafka: LocalKafka, user: str, listener: str, group: str) -> int | None:
-    """The group's total lag read as :func:`_group_lags` reads it; ``None`` while unknown (no
-    share state yet, a partition's lag not known, the read failed): what
+    """The group's total lag read as :func:`_group_lags` reads it, counted as
+    ``tests.helpers.known_lag`` counts it (``None`` while unknown, or the read failed): what
     ``tests.helpers.stop_when_drained`` takes on a listener where ``group_lag`` (no
     credentials) reads nothing."""
     try:
-        lags = _group_lags(kafka, user, listener, group)
-    except (KafkaShareError, OSError):
+        return known_lag(kafka, _group_lags(kafka, user, listener, group))
+    except (KafkaShareError, KafkaException, OSError):
         return None
-    if not lags or any(lag is None for lag in lags):
-        return None
-    return sum(lag for lag in lags if lag is not None)
 
 
 def _group_start_offsets(kafka: LocalKafka, user: str, listener: str,
@@ -338,8 +339,8 @@ def test_source_exactly_once_with_lag_and_no_trailing_empty_batch(
     df = _reader(spark, security, topic, group, tmp_path / "journal", **options)
     q = _run_available_now(df, tmp_path / "out", tmp_path / "chk")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
-    _assert_lag_and_no_trailing_empty_batch(q, len(expected),
-                                            _group_lags(secured, ALICE, listener, group))
+    lags_after = list(_group_lags(secured, ALICE, listener, group).values())
+    _assert_lag_and_no_trailing_empty_batch(q, len(expected), lags_after)
 
 
 @pytest.mark.parametrize("listener", ["sasl_ssl", "ssl"], ids=["sasl_ssl-scram512", "mtls"])
