@@ -106,7 +106,7 @@ help:
 	@echo "make test-brokers - a three-broker cluster under broker kills and network faults"
 	@echo "make test-brokers-ci - the brokers tier's short CI subset (~4 min)"
 	@echo "make chaos-scale - 1,000,000 records, 100 faults on the three-broker cluster (~2 h)"
-	@echo "make chaos  - faults on a seeded schedule against a steady stream (~5.5 min; CHAOS_SEED=)"
+	@echo "make chaos  - faults on a seeded schedule against a steady stream (~6.5 min; CHAOS_SEED=)"
 	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~11 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
 	@echo "make docs   - build the docs site into site/ (strict); make docs-serve: serve it"
@@ -221,7 +221,8 @@ test-brokers-ci: $(STAMP) jars $(TOXIPROXY)
 # resets, blackholes, slow drips, Python worker kills and exits, query restarts, a task past
 # its lock), then the queue workers under 100,000 records and 25 faults; CHAOS_SEED=<seed>
 # replays (tests/brokers/chaos_scale.py, docs/guarantees.md); CHAOS_CLIENT=native runs the
-# workers on the package's own share consumer (make chaos too; default librdkafka).
+# workers on the package's own share consumer (default librdkafka; make chaos runs the
+# workers' test once per client unless CHAOS_CLIENT names one).
 chaos-scale: $(STAMP) jars $(TOXIPROXY)
 	CHAOS_RECORDS=$${CHAOS_RECORDS:-1000000} CHAOS_FAULTS=$${CHAOS_FAULTS:-100} \
 		CHAOS_INTERVAL_S=$${CHAOS_INTERVAL_S:-30} \
@@ -241,7 +242,8 @@ test-connect: $(STAMP) jars
 
 # The chaos test (tests/chaos, marker "chaos", a pytest process of its own): a steady producer,
 # an exactly-once query and a seeded schedule of faults. CHAOS_SEED=<seed> replays a schedule;
-# CHAOS_RECORDS, CHAOS_FAULTS, CHAOS_INTERVAL_S size it (tests/chaos/chaos_schedule.py).
+# CHAOS_RECORDS, CHAOS_FAULTS, CHAOS_INTERVAL_S size it (tests/chaos/chaos_schedule.py); the
+# workers' test runs once per share client (CHAOS_CLIENT=native or librdkafka: that one only).
 chaos: $(STAMP) jars
 	$(PY) -m pytest -m chaos tests/chaos $(PYTEST_ARGS)
 

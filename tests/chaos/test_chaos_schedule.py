@@ -7,7 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from tests.chaos.chaos_schedule import KINDS, ChaosConfig, make_schedule, worker_client
+from tests.chaos.chaos_schedule import (
+    KINDS,
+    ChaosConfig,
+    make_schedule,
+    worker_client,
+    worker_clients,
+)
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
@@ -45,7 +51,11 @@ def test_sizes_come_from_the_environment() -> None:
 
 
 def test_the_workers_client_comes_from_the_environment() -> None:
-    assert worker_client({}) == "librdkafka"  # make chaos in CI: unchanged
+    assert worker_client({}) == "librdkafka"  # make chaos-scale's default
     assert worker_client({"CHAOS_CLIENT": "native"}) == "native"
     with pytest.raises(ValueError, match="CHAOS_CLIENT='java': use one of librdkafka, native"):
         worker_client({"CHAOS_CLIENT": "java"})
+    assert worker_clients({}) == ("librdkafka", "native")  # make chaos in CI: both
+    assert worker_clients({"CHAOS_CLIENT": "native"}) == ("native",)
+    with pytest.raises(ValueError, match="CHAOS_CLIENT='java'"):
+        worker_clients({"CHAOS_CLIENT": "java"})
