@@ -32,6 +32,7 @@ from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.errors import BrokerError, OptionError
 from pyspark_kafka_share.harness import KAFKA_VERSIONS, LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, run_workers, start_workers
+from pyspark_kafka_share.workers.config import CLIENTS, ShareClient
 from tests.helpers import read_topic, stop_when_drained, wait_for
 
 # Every test here is in the Kafka subset (make test-kafka-versions, test-versions).
@@ -105,9 +106,13 @@ def _echo(rec: Record) -> bytes:
 @pytest.mark.kafka_upgrade
 @pytest.mark.skipif("KAFKA_UPGRADE_FROM" not in os.environ,
                     reason="a broker of its own for two minutes: make test-versions runs it")
+@pytest.mark.parametrize("client", CLIENTS)
 def test_rolling_upgrade_under_load_loses_and_duplicates_nothing(
-    spark: Any, tmp_path: Path,
+    spark: Any, tmp_path: Path, client: ShareClient,
 ) -> None:
+    """A broker of the old line stopped and started on the new one while an exactly-once query
+    and a queue worker (on each share client in turn: issue 38 asks the native client through
+    a rolling upgrade) run; the binaries alone change no feature level."""
     n = 600
     with LocalKafka(version=UPGRADE_FROM, lock_duration_ms=15_000) as kafka:
         q_topic, w_topic = kafka.create_topic("upgrade-q", 2), kafka.create_topic("upgrade-w", 2)
@@ -126,7 +131,8 @@ def test_rolling_upgrade_under_load_loses_and_duplicates_nothing(
                  .trigger(processingTime="1 second").start())
         job = start_workers(spark, _echo, topics=[w_topic], group="upgrade-workers",
                             bootstrap_servers=kafka.bootstrap_servers, workers=1,
-                            chunk_size=20, output_topic=out_topic, on_progress=False)
+                            chunk_size=20, output_topic=out_topic, on_progress=False,
+                            client=client)
         try:
             wait_for(lambda: _written(spark, out, query), lambda c: c > 0, 120, "a first batch")
             kafka.restart(version=UPGRADE_TO)  # graceful stop of the old release, same data
@@ -149,8 +155,8 @@ def test_rolling_upgrade_under_load_loses_and_duplicates_nothing(
         values = Counter((m.value() or b"").decode() for m in outputs)
         assert set(values) == {str(i) for i in range(2 * n)}, "the workers lost records"
         assert summary is not None and summary.totals["processed"] >= 2 * n
-        print(f"upgrade {UPGRADE_FROM} -> {UPGRADE_TO}: {sum(values.values()) - 2 * n} "
-              "worker outputs written again after a redelivery")
+        print(f"upgrade {UPGRADE_FROM} -> {UPGRADE_TO} ({client}): "
+              f"{sum(values.values()) - 2 * n} worker outputs written again after a redelivery")
 
         raised = kafka.run_tool("FeatureCommand", "--bootstrap-server", kafka.bootstrap_servers,
                                 "upgrade", "--feature", "share.version=2")
