@@ -45,7 +45,7 @@ from pyspark import cloudpickle
 from pyspark_kafka_share.errors import KafkaShareError
 from pyspark_kafka_share.harness import LocalKafka, ProducerRecord
 from pyspark_kafka_share.workers import Record, Result, run_workers, start_workers
-from pyspark_kafka_share.workers.config import WorkerConfig
+from pyspark_kafka_share.workers.config import ShareClient, WorkerConfig
 from tests.helpers import (
     DRIVER_LOG_SENTINEL,
     assert_exactly_once,
@@ -496,13 +496,17 @@ def _triage(record: Record) -> Result:
     return Result.accept(f"{value}:done")
 
 
-@pytest.mark.parametrize(("listener", "typed"), [("sasl_ssl", False), ("ssl", False),
-                                                ("ssl", True)],
-                         ids=["sasl_ssl-scram512", "mtls", "mtls-connection"])
+@pytest.mark.parametrize(("listener", "typed", "client"),
+                         [("sasl_ssl", False, "librdkafka"), ("ssl", False, "librdkafka"),
+                          ("ssl", True, "librdkafka"), ("sasl_ssl", False, "native")],
+                         ids=["sasl_ssl-scram512", "mtls", "mtls-connection",
+                              "sasl_ssl-scram512-native"])
 def test_workers_on_a_secured_listener_with_output_and_dead_letter_topics(
-    spark: Any, secured: LocalKafka, listener: str, typed: bool
+    spark: Any, secured: LocalKafka, listener: str, typed: bool, client: ShareClient,
 ) -> None:
-    """``typed``: the settings as ``connection=ConnectionConfig``, not ``consumer_config``."""
+    """``typed``: the settings as ``connection=ConnectionConfig``, not ``consumer_config``;
+    ``client``: the workers' share consumer (the native one speaks SASL_SSL and mTLS itself:
+    ``test_native_consumer.py``; here end to end, with outputs and dead letters)."""
     src, out, dlq = _topic(secured), _topic(secured, 1), _topic(secured, 1)
     group = _group(secured)
     mechanism = "SCRAM-SHA-512" if listener == "sasl_ssl" else None
@@ -521,7 +525,7 @@ def test_workers_on_a_secured_listener_with_output_and_dead_letter_topics(
     secured.produce(src, [f"{kind}-{i}".encode() for i in range(10) for kind in ("ok", "poison")])
     job = start_workers(spark, _triage, topics=src, group=group, bootstrap_servers=bootstrap,
                         workers=2, output_topic=out, dead_letter_topic=dlq, on_progress=False,
-                        **how)
+                        client=client, **how)
     # Stopped once every record is acknowledged (a 5 s idle timeout could end the job with
     # records left on a loaded machine), the lag read as alice on this listener.
     summary = stop_when_drained(job, secured, group,
