@@ -284,8 +284,11 @@ def _sleeper(cost_s: float, stamps: str) -> Callable[[Iterator[Any]], Iterator[A
     """A mapInArrow function costing ``cost_s`` seconds per row (a stand-in for real work).
 
     Each call (one per task) leaves a line in a file under ``stamps``: when its first rows
-    arrived, when it finished its last, and how many rows it got.
+    arrived, when it finished its last, how many rows it got, and which Python worker ran it
+    (its pid, and its age when the first rows arrived: a worker Spark has just started is
+    seconds old, a pooled one has run earlier tasks).
     """
+    process_age_s = _age_probe()
 
     def work(batches: Iterator[Any]) -> Iterator[Any]:
         import json as _json
@@ -298,10 +301,12 @@ def _sleeper(cost_s: float, stamps: str) -> Callable[[Iterator[Any]], Iterator[A
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx is not None else -1
         first = last = None
+        age = None
         rows = 0
         for batch in batches:
             if first is None:
                 first = _time.time()
+                age = process_age_s()
             _time.sleep(cost_s * batch.num_rows)
             rows += batch.num_rows
             last = _time.time()
@@ -310,9 +315,52 @@ def _sleeper(cost_s: float, stamps: str) -> Callable[[Iterator[Any]], Iterator[A
             path = _os.path.join(stamps, _uuid.uuid4().hex)
             with open(path, "w") as f:
                 f.write(_json.dumps({"first": first, "last": last, "rows": rows,
-                                     "task": task}))
+                                     "task": task, "pid": _os.getpid(), "age": age}))
 
     return work
+
+
+def _age_probe() -> Callable[[], float | None]:
+    """A function giving the seconds since its process started (Linux's /proc; None
+    elsewhere). Local, so that cloudpickle ships it by value with the functions that call it
+    (bench/ is not on the Python workers' path)."""
+
+    def process_age_s() -> float | None:
+        import os as _os
+
+        try:
+            with open("/proc/self/stat") as f:
+                # field 22: starttime, clock ticks after boot (field 2, the name, may hold spaces)
+                start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+            with open("/proc/uptime") as f:
+                uptime = float(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return round(uptime - start_ticks / _os.sysconf("SC_CLK_TCK"), 2)
+
+    return process_age_s
+
+
+def _warmer() -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A task of :meth:`SparkBench.warm_python_workers`: imports what a queue worker's task
+    imports, waits for its barrier's other tasks (so each runs in a Python worker of its own)
+    and yields its pid and the age of its process."""
+    process_age_s = _age_probe()
+
+    def warm(batches: Iterator[Any]) -> Iterator[Any]:
+        import os as _os
+
+        import pyarrow as _pa
+        from pyspark import BarrierTaskContext
+
+        import pyspark_kafka_share.workers  # noqa: F401 - imported for its cost, as a worker does
+
+        for _ in batches:
+            pass
+        BarrierTaskContext.get().barrier()
+        yield _pa.RecordBatch.from_pylist([{"pid": _os.getpid(), "age": process_age_s()}])
+
+    return warm
 
 
 def kind_is_share(progress: Any) -> bool:
@@ -331,9 +379,15 @@ def read_stamps(stamps: Path) -> dict[str, Any]:
     for x in lines:
         task = int(x.get("task", -1))
         starts[task] = min(starts.get(task, x["first"]), x["first"])
+    ages: dict[int, float] = {}  # per Spark task: its Python worker's age at its first rows
+    for x in sorted(lines, key=lambda x: float(x["first"])):
+        if x.get("age") is not None:
+            ages.setdefault(int(x.get("task", -1)), float(x["age"]))
     return {"processed_s": round(max(x["last"] for x in lines) - t0, 3),
             # when the last task got its first rows, after the first task got its own
             "start_skew_s": round(max(starts.values()) - t0, 2),
+            "worker_pids": sorted({int(x["pid"]) for x in lines if "pid" in x}),
+            "worker_age_s": sorted(ages.values()),
             "task_rows": sorted((int(x["rows"]) for x in lines), reverse=True),
             # per task: (first rows arrived, last row done) in seconds after the first, rows
             "task_spans": sorted((round(x["first"] - t0, 2), round(x["last"] - t0, 2),
@@ -437,14 +491,33 @@ class SparkBench:
 
     # -- queue workers -----------------------------------------------------------------------
 
+    def warm_python_workers(self, n: int) -> dict[str, Any]:
+        """Make Spark's pool hold ``n`` Python workers that have imported the package, as a
+        cluster that has been running jobs has them: a barrier job of ``n`` tasks (each in a
+        Python worker of its own). Spark stops its pooled idle Python workers once none has
+        started or returned for a minute (``PythonWorkerFactory``'s idle timeout, 1 min in
+        PySpark 4.x), so a case after an 85 s one-task case starts on fresh ones otherwise.
+        Returns the workers' pids and ages (seconds)."""
+        start = time.monotonic()
+        rows = (self.spark.range(0, n, 1, n)
+                .mapInArrow(_warmer(), "pid long, age double", barrier=True).collect())
+        pids = sorted({int(r.pid) for r in rows})
+        if len(pids) != n:
+            raise BenchError(f"warming {n} Python workers ran in {len(pids)}: {pids}")
+        return {"warm_pids": pids, "warm_age_s": sorted(float(r.age) for r in rows),
+                "warm_s": round(time.monotonic() - start, 2)}
+
     def workers(self, data: Dataset, *, workers: int, cost_s: float,
-                client: str = "librdkafka") -> tuple[int, float, float, dict[str, Any]]:
+                client: str = "librdkafka", warm: bool = False) -> tuple[
+                    int, float, float, dict[str, Any]]:
         """``run_workers`` with ``workers`` workers (share consumer ``client``) over ``data``,
         each record costing ``cost_s`` (a sleep per Arrow chunk of ``chunk_size`` rows), until
-        every record is processed. Returns (records, wall seconds of run_workers, seconds from
-        the first record processed to the last, extra)."""
+        every record is processed; ``warm``: on warm Python workers
+        (:meth:`warm_python_workers`, not timed). Returns (records, wall seconds of
+        run_workers, seconds from the first record processed to the last, extra)."""
         from pyspark_kafka_share.workers import run_workers
 
+        warmed = self.warm_python_workers(workers) if warm else {}
         stamps = Path(self._dir("stamps"))
         stamps.mkdir(parents=True)
         chunk = _sleeper(cost_s, str(stamps))
@@ -471,7 +544,11 @@ class SparkBench:
                  "worker_rows": sorted((int(w.get("processed", 0)) for w in summary.workers),
                                        reverse=True),
                  "stop_reason": summary.stop_reason,
-                 "start_skew_s": stamped.get("start_skew_s")}
+                 "start_skew_s": stamped.get("start_skew_s"),
+                 "worker_age_s": stamped.get("worker_age_s"), **warmed}
+        if warmed:  # how many of the case's Python workers were the warmed ones
+            extra["warm_reused"] = len(set(stamped.get("worker_pids") or [])
+                                       & set(warmed["warm_pids"]))
         return processed, wall, stamped["processed_s"] or wall, extra
 
     # -- latency ---------------------------------------------------------------------------

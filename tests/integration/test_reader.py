@@ -147,13 +147,15 @@ def test_a_broker_that_dies_mid_task_is_an_error_not_an_empty_batch(tmp_path: Pa
 
 @pytest.mark.broker
 @pytest.mark.skipif(bool(os.environ.get(ENV_BOOTSTRAP)), reason="restarts its own broker")
-def test_a_task_rides_out_a_broker_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["librdkafka", "native"])
+def test_a_task_rides_out_a_broker_restart(client: str, tmp_path: Path) -> None:
     """An outage shorter than brokerTimeoutMs is neither an error nor "no data": the task
-    polls through it (its pollTimeoutMs and the drain probe wait) and reads on afterwards."""
+    polls through it (its pollTimeoutMs and the drain probe wait) and reads on afterwards,
+    with either share consumer (``client``)."""
     with LocalKafka() as own:
         thread, outcome = _start_task_on_one_record(
             own, "bounces", tmp_path / "journal", pollTimeoutMs="4000",
-            maxBatchDurationMs="120000", brokerTimeoutMs="120000")
+            maxBatchDurationMs="120000", brokerTimeoutMs="120000", client=client)
         own.kill()
         # The test's point is that time passes: twice pollTimeoutMs without a record, still
         # polling, not "no data". A loaded machine only makes the task slower to end, which
