@@ -364,7 +364,12 @@ def main() -> int:
     tasks = [int(x) for x in args.tasks.split(",")]
     jars = _jars.ensure_s3a_jars() + ([] if args.no_kafka else _jars.ensure_spark_kafka_jars())
     results: list[Result] = []
-    with LocalS3() as s3, LocalKafka() as kafka, tempfile.TemporaryDirectory():
+    # The broker caps a group's share.partition.max.record.locks at
+    # group.share.max.partition.max.record.locks (4,000 by default on 4.3).
+    locks = {"group.share.max.partition.max.record.locks": str(args.max_poll_records)} \
+        if args.max_poll_records > 4000 else {}
+    with LocalS3() as s3, LocalKafka(extra_config=locks) as kafka, \
+            tempfile.TemporaryDirectory():
         s3.create_bucket(BUCKET)
         spark = local_spark(MASTER, "pyspark-kafka-share-journal-real", log_level="ERROR",
                             conf={"spark.jars": ",".join(map(str, jars)),
