@@ -290,12 +290,11 @@ class _Fill:
             raise
         except BaseException:
             healthy = False
-            pending = self.pending or self.hold.joined()
-            if pending:
+            if self.pending or self.hold.polls:
                 # The original error matters more; unreleased records come back when their
                 # lock expires.
                 with contextlib.suppress(Exception):
-                    self.session.settle(release=pending)
+                    self.session.settle(release=self.pending or self.hold.joined())
             raise
         finally:
             _release_consumer(self.spec, pc, healthy=healthy, keep=keep)
