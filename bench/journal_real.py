@@ -4,6 +4,7 @@ the local S3 server counted from its log; beside it Spark's ``kafka`` source at 
     python bench/journal_real.py [--rates 1000,10000] [--tasks 8,32] [--seconds 60]
                                  [--warmup-s 60] [--trigger-s 10] [--partitions 4]
                                  [--no-kafka] [--max-poll-records N]
+                                 [--client librdkafka|native]
                                  [--out docs/benchmarks/journal_real.json]
 
 For each rate x tasks: a fresh topic of ``--partitions`` partitions, a producer paced at the
@@ -20,9 +21,11 @@ rate (records of 200 bytes), and a query with a ``noop`` sink and a processing-t
 After ``--warmup-s`` (the query's start, the first batches' backlog) the server's log is
 counted for ``--seconds``: requests by kind and by prefix (the journal, the checkpoint),
 micro-batches and rows from the query's progress, and for kafka-share the records per journal
-slot (``records`` / ``journal_slots`` of the batches' metrics). Printed: requests/s, per
-micro-batch, per task and micro-batch, per 1,000 records, records per slot and $/day at S3's
-list prices (``journal_capacity.cost_per_day``). ``make bench-journal`` runs it.
+slot (``records`` / ``journal_slots`` of the batches' metrics) and the polls per slot
+(``slot_polls`` / ``journal_slots``: 1 with librdkafka; with ``--client native`` a slot may
+hold several fetches, up to the group's ``share.partition.max.record.locks``). Printed:
+requests/s, per micro-batch, per task and micro-batch, per 1,000 records, records per slot
+and $/day at S3's list prices (``journal_capacity.cost_per_day``). ``make bench-journal`` runs it.
 """
 
 from __future__ import annotations
@@ -149,6 +152,8 @@ class Result:
     max_poll_records: int = 0  # kafka-share's kafka.max.poll.records (0: the default 2000)
     journal_requests_per_s: float | None = None
     journal_per_batch: float | None = None
+    client: str = "librdkafka"  # kafka-share's client option
+    polls_per_slot: float | None = None
 
 
 def _pace(kafka: LocalKafka, topic: str, rate: int, stop: threading.Event,
@@ -239,7 +244,7 @@ class RealRun:
         reader = (self.spark.readStream.format("kafka-share")
                   .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
                   .option("kafka.group.id", group).option("subscribe", topic)
-                  .option("numPartitions", tasks)
+                  .option("numPartitions", tasks).option("client", self.args.client)
                   .option("journalPath", f"s3://{BUCKET}/{journal_root}"))
         if locks:
             reader = reader.option("kafka.max.poll.records", locks)
@@ -259,6 +264,7 @@ class RealRun:
                    for p in batches] if source == "kafka-share" else []
         slots = sum(int(m.get("journal_slots", 0)) for m in metrics) if metrics else None
         slot_rows = sum(int(m.get("records", 0)) for m in metrics) if metrics else 0
+        slot_polls = sum(int(m.get("slot_polls", 0)) for m in metrics) if metrics else 0
         total = sum(counted.kinds.values())
         n = max(1, len(batches))
         journal_cost = None  # the journal's requests (its bulk deletes are POSTs too)
@@ -282,6 +288,8 @@ class RealRun:
             per_1000_records=round(1000 * total / max(1, rows), 2),
             journal_slots=slots,
             records_per_slot=round(slot_rows / slots, 1) if slots else None,
+            polls_per_slot=round(slot_polls / slots, 2) if slots else None,
+            client=self.args.client if source == "kafka-share" else "",
             max_poll_records=self.args.max_poll_records if source == "kafka-share" else 0,
             journal_requests_per_s=round(counted.where["journal"] / seconds, 2)
             if source == "kafka-share" else None,
@@ -319,16 +327,18 @@ def table(results: list[Result]) -> str:
     per task and micro-batch, per 1,000 rows, records per slot, $/day at S3's list prices."""
     lines = ["| source | rate (rec/s) | tasks | micro-batches | rows | requests/s (journal) | "
              "per micro-batch (journal) | journal per task and batch | per 1,000 rows | "
-             "records per slot | $/day (journal) |",
+             "records per slot (polls per slot) | $/day (journal) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         poll = f", max.poll.records {r.max_poll_records}" if r.max_poll_records else ""
+        poll += ", client=native" if r.client == "native" else ""
         lines.append(
             f"| {r.source}{poll} | {r.rate:,} | {r.tasks} | {r.batches} | {r.rows:,} | "
             f"{r.requests_per_s:.2f}{_paren(r.journal_requests_per_s, '.2f')} | "
             f"{r.per_batch:.1f}{_paren(r.journal_per_batch, '.1f')} | "
             f"{_or(r.per_task_batch, '.2f')} | {r.per_1000_records:.2f} | "
-            f"{_or(r.records_per_slot, ',.0f')} | {r.dollars_per_day:.2f}"
+            f"{_or(r.records_per_slot, ',.0f')}{_paren(r.polls_per_slot, '.2f')} | "
+            f"{r.dollars_per_day:.2f}"
             f"{_paren(r.journal_dollars_per_day, '.2f')} |")
     return "\n".join(lines)
 
@@ -346,13 +356,20 @@ def main() -> int:
     ap.add_argument("--max-poll-records", type=int, default=0,
                     help="kafka-share: kafka.max.poll.records and the group's "
                     "share.partition.max.record.locks (Kafka 4.3+); 0: the defaults (2000)")
+    ap.add_argument("--client", choices=("librdkafka", "native"), default="librdkafka",
+                    help="kafka-share's share consumer (option client)")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     args = ap.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
     tasks = [int(x) for x in args.tasks.split(",")]
     jars = _jars.ensure_s3a_jars() + ([] if args.no_kafka else _jars.ensure_spark_kafka_jars())
     results: list[Result] = []
-    with LocalS3() as s3, LocalKafka() as kafka, tempfile.TemporaryDirectory():
+    # The broker caps a group's share.partition.max.record.locks at
+    # group.share.max.partition.max.record.locks (4,000 by default on 4.3).
+    locks = {"group.share.max.partition.max.record.locks": str(args.max_poll_records)} \
+        if args.max_poll_records > 4000 else {}
+    with LocalS3() as s3, LocalKafka(extra_config=locks) as kafka, \
+            tempfile.TemporaryDirectory():
         s3.create_bucket(BUCKET)
         spark = local_spark(MASTER, "pyspark-kafka-share-journal-real", log_level="ERROR",
                             conf={"spark.jars": ",".join(map(str, jars)),

@@ -381,21 +381,47 @@ def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
 ) -> None:
     kafka.set_group_config(group, "share.record.lock.duration.ms", KILLED_LOCK_MS)
     expected = produce_spread(kafka, topic, 1, 3000)
+    # The native client holds several polls in one slot (up to the group's in-flight limit,
+    # 2,000 by default): polls of 200 make the killed attempt hold ten fetches unacknowledged.
+    native = {"kafka.max.poll.records": NATIVE_POLL} if client == "native" else {}
     # One task, so the killed task surely holds records.
     df = share_stream(spark, kafka, [topic], group, journal, numPartitions=1, journalFsync=fsync,
-                      client=client,
+                      client=client, **native,
                       _faultInjection="kill-after-publish:seq=1:part=0:attempt=0")
     runs = [run_available_now(df, tmp_path / "out", tmp_path / "chk")]
     assert_content(journal)
     # The killed attempt's journaled records were never acknowledged: once their lock expires
     # they are redelivered, and a batch must recognise and ACCEPT them without emitting them.
     df2 = share_stream(spark, kafka, [topic], group, journal, numPartitions=2, journalFsync=fsync,
-                       client=client)
+                       client=client, **native)
     runs += _run_until_drained(kafka, group, df2, tmp_path / "out", tmp_path / "chk")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
     assert _remaining(kafka, group, [topic], share_consumer, wait_s=6) == [], \
         "redelivered duplicates were not acknowledged"
     _assert_killed_attempts_records_recognised(journal.open(), runs)
+    if client == "native":
+        _assert_slots_of_several_fetches(journal.open(), runs)
+
+
+NATIVE_POLL = 200
+
+
+def _assert_slots_of_several_fetches(j: Journal, queries: Sequence[StreamingQuery]) -> None:
+    """Batch 1 as the native client journaled it in polls of ``NATIVE_POLL`` records: the
+    killed attempt, killed right after its first slot, journaled more than one poll's records
+    there (it died holding several fetches, none acknowledged: batch 1's ``records`` less what
+    its retry ACCEPTed fresh), and the batches after it published fewer slots than they held
+    polls."""
+    batches = _batch_stats(j, queries)
+    first = batches.get(1)
+    assert first is not None, "batch 1's counters are neither reported nor journaled"
+    killed = first.get("records", 0) - \
+        (first.get("accepted", 0) - first.get("duplicates_dropped", 0))
+    assert killed > NATIVE_POLL, \
+        f"the killed attempt's one slot holds {killed} records, not several polls: {first}"
+    slots = sum(b.get("journal_slots", 0) for b in batches.values())
+    polls = sum(b.get("slot_polls", 0) for b in batches.values())
+    assert polls > slots > 0, f"{slots} slots of {polls} polls: batches {batches}"
 
 
 # The killed-after-publish tests' lock. A poll must be journaled within lockSafetyFraction x

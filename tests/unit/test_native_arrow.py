@@ -13,7 +13,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from pyspark_kafka_share._kafka.arrow import ColumnarPoll, messages_to_batch
+from pyspark_kafka_share._kafka.arrow import ColumnarPoll, join_polls, messages_to_batch
 from pyspark_kafka_share._kafka.native.adapter import ArrowPoll, NativeMessage, NativeSession
 from pyspark_kafka_share._kafka.native.columns import acquired_batch
 from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig, NativeShareConsumer
@@ -140,3 +140,25 @@ def test_an_arrow_poll_is_settled_by_offset_and_read_as_messages_on_demand() -> 
         (TOPIC, 3, 10, b"k", b"v0", [("h", b"x"), ("n", None)], (1, 1_000), 1)
     assert polled[2].value() is None and polled[1].headers() is None
     assert messages_to_batch(polled[:8], True).to_pylist() == polled.arrow_batch.to_pylist()
+
+
+def test_polls_held_as_one_are_settled_by_offset_and_keep_the_replays_checksum() -> None:
+    """A journal slot of several fetches: the polls joined keep their rows in order, with the
+    buffers messages_to_batch gives the same records (an offsets slot's replay checks them),
+    each record's own lock start, and are acknowledged by offset."""
+    data = _fetch()
+    polls = [ArrowPoll([acquired_batch(data, (rng,), TOPIC, (TID, 3), Held(), check_crc=True,
+                                       include_headers=True, codecs=Counter())], True,
+                       started=float(i))
+             for i, rng in enumerate((AcquiredRange(10, 13, 1), AcquiredRange(15, 19, 2)))]
+    joined = join_polls(polls)
+    assert isinstance(joined, ColumnarPoll) and len(joined) == 8
+    assert [m.offset() for m in joined] == [10, 11, 12, 13, 15, 16, 18, 19]
+    assert [m.record.deadline for m in joined] == [0.0] * 4 + [1.0] * 4
+    assert rows_checksum(messages_to_batch(joined, True)) == \
+        rows_checksum(messages_to_batch(list(joined), True))
+    assert list(joined.offsets_by_partition()[TopicPartition(TOPIC, 3)]) == \
+        [10, 11, 12, 13, 15, 16, 18, 19]
+    acks = _Acks()
+    assert NativeSession(acks).settle(accept=joined).ok  # type: ignore[arg-type]
+    assert acks.calls == [(TOPIC, 3, [10, 11, 12, 13, 15, 16, 18, 19], "ACCEPT")]

@@ -82,12 +82,12 @@ class TP:
         return self.partition
 
 
-def _spec(journal: Path, lock_ms: int = 30_000) -> TaskSpec:
+def _spec(journal: Path, lock_ms: int = 30_000, client: str = "librdkafka") -> TaskSpec:
     opts = parse_options({"kafka.bootstrap.servers": "unused:9092", "kafka.group.id": "g",
                           "subscribe": "in", "journalPath": str(journal),
                           "pollTimeoutMs": "1000", "joinTimeoutMs": "0",
                           "consumerIdleTimeoutMs": "0", "journalFsync": "false",
-                          "journalContent": _CONTENT["content"]})
+                          "journalContent": _CONTENT["content"], "client": client})
     return TaskSpec(options=opts, seq=SEQ, part=0, parts=1, task_max_records=None, lock_ms=lock_ms)
 
 
@@ -231,6 +231,42 @@ def test_an_error_record_mid_task_fails_the_task_and_releases_the_rest_of_its_po
         list(fill.run(pc))
     assert consumer.acks == {0: "ACCEPT", 1: "RELEASE"}
     assert journal.part_log(SEQ, 0).scan().end is None  # no END: a retry continues the log
+
+
+class HoldingConsumer(Consumer):
+    """Polls while records are unacknowledged, as the native consumer may."""
+
+    def poll(self, timeout: float) -> list[Msg]:
+        self.pending = []
+        return super().poll(timeout)
+
+
+def test_the_native_client_journals_several_polls_in_one_slot(tmp_path: Path) -> None:
+    """Three full polls, then an empty one: one slot of all six records, ACCEPTed after it
+    exists; librdkafka's loop journals the same polls in three slots."""
+    polls = [[Msg(0), Msg(1)], [Msg(2), Msg(3)], [Msg(4), Msg(5)]]
+    consumer = HoldingConsumer([list(p) for p in polls])
+    _, offsets, end = _run(_spec(tmp_path / "n", client="native"), consumer)
+    assert offsets == [0, 1, 2, 3, 4, 5]
+    assert consumer.acks == dict.fromkeys(range(6), "ACCEPT")
+    assert (end.stats["journal_slots"], end.stats["slot_polls"], end.data_slots) == (1, 3, 1)
+    assert list(end.acked_slots) == [0]
+    _, offsets, end = _run(_spec(tmp_path / "r"), Consumer([list(p) for p in polls]))
+    assert offsets == [0, 1, 2, 3, 4, 5]
+    assert (end.stats["journal_slots"], end.stats["slot_polls"]) == (3, 3)
+
+
+def test_a_native_task_failing_while_it_holds_polls_releases_all_of_them(
+        tmp_path: Path) -> None:
+    consumer = HoldingConsumer([[Msg(0), Msg(1)], [Msg(2), Msg(3, error="UNKNOWN_TOPIC_OR_PART")]])
+    fill, journal = _fill(_spec(tmp_path / "j", client="native"), consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    with pytest.raises(BrokerError, match="UNKNOWN_TOPIC_OR_PART"):
+        list(fill.run(pc))
+    assert consumer.acks == {0: "RELEASE", 1: "RELEASE", 2: "RELEASE"}, \
+        "the held poll is given back with the failed one's other records"
+    assert journal.part_log(SEQ, 0).scan().data_slots == []
 
 
 def test_a_journal_the_driver_did_not_mark_fails_the_task_before_it_polls(

@@ -27,6 +27,7 @@ __all__ = [
     "ColumnarPoll",
     "arrow_schema",
     "columns_to_batch",
+    "join_polls",
     "messages_to_batch",
     "partitions_of",
     "single_topic",
@@ -81,6 +82,46 @@ class ColumnarPoll(Sequence[Any]):
     @abstractmethod
     def offsets_by_partition(self) -> Mapping[TopicPartition, npt.NDArray[np.int64]]:
         """The poll's offsets of each topic-partition."""
+
+
+class JoinedPoll(ColumnarPoll):
+    """Several :class:`ColumnarPoll`s held as one (a journal slot of several fetches): their
+    batches as one, in poll order, and their offsets per partition; read as a sequence, their
+    messages in the same order (each with its own poll's lock start)."""
+
+    def __init__(self, polls: Sequence[ColumnarPoll]) -> None:
+        self.polls = list(polls)
+        # As a poll of several partitions is made one batch: the buffers messages_to_batch
+        # gives the same records, so an offsets slot's checksum holds on replay.
+        self.arrow_batch = pa.Table.from_batches([p.arrow_batch for p in self.polls]) \
+            .combine_chunks().to_batches(max_chunksize=None)[0]
+        parts: dict[TopicPartition, list[npt.NDArray[np.int64]]] = {}
+        for p in self.polls:
+            for tp, offsets in p.offsets_by_partition().items():
+                parts.setdefault(tp, []).append(offsets)
+        self._parts = {tp: np.concatenate(arrays) for tp, arrays in parts.items()}
+        self._messages: list[Any] | None = None
+
+    def offsets_by_partition(self) -> Mapping[TopicPartition, npt.NDArray[np.int64]]:
+        return self._parts
+
+    def __len__(self) -> int:
+        return int(self.arrow_batch.num_rows)
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._messages is None:  # made once: iterating indexes it record by record
+            self._messages = [m for p in self.polls for m in p]
+        return self._messages[i]
+
+
+def join_polls(polls: Sequence[Sequence[Any]]) -> Sequence[Any]:
+    """``polls`` (non-empty) as one: itself if one, a :class:`JoinedPoll` of columnar polls,
+    else their messages in order."""
+    if len(polls) == 1:
+        return polls[0]
+    if all(isinstance(p, ColumnarPoll) for p in polls):
+        return JoinedPoll([p for p in polls if isinstance(p, ColumnarPoll)])
+    return [m for p in polls for m in p]
 
 
 def messages_to_batch(messages: Sequence[Any], include_headers: bool) -> pa.RecordBatch:

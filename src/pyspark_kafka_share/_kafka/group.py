@@ -71,6 +71,9 @@ class BrokerFacts:
     # The group's share.renew.acknowledge.enable (KIP-1240, 4.3+); None: the broker has no
     # such config (4.2, which honours RENEW).
     renew_enabled: bool | None = None
+    # The group's share.partition.max.record.locks (KIP-1240, 4.3+): records in flight per
+    # share partition; None: the broker has no such group config (4.2: its default, 2,000).
+    record_locks: int | None = None
 
 
 _ADMINS: dict[tuple[tuple[str, str], ...], tuple[Any, ClientLog]] = {}
@@ -189,6 +192,7 @@ def inspect_broker(settings: ClientSettings, topics: Sequence[str], *,
         delivery_limit=delivery_limit(admin, md, configs, timeout),
         isolation_level=_config_value(configs, "share.isolation.level", "read_uncommitted"),
         renew_enabled=_flag_value(configs, RENEW_CONFIG),
+        record_locks=_int_value(configs, "share.partition.max.record.locks"),
     )
 
 
@@ -196,6 +200,12 @@ def _config_value(configs: Mapping[str, Any], name: str, default: str) -> str:
     entry = configs.get(name)
     value = getattr(entry, "value", None)
     return str(value) if value else default
+
+
+def _int_value(configs: Mapping[str, Any], name: str) -> int | None:
+    """An integer group config; None when the broker does not know it."""
+    value = getattr(configs.get(name), "value", None)
+    return int(value) if value not in (None, "") else None
 
 
 def _flag_value(configs: Mapping[str, Any], name: str) -> bool | None:

@@ -115,6 +115,7 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         self.lock_ms = facts.lock_ms
         self.delivery_limit = facts.delivery_limit
         self.isolation_level = facts.isolation_level  # for replays of offsets slots
+        self.record_locks = facts.record_locks  # what a slot of several fetches may hold
         self.num_partitions = options.num_partitions or max(1, sum(facts.partitions.values()))
         self.available_now_target: dict[TopicPartition, int] | None = None
         self.available_now_first_seq: int | None = None  # first batch this run plans
@@ -315,7 +316,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
                                          poll_records=plan.poll or None,
                                          available_now=self.available_now_target is not None,
                                          isolation_level=self.isolation_level,
-                                         trigger_share=plan.exact_share(i)))
+                                         trigger_share=plan.exact_share(i),
+                                         record_locks=self.record_locks))
             for i in range(plan.parts)
         ]
 

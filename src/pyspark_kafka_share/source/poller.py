@@ -6,6 +6,7 @@ Both delivery modes poll through :class:`Poller`; what they do with a poll is in
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -140,8 +141,12 @@ class Poller:
             self.past_plan = True
             self.stats["ended_past_plan"] = 1
 
-    def next_poll(self) -> tuple[Sequence[Any], float] | None:
-        """The next non-empty poll and its lock deadline, or None when the budget is spent."""
+    def next_poll(self, holding: bool = False) -> tuple[Sequence[Any], float] | None:
+        """The next non-empty poll and its lock deadline, or None when the budget is spent.
+        ``holding``: the caller holds records of earlier polls unacknowledged (a slot of
+        several fetches), so an empty poll comes back too (its deadline: infinity), for the
+        caller to journal them: the drain probe and the timeouts wait for that (held records
+        count in the group's lag)."""
         session = self.pc.session
         while not self._spent(time.monotonic()):
             # The budget caps the poll: strictly with the native client (record_limit), so
@@ -149,6 +154,8 @@ class Poller:
             msgs, acquired = session.poll(min(0.2, self.poll_timeout_s), self.budget)
             self.brokers.observe(session.take_errors(), bool(msgs))
             self.stats["polls"] += 1
+            if not msgs and holding:
+                return msgs, math.inf
             if not msgs:
                 if self.brokers.down:
                     self.stats["polls_brokers_down"] += 1

@@ -49,6 +49,9 @@ class TaskSpec:
     # This task's exact share of maxRecordsPerTrigger (the shares sum to it; None: none, or
     # task_max_records, which is rounded up so that every task's consumer is alike).
     trigger_share: int | None = None
+    # The group's share.partition.max.record.locks, read at planning (None: the broker has no
+    # such group config): what a slot of several fetches holds at most (holding.py).
+    record_locks: int | None = None
 
     def journal(self) -> Journal:
         """The journal, checked to be the driver's (see ``Journal.check_marker``)."""

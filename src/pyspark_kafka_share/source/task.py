@@ -16,6 +16,11 @@ which keeps the task within its record and time budget. Exactly-once protocol pe
 5. ACCEPT and ``commit_sync``; a failed commit is counted, not fatal: the records are
    journaled, and their redelivery is recognised in step 2.
 
+With ``client=native`` a slot may hold several polls: the task polls again without
+acknowledging while ``holding.keep_holding`` says it is safe and worth it (the group's
+in-flight limit, the first held poll's lock deadline, a short or empty poll), then runs steps
+2-5 once over everything held, under the first held poll's deadline (``_take``, ``_flush``).
+
 Once the slots it published and has not yielded hold ``YIELD_ROWS`` rows (or
 ``YIELD_BYTES``), and after its last poll, it yields the log's data slots published so far, in
 slot order; when the task's budget (records, time) is spent it closes the partition log with
@@ -49,6 +54,7 @@ from pyspark_kafka_share._kafka.share import ConsumerSession, split_last_deliver
 from pyspark_kafka_share._spark import attempt_identity, query_id
 from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
+from pyspark_kafka_share.source.holding import Hold, HoldLimits, keep_holding
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, PartLog, ScanResult
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.journal.replay import SlotReader
@@ -240,7 +246,12 @@ class _Fill:
         self.reader = SlotReader(log, spec.replay_settings(), self.stats)
         existing = sum(_slot_summary(log.slot(s))[0] for s in scan.data_slots)
         self.budget = None if spec.record_budget is None else spec.record_budget - existing
-        self.pending: Sequence[Any] = []  # polled, not yet acknowledged
+        self.pending: Sequence[Any] = []  # being journaled, not yet acknowledged
+        # Polls held for the next slot (holding.py: several with the native client).
+        self.hold = Hold()
+        self.limits = HoldLimits.of(spec.options.share_client == "native", spec.record_locks,
+                                    spec.lock_budget_s)
+        self.round_mark, self.slowest_round_s = time.monotonic(), 0.0
 
     def run(self, pc: _pool.PooledConsumer) -> Generator[pa.RecordBatch, None, ScanResult]:
         """Poll until the budget is spent or a step says stop, yielding what is published;
@@ -249,9 +260,10 @@ class _Fill:
         poller = self.poller = Poller(self.spec, pc, self.budget, self.stats)
         healthy = keep = True
         try:
-            while (polled := poller.next_poll()) is not None:
-                go_on = self._step(*polled)
-                if self.held_rows >= YIELD_ROWS or self.held_bytes >= YIELD_BYTES:
+            while (polled := poller.next_poll(holding=bool(self.hold.polls))) is not None:
+                go_on = self._take(*polled)
+                if not self.hold.polls and \
+                        (self.held_rows >= YIELD_ROWS or self.held_bytes >= YIELD_BYTES):
                     # Everything polled is acknowledged: waiting here holds no lock.
                     yield from self._emit(max(self.own))
                 # Journaling, acknowledging and Spark taking the rows is no time without
@@ -260,6 +272,8 @@ class _Fill:
                 poller.resume()
                 if not go_on:
                     break
+            if self.hold.polls:  # the budget (records, time) is spent: journal what is held
+                self._flush()
             if self.own:
                 yield from self._emit(max(self.own))
             self.faults.hit("fail-before-end")
@@ -276,17 +290,43 @@ class _Fill:
             raise
         except BaseException:
             healthy = False
-            if self.pending:
+            if self.pending or self.hold.polls:
                 # The original error matters more; unreleased records come back when their
                 # lock expires.
                 with contextlib.suppress(Exception):
-                    self.session.settle(release=self.pending)
+                    self.session.settle(release=self.pending or self.hold.joined())
             raise
         finally:
             _release_consumer(self.spec, pc, healthy=healthy, keep=keep)
 
-    def _step(self, msgs: Sequence[Any], deadline: float) -> bool:
-        """Journal and acknowledge one poll; False when the task must stop."""
+    def _take(self, msgs: Sequence[Any], deadline: float) -> bool:
+        """Hold a poll for the next slot, or journal and acknowledge what is held (an empty
+        ``msgs``: the poll while holding came back empty); False when the task must stop."""
+        now = time.monotonic()
+        if self.hold.polls:
+            self.slowest_round_s = max(self.slowest_round_s, now - self.round_mark)
+        self.round_mark = now
+        if msgs:
+            self.hold.add(msgs, deadline)
+            if self.poller.budget is not None:
+                self.poller.budget -= len(msgs)  # what is held; _step gives back duplicates
+            if keep_holding(self.limits, held=self.hold.records, largest_poll=self.hold.largest,
+                            last_poll=len(msgs), first_deadline=self.hold.first_deadline,
+                            now=now, slowest_round_s=self.slowest_round_s):
+                return True
+        return self._flush()
+
+    def _flush(self) -> bool:
+        """Journal and acknowledge everything held, in one slot; False when the task must
+        stop. The first held poll's lock deadline governs all of it."""
+        msgs, deadline, polls = self.hold.joined(), self.hold.first_deadline, \
+            len(self.hold.polls)
+        self.hold.clear()
+        return self._step(msgs, deadline, polls)
+
+    def _step(self, msgs: Sequence[Any], deadline: float, polls: int = 1) -> bool:
+        """Journal and acknowledge the records of ``polls`` polls; False when the task must
+        stop."""
         self.pending = msgs
         fresh, dups, batch, keys = self._split_duplicates(msgs)
         self.faults.hit("fail-before-publish")
@@ -307,7 +347,7 @@ class _Fill:
             fresh, dups, self.pending = last, [], last
         slot = None
         if fresh:
-            slot = self._publish(fresh, dups, batch, keys)
+            slot = self._publish(fresh, dups, batch, keys, polls)
             if slot is None:
                 return False
         known: set[TopicPartition] | None = \
@@ -316,8 +356,8 @@ class _Fill:
         self.pending = []
         if slot is not None and confirmed:
             self.acked_slots.append(slot)
-        if self.poller.budget is not None:
-            self.poller.budget -= len(fresh)
+        if self.poller.budget is not None:  # the budget counts fresh records only
+            self.poller.budget += len(msgs) - len(fresh)
         return True
 
     def _split_duplicates(self, msgs: Sequence[Any]) -> _Split:
@@ -347,7 +387,7 @@ class _Fill:
         return batch, SlotKeys.of_table(batch)
 
     def _publish(self, fresh: Sequence[Any], dups: Sequence[Any], batch: pa.RecordBatch,
-                 keys: SlotKeys) -> int | None:
+                 keys: SlotKeys, polls: int) -> int | None:
         """Journal ``fresh`` (as ``batch``, whose keys are ``keys``) in the next free slot: its
         number, or None (records given back) when the log was closed or the batch committed by
         the time the slot was visible."""
@@ -368,6 +408,7 @@ class _Fill:
         self.summaries[slot] = (batch.num_rows, keys.lowest())
         self.stats["journal_bytes"] += self.log.last_slot_bytes
         self.stats["journal_slots"] += 1
+        self.stats["slot_polls"] += polls
         self.faults.hit("kill-after-publish")
         self.faults.hit("sleep-after-publish")
         return slot

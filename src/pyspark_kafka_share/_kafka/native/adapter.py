@@ -214,7 +214,7 @@ class NativeSession:
         sent: set[TopicPartition] = set()
         with self.lock:
             for kind, ms in kinds:
-                if isinstance(ms, ArrowPoll):  # by offset: no message objects
+                if isinstance(ms, ColumnarPoll):  # by offset: no message objects
                     for tp, offsets in ms.offsets_by_partition().items():
                         self.consumer.acknowledge_offsets(tp.topic, tp.partition,
                                                           offsets.tolist(), kind)

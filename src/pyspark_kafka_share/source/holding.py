@@ -1,0 +1,95 @@
+"""Journal slots of several fetches (``client=native``): when an exactly-once task polls again
+before it journals what it holds, and when it publishes.
+
+librdkafka wants every record of a poll acknowledged before the next poll, and a record is
+ACCEPTed only once its slot exists and the fence was re-read, so with librdkafka a slot is one
+poll. The native consumer may poll while it holds records, so the task keeps polling without
+acknowledging while that is safe and worth it, then journals everything it holds in ONE slot,
+re-reads the fence and ACCEPTs all of it (``task.py``). It publishes (:func:`keep_holding`
+says no) when
+
+- a poll came back empty, or with fewer than half the records of the largest poll held: with
+  the share fetch's minimum of one byte a fetch returns what is waiting at once, so a short
+  poll says the waiting records are taken and what follows is the stream's trickle; and held
+  records count in the group's lag, which keeps other tasks' drain probes waiting;
+- the records held reach the group's in-flight limit per share partition
+  (``share.partition.max.record.locks``, read at planning on Kafka 4.3+, else
+  :data:`DEFAULT_RECORD_LOCKS`): the broker hands out no more of a partition beyond it;
+- the first held poll's lock deadline is near (:attr:`HoldLimits.margin_s`, or twice the
+  slowest poll-and-hold round so far): that deadline governs the whole slot;
+- the task's record budget is spent (the poller then returns no more polls, as for its time
+  budget, and the task publishes what it holds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kafka_share._kafka.arrow import join_polls
+
+__all__ = ["DEFAULT_RECORD_LOCKS", "HOLD_MARGIN_SHARE", "Hold", "HoldLimits", "keep_holding"]
+
+DEFAULT_RECORD_LOCKS = 2_000
+"""The broker's default of ``share.partition.max.record.locks`` (``group.share.partition.
+max.record.locks``): the cap of a slot where the group config cannot be read (Kafka 4.2)."""
+
+HOLD_MARGIN_SHARE = 0.5
+"""A task publishes what it holds once less than this share of the lock budget
+(``lockSafetyFraction`` x lock duration) is left before the first held poll's deadline: the
+rest covers the lookup, the slot's creates, the fence read and the ACCEPT, as a single poll's
+journaling has the whole budget today."""
+
+
+@dataclass(frozen=True)
+class HoldLimits:
+    """How much a slot of several fetches may hold: ``cap`` records (0: one poll per slot,
+    librdkafka), until ``margin_s`` before the first held poll's lock deadline."""
+
+    cap: int
+    margin_s: float
+
+    @classmethod
+    def of(cls, native: bool, record_locks: int | None, lock_budget_s: float) -> HoldLimits:
+        """The native client's limits from the group's in-flight limit and the lock budget;
+        librdkafka's (no holding) otherwise."""
+        if not native:
+            return cls(0, lock_budget_s)
+        return cls(record_locks or DEFAULT_RECORD_LOCKS, HOLD_MARGIN_SHARE * lock_budget_s)
+
+
+def keep_holding(limits: HoldLimits, *, held: int, largest_poll: int, last_poll: int,
+                 first_deadline: float, now: float, slowest_round_s: float) -> bool:
+    """Whether the task polls again before it journals the ``held`` records (the last poll
+    brought ``last_poll``, the largest held ``largest_poll``); see the module docstring.
+    The task's budget is the poller's (no poll comes once it is spent)."""
+    if last_poll <= 0 or 2 * last_poll < largest_poll:
+        return False
+    if held >= limits.cap:
+        return False
+    return first_deadline - now > max(limits.margin_s, 2 * slowest_round_s)
+
+
+@dataclass
+class Hold:
+    """The polls a task holds unacknowledged for its next slot, in poll order."""
+
+    polls: list[Sequence[Any]] = field(default_factory=list)
+    first_deadline: float = 0.0
+    records: int = 0
+    largest: int = 0
+
+    def add(self, msgs: Sequence[Any], deadline: float) -> None:
+        if not self.polls:
+            self.first_deadline = deadline
+        self.polls.append(msgs)
+        self.records += len(msgs)
+        self.largest = max(self.largest, len(msgs))
+
+    def joined(self) -> Sequence[Any]:
+        """Everything held as one poll (``_kafka.arrow.join_polls``); empty if nothing."""
+        return join_polls(self.polls) if self.polls else []
+
+    def clear(self) -> None:
+        self.polls, self.records, self.largest = [], 0, 0

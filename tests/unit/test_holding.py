@@ -1,0 +1,70 @@
+"""When an exactly-once task with the native client polls again before journaling what it
+holds (``source/holding.py``), and what a slot of several fetches is made of: the polls held
+as one (``_kafka.arrow.join_polls``) keep each record once, in poll order."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyspark_kafka_share.source.holding import (
+    DEFAULT_RECORD_LOCKS,
+    HOLD_MARGIN_SHARE,
+    Hold,
+    HoldLimits,
+    keep_holding,
+)
+
+NATIVE = HoldLimits.of(True, 10_000, 15.0)  # lock 30 s x lockSafetyFraction 0.5
+
+
+def _keep(limits: HoldLimits = NATIVE, *, held: int = 500, largest: int = 500, last: int = 500,
+          left_s: float = 14.0, slowest_s: float = 0.1) -> bool:
+    return keep_holding(limits, held=held, largest_poll=largest, last_poll=last,
+                        first_deadline=100.0 + left_s, now=100.0, slowest_round_s=slowest_s)
+
+
+def test_the_native_client_holds_up_to_the_groups_in_flight_limit() -> None:
+    assert HoldLimits(10_000, HOLD_MARGIN_SHARE * 15.0) == NATIVE
+    assert HoldLimits.of(True, None, 15.0).cap == DEFAULT_RECORD_LOCKS == 2_000
+    assert _keep(held=9_999, largest=500)
+    assert not _keep(held=10_000, largest=500), "at the in-flight limit: publish"
+
+
+def test_librdkafka_journals_every_poll_alone() -> None:
+    assert HoldLimits.of(False, 10_000, 15.0).cap == 0
+    assert not _keep(HoldLimits.of(False, 10_000, 15.0), held=1, largest=1, last=1)
+
+
+@pytest.mark.parametrize(("last", "largest", "keep"), [
+    (0, 500, False),  # an empty poll: the group may be drained
+    (249, 500, False),  # fewer than half the largest held: the waiting records are taken
+    (250, 500, True),
+    (1, 1, True),  # a trickle from the start: held until the deadline or the cap
+])
+def test_a_short_or_empty_poll_publishes(last: int, largest: int, keep: bool) -> None:
+    assert _keep(last=last, largest=largest) is keep
+
+
+@pytest.mark.parametrize(("left_s", "slowest_s", "keep"), [
+    (7.6, 0.1, True),
+    (7.5, 0.1, False),  # half the lock budget left before the first held poll's deadline
+    (9.0, 4.6, False),  # two of the slowest rounds would not fit before the margin
+    (9.5, 4.6, True),
+    (-1.0, 0.0, False),
+])
+def test_the_first_held_polls_deadline_governs(left_s: float, slowest_s: float,
+                                               keep: bool) -> None:
+    assert _keep(left_s=left_s, slowest_s=slowest_s) is keep
+
+
+def test_a_hold_keeps_the_first_polls_deadline_and_every_record_once_in_order() -> None:
+    hold = Hold()
+    assert hold.joined() == []
+    hold.add(["a", "b"], 10.0)
+    assert hold.joined() == ["a", "b"], "one poll: itself"
+    hold.add(["c"], 12.0)
+    hold.add(["d", "e", "f"], 11.0)
+    assert (hold.first_deadline, hold.records, hold.largest) == (10.0, 6, 3)
+    assert list(hold.joined()) == ["a", "b", "c", "d", "e", "f"]
+    hold.clear()
+    assert (hold.polls, hold.records, hold.largest) == ([], 0, 0)
