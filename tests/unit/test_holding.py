@@ -12,7 +12,9 @@ from pyspark_kafka_share.source.holding import (
     Hold,
     HoldLimits,
     keep_holding,
+    poll_keys,
 )
+from tests.unit.fakes import Msg
 
 NATIVE = HoldLimits.of(True, 10_000, 15.0)  # lock 30 s x lockSafetyFraction 0.5
 
@@ -60,11 +62,26 @@ def test_the_first_held_polls_deadline_governs(left_s: float, slowest_s: float,
 def test_a_hold_keeps_the_first_polls_deadline_and_every_record_once_in_order() -> None:
     hold = Hold()
     assert hold.joined() == []
-    hold.add(["a", "b"], 10.0)
+    hold.add(["a", "b"], 10.0, 3)
     assert hold.joined() == ["a", "b"], "one poll: itself"
-    hold.add(["c"], 12.0)
-    hold.add(["d", "e", "f"], 11.0)
-    assert (hold.first_deadline, hold.records, hold.largest) == (10.0, 6, 3)
+    hold.add(["c"], 12.0, 4)
+    hold.add(["d", "e", "f"], 11.0, 4)
+    assert (hold.first_deadline, hold.records, hold.largest, hold.lost) == (10.0, 6, 3, 3)
     assert list(hold.joined()) == ["a", "b", "c", "d", "e", "f"]
     hold.clear()
     assert (hold.polls, hold.records, hold.largest) == ([], 0, 0)
+
+
+def test_a_hold_is_tainted_by_a_loss_since_its_first_poll_or_a_record_held_twice() -> None:
+    """A lost session, moved leader or fenced member since the first held poll (the
+    consumer's count moved), or one record in two held polls (it was released and acquired
+    again): the hold must not be journaled whole."""
+    hold = Hold()
+    hold.add([Msg(0), Msg(1)], 10.0, 2)
+    assert not hold.tainted(2)
+    assert hold.tainted(3), "a loss counted after the first poll"
+    hold.add([Msg(2), Msg(3, partition=1)], 10.0, 2)
+    assert not hold.tainted(2), "other offsets, or the same offset of another partition"
+    hold.add([Msg(1, dc=2)], 10.0, 2)
+    assert hold.tainted(2), "offset 1 held twice"
+    assert poll_keys([Msg(5, topic="t", partition=2)]) == {("t", 2, 5)}

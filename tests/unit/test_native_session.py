@@ -31,6 +31,7 @@ from pyspark_kafka_share.errors import (
     AuthorizationError,
     BrokerError,
     ErrorCode,
+    KafkaConnectionError,
     OptionError,
     is_all_brokers_down,
 )
@@ -300,10 +301,10 @@ def test_connection_events_are_bounded_and_taken_once() -> None:
     assert events.take() == []
 
 
-def _acknowledge_response(code: int, leader: int) -> bytes:
+def _acknowledge_response(code: int, leader: int, top: int = 0) -> bytes:
     """A ShareAcknowledge v2 response: partition 0 of TOPIC answered ``code``, the current
-    leader ``leader`` and its endpoint."""
-    w = Writer(flexible=True).int32(0).int16(0).string(None).int32(15_000)
+    leader ``leader`` and its endpoint; ``top``: the response's own error code."""
+    w = Writer(flexible=True).int32(0).int16(top).string(None).int32(15_000)
     w.array_header(1).uuid(TOPIC).array_header(1)
     w.int32(0).int16(code).string(None)
     w.int32(leader).int32(7).tags()  # CurrentLeader
@@ -346,3 +347,31 @@ def test_an_acknowledgement_answered_not_leader_moves_to_the_named_leader() -> N
         assert conn.sent == [ApiKey.SHARE_ACKNOWLEDGE]
         assert (consumer._leaders[A], consumer._stale) == (2, True)
         assert consumer.held() == [record]  # a RENEW keeps it held (its lock is the broker's)
+        assert consumer.acquisitions_lost() == 1, "a moved leader may have released it"
+
+
+class _LostConn(_AnsweringConn):
+    """A leader's connection that is lost on the first request."""
+
+    def send(self, api: ApiKey, version: int, body: bytes, deadline: float) -> Reader:
+        raise KafkaConnectionError("reset by peer")
+
+
+@pytest.mark.parametrize("conn", [
+    _LostConn(b""), _AnsweringConn(_acknowledge_response(0, 1, ErrorCode.SHARE_SESSION_NOT_FOUND))],
+    ids=["connection-lost", "session-not-found"])
+def test_a_lost_share_session_is_counted_as_acquisitions_lost(conn: _AnsweringConn) -> None:
+    """The broker releases what a member acquired in a share session it no longer has: a
+    caller holding records across polls (the source's slots of several fetches) reads that
+    from ``acquisitions_lost``."""
+    config = NativeConsumerConfig(f"127.0.0.1:{_closed_port()}", "g", timeout_s=1.0)
+    with NativeShareConsumer(config, ["t"]) as consumer:
+        consumer._names, consumer._nodes = {TOPIC: "t"}, {1: ("h1", 9092)}
+        consumer._leaders, consumer._stale = {A: 1}, False
+        consumer._conns = {1: LeaderSession(1, conn, epoch=1, members={A})}  # type: ignore[arg-type]
+        record = ShareRecord("t", 0, 10, 1, None, b"v", (), 1, time.monotonic() + 30)
+        consumer._held.hold(A, record)
+        assert consumer.acquisitions_lost() == 0
+        consumer.acknowledge(record, "ACCEPT")
+        consumer.commit_sync()
+        assert consumer.acquisitions_lost() == 1

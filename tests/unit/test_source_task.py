@@ -115,10 +115,11 @@ def _drive(run: Generator[pa.RecordBatch, None, ScanResult]) -> tuple[list[int],
             return emitted, stop.value
 
 
-def _run(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, list[int], Any]:
+def _run(spec: TaskSpec, consumer: Consumer, session: type[ShareSession] = ShareSession,
+         ) -> tuple[_Fill, list[int], Any]:
     """Run the loop to its END; the offsets it emits and the END marker."""
     fill, journal = _fill(spec, consumer)
-    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+    pc = PooledConsumer(session(consumer, timeout_s=1.0), key=(), topics=("in",),
                         idle_timeout_s=0, uses=1)
     emitted, scan = _drive(fill.run(pc))
     log = journal.part_log(SEQ, 0)
@@ -234,7 +235,10 @@ def test_an_error_record_mid_task_fails_the_task_and_releases_the_rest_of_its_po
 
 
 class HoldingConsumer(Consumer):
-    """Polls while records are unacknowledged, as the native consumer may."""
+    """Polls while records are unacknowledged, as the native consumer may; ``lost``: its
+    count of lost acquisitions (read by :class:`LosingSession`)."""
+
+    lost = 0
 
     def poll(self, timeout: float) -> list[Msg]:
         self.pending = []
@@ -267,6 +271,49 @@ def test_a_native_task_failing_while_it_holds_polls_releases_all_of_them(
     assert consumer.acks == {0: "RELEASE", 1: "RELEASE", 2: "RELEASE"}, \
         "the held poll is given back with the failed one's other records"
     assert journal.part_log(SEQ, 0).scan().data_slots == []
+
+
+class LosingSession(ShareSession):
+    """A session whose consumer counts lost acquisitions as the native one does."""
+
+    def acquisitions_lost(self) -> int:
+        return int(getattr(self.consumer, "lost", 0))
+
+
+def test_held_polls_whose_acquisitions_were_lost_are_given_back_not_journaled(
+        tmp_path: Path) -> None:
+    """The consumer lost a session while a poll was held (its records may be another task's
+    by now): they are RELEASEd, not journaled; the poll taken after the loss is journaled."""
+    def lose(n: int) -> None:
+        if n == 2:
+            consumer.lost = 1
+    consumer = HoldingConsumer([[Msg(0), Msg(1)], [Msg(2), Msg(3)]], before_poll=lose)
+    fill, offsets, end = _run(_spec(tmp_path / "j", client="native"), consumer, LosingSession)
+    assert offsets == [2, 3]
+    assert consumer.acks == {0: "RELEASE", 1: "RELEASE", 2: "ACCEPT", 3: "ACCEPT"}
+    assert fill.stats["holds_lost"] == 1 and end.stats["journal_slots"] == 1
+
+
+def test_a_hold_with_a_record_twice_is_given_back_not_journaled(tmp_path: Path) -> None:
+    """Offset 1 came back in a later poll (released and acquired again while held): the slot
+    would hold it twice, so the whole hold is given back as past its deadline."""
+    consumer = HoldingConsumer([[Msg(0), Msg(1)], [Msg(1, dc=2), Msg(2)]])
+    fill, offsets, _ = _run(_spec(tmp_path / "j", client="native"), consumer)
+    assert offsets == []
+    assert consumer.acks == {0: "RELEASE", 1: "RELEASE", 2: "RELEASE"}
+    assert fill.stats["holds_lost"] == 1
+
+
+def test_held_duplicates_give_their_budget_back_and_the_task_reads_its_share(
+        tmp_path: Path) -> None:
+    """A budget of 4: [0, 1] journaled; [0, 1] again (duplicates, ACCEPTed) spend the budget
+    while held, and give it back once journaling finds them: the task goes on to [2, 3]."""
+    spec = dataclasses.replace(_spec(tmp_path / "j", client="native"), task_max_records=4)
+    consumer = HoldingConsumer([[Msg(0), Msg(1)], [], [Msg(0, dc=2), Msg(1, dc=2)],
+                                [Msg(2), Msg(3)]])
+    _, offsets, end = _run(spec, consumer)
+    assert offsets == [0, 1, 2, 3] and end.records == 4
+    assert consumer.acks == dict.fromkeys(range(4), "ACCEPT")
 
 
 def test_a_journal_the_driver_did_not_mark_fails_the_task_before_it_polls(

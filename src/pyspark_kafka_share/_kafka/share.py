@@ -234,6 +234,11 @@ class ConsumerSession(Protocol):
     def take_errors(self) -> list[Any]:
         """The client errors reported since the last call (for :class:`BrokerWatch`)."""
 
+    def acquisitions_lost(self) -> int:
+        """A count, only growing, of events that may have released records the consumer
+        acquired (a lost share session, a moved leader, a fenced member): what a caller that
+        holds records across polls compares."""
+
     def poll(self, wait_s: float, max_records: int | None = None) -> tuple[Sequence[Any], float]:
         """One poll: its records and the earliest time their locks may have started.
         ``max_records``: this poll's cap, strict where the client can (the native client with
@@ -281,6 +286,11 @@ class ShareSession:
         """The client errors reported since the last call."""
         errors, self.errors[:] = list(self.errors), []
         return errors
+
+    def acquisitions_lost(self) -> int:
+        """Always 0: librdkafka does not say, and it wants every poll acknowledged before
+        the next, so nobody holds its records across polls."""
+        return 0
 
     def poll(self, wait_s: float, max_records: int | None = None) -> tuple[list[Any], float]:
         """One poll: its records and the earliest time their locks may have started

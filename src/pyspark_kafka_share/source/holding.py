@@ -19,6 +19,12 @@ says no) when
   slowest poll-and-hold round so far): that deadline governs the whole slot;
 - the task's record budget is spent (the poller then returns no more polls, as for its time
   budget, and the task publishes what it holds).
+
+A held record's acquisition may also end before its lock does: a lost share session, a moved
+leader or a fenced member releases it on the broker, which may hand it to another task (or
+back to this one). The consumer counts such events (``acquisitions_lost``); a hold that saw
+one, or that holds a record twice, is *tainted*: it is given back as a poll past its deadline
+is (duplicates ACCEPTed, last deliveries journaled, the rest RELEASEd), never journaled whole.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_kafka_share._kafka.arrow import join_polls
+from pyspark_kafka_share._kafka.arrow import ColumnarPoll, join_polls
 
-__all__ = ["DEFAULT_RECORD_LOCKS", "HOLD_MARGIN_SHARE", "Hold", "HoldLimits", "keep_holding"]
+__all__ = ["DEFAULT_RECORD_LOCKS", "HOLD_MARGIN_SHARE", "Hold", "HoldLimits", "keep_holding",
+           "poll_keys"]
 
 DEFAULT_RECORD_LOCKS = 2_000
 """The broker's default of ``share.partition.max.record.locks`` (``group.share.partition.
@@ -71,21 +78,41 @@ def keep_holding(limits: HoldLimits, *, held: int, largest_poll: int, last_poll:
     return first_deadline - now > max(limits.margin_s, 2 * slowest_round_s)
 
 
+def poll_keys(poll: Sequence[Any]) -> set[tuple[str, int, int]]:
+    """The (topic, partition, offset) of each record of ``poll`` (a columnar poll's from its
+    offsets, without message objects)."""
+    if isinstance(poll, ColumnarPoll):
+        return {(tp.topic, tp.partition, o) for tp, offsets in poll.offsets_by_partition().items()
+                for o in offsets.tolist()}
+    return {(m.topic(), m.partition(), m.offset()) for m in poll}
+
+
 @dataclass
 class Hold:
-    """The polls a task holds unacknowledged for its next slot, in poll order."""
+    """The polls a task holds unacknowledged for its next slot, in poll order; ``lost``: the
+    consumer's ``acquisitions_lost`` when the first was taken."""
 
     polls: list[Sequence[Any]] = field(default_factory=list)
     first_deadline: float = 0.0
     records: int = 0
     largest: int = 0
+    lost: int = 0
 
-    def add(self, msgs: Sequence[Any], deadline: float) -> None:
+    def add(self, msgs: Sequence[Any], deadline: float, lost: int) -> None:
         if not self.polls:
-            self.first_deadline = deadline
+            self.first_deadline, self.lost = deadline, lost
         self.polls.append(msgs)
         self.records += len(msgs)
         self.largest = max(self.largest, len(msgs))
+
+    def tainted(self, lost: int) -> bool:
+        """Whether an acquisition may have ended while held: the consumer counted a loss
+        since the first poll (``lost`` is its count now), or a record is held twice."""
+        if lost != self.lost:
+            return True
+        if len(self.polls) < 2:
+            return False
+        return len(set().union(*(poll_keys(p) for p in self.polls))) != self.records
 
     def joined(self) -> Sequence[Any]:
         """Everything held as one poll (``_kafka.arrow.join_polls``); empty if nothing."""

@@ -39,6 +39,7 @@ just come back empty), and a record batch larger than the consumer accepts with 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import Counter
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -54,7 +55,7 @@ from pyspark_kafka_share._kafka.share import ConsumerSession, split_last_deliver
 from pyspark_kafka_share._spark import attempt_identity, query_id
 from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
-from pyspark_kafka_share.source.holding import Hold, HoldLimits, keep_holding
+from pyspark_kafka_share.source.holding import Hold, HoldLimits, keep_holding, poll_keys
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, PartLog, ScanResult
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.journal.replay import SlotReader
@@ -260,7 +261,16 @@ class _Fill:
         poller = self.poller = Poller(self.spec, pc, self.budget, self.stats)
         healthy = keep = True
         try:
-            while (polled := poller.next_poll(holding=bool(self.hold.polls))) is not None:
+            while True:
+                polled = poller.next_poll(holding=bool(self.hold.polls))
+                if polled is None:
+                    # The budget (records, time) is spent: journal what is held. Held
+                    # duplicates counted in the record budget come back with it; the poller
+                    # then says whether any is left.
+                    if not self.hold.polls or not self._flush():
+                        break
+                    poller.resume()
+                    continue
                 go_on = self._take(*polled)
                 if not self.hold.polls and \
                         (self.held_rows >= YIELD_ROWS or self.held_bytes >= YIELD_BYTES):
@@ -272,8 +282,6 @@ class _Fill:
                 poller.resume()
                 if not go_on:
                     break
-            if self.hold.polls:  # the budget (records, time) is spent: journal what is held
-                self._flush()
             if self.own:
                 yield from self._emit(max(self.own))
             self.faults.hit("fail-before-end")
@@ -306,8 +314,13 @@ class _Fill:
         if self.hold.polls:
             self.slowest_round_s = max(self.slowest_round_s, now - self.round_mark)
         self.round_mark = now
+        lost = self.session.acquisitions_lost()
+        if self.hold.polls and self.hold.lost != lost and not self._give_back_held(msgs):
+            if msgs:  # stopping: this poll is given back as the held ones were
+                self._step(msgs, -math.inf, late_stops=False)
+            return False
         if msgs:
-            self.hold.add(msgs, deadline)
+            self.hold.add(msgs, deadline, lost)
             if self.poller.budget is not None:
                 self.poller.budget -= len(msgs)  # what is held; _step gives back duplicates
             if keep_holding(self.limits, held=self.hold.records, largest_poll=self.hold.largest,
@@ -316,17 +329,36 @@ class _Fill:
                 return True
         return self._flush()
 
+    def _give_back_held(self, current: Sequence[Any]) -> bool:
+        """The consumer lost acquisitions while polls were held (a session, a leader, the
+        membership): every held record not in ``current`` (the poll just taken, acquired
+        after the loss) is given back as past its deadline; False when the task must stop."""
+        again = poll_keys(current)
+        held = [m for p in self.hold.polls for m in p
+                if (m.topic(), m.partition(), m.offset()) not in again]
+        if self.poller.budget is not None:  # those in ``current`` are counted again
+            self.poller.budget += self.hold.records - len(held)
+        polls = len(self.hold.polls)
+        self.hold.clear()
+        self.stats["holds_lost"] += 1
+        return self._step(held, -math.inf, polls, late_stops=False)
+
     def _flush(self) -> bool:
         """Journal and acknowledge everything held, in one slot; False when the task must
-        stop. The first held poll's lock deadline governs all of it."""
-        msgs, deadline, polls = self.hold.joined(), self.hold.first_deadline, \
-            len(self.hold.polls)
+        stop. The first held poll's lock deadline governs all of it; a tainted hold
+        (``Hold.tainted``) is given back as past it."""
+        deadline = self.hold.first_deadline
+        if self.hold.tainted(self.session.acquisitions_lost()):
+            self.stats["holds_lost"] += 1
+            deadline = -math.inf
+        msgs, polls = self.hold.joined(), len(self.hold.polls)
         self.hold.clear()
-        return self._step(msgs, deadline, polls)
+        return self._step(msgs, deadline, polls, late_stops=deadline > -math.inf)
 
-    def _step(self, msgs: Sequence[Any], deadline: float, polls: int = 1) -> bool:
+    def _step(self, msgs: Sequence[Any], deadline: float, polls: int = 1, *,
+              late_stops: bool = True) -> bool:
         """Journal and acknowledge the records of ``polls`` polls; False when the task must
-        stop."""
+        stop (past ``deadline`` with nothing to journal, if ``late_stops``)."""
         self.pending = msgs
         fresh, dups, batch, keys = self._split_duplicates(msgs)
         self.faults.hit("fail-before-publish")
@@ -341,7 +373,9 @@ class _Fill:
             last, late = split_last_delivery(fresh, self.spec.delivery_limit)
             self._give_back(dups, late, "released_lock_deadline")
             if not last:
-                return False
+                if self.poller.budget is not None:
+                    self.poller.budget += len(msgs)
+                return not late_stops
             if len(last) != len(fresh):
                 batch, keys = self._arrow(last)
             fresh, dups, self.pending = last, [], last

@@ -164,6 +164,11 @@ class NativeSession:
         """A new consumer subscribed to ``topics`` (it joins in the background)."""
         return cls(NativeShareConsumer(config, topics), arrow=arrow)
 
+    def acquisitions_lost(self) -> int:
+        """The consumer's count of events that may have released its acquisitions
+        (``NativeShareConsumer.acquisitions_lost``)."""
+        return self.consumer.acquisitions_lost()
+
     def take_errors(self) -> list[Any]:
         """The connection failures reported since the last call (``_TRANSPORT``,
         ``_ALL_BROKERS_DOWN``, as librdkafka's ``error_cb``: for ``BrokerWatch``); its other
@@ -216,8 +221,10 @@ class NativeSession:
             for kind, ms in kinds:
                 if isinstance(ms, ColumnarPoll):  # by offset: no message objects
                     for tp, offsets in ms.offsets_by_partition().items():
+                        # once per offset: a slot's joined polls that hold a record twice (a
+                        # redelivery after a lost session) settle its one acquisition
                         self.consumer.acknowledge_offsets(tp.topic, tp.partition,
-                                                          offsets.tolist(), kind)
+                                                          np.unique(offsets).tolist(), kind)
                         sent.add(tp)
                     continue
                 for m in ms:

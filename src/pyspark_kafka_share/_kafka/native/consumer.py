@@ -111,6 +111,7 @@ class NativeShareConsumer:
         self._error: KafkaShareError | None = None  # a partition's, raised by the next poll
         self._closed = False
         self._events = ConnectionEvents()
+        self._sessions_lost = 0  # share sessions dropped or reset, leaders moved
         self.batch_codecs: Counter[str] = Counter()
         """Record batches decoded, per codec (``"none"``, ``"gzip"``, ...)."""
         self._membership = Membership(config.group_id, tuple(topics), self._connect,
@@ -210,6 +211,13 @@ class NativeShareConsumer:
         """The records delivered and not yet settled (their deadlines included)."""
         return [r for recs in self._held.records.values() for r in recs.values()
                 if r is not None]
+
+    def acquisitions_lost(self) -> int:
+        """How many times records this consumer acquired may have been released behind its
+        back: a share session lost (its connection, or the broker reset it), a partition's
+        leader moved, the member fenced. Only grows; a caller holding records across polls
+        compares it before and after (the source's slots of several fetches)."""
+        return self._sessions_lost + self._membership.rejoins
 
     def take_errors(self) -> list[ConnectionEvent]:
         """The connection failures since the last call (``_TRANSPORT``: a broker's connection
@@ -339,6 +347,7 @@ class NativeShareConsumer:
                                 if api == ApiKey.SHARE_FETCH else set())
         if answer.error_code in lost:  # the broker dropped the session: open a new one
             session.reset()
+            self._sessions_lost += 1
             self._fail(req, answer.error_code)
             return None
         if answer.error_code:
@@ -367,6 +376,7 @@ class NativeShareConsumer:
         """The partition's leader moved (NOT_LEADER_OR_FOLLOWER, ...): the new one the broker
         names is used at once, and metadata is refreshed before the next fetch."""
         self._stale = True
+        self._sessions_lost += 1
         if part.leader_id >= 0 and part.leader_id in self._nodes:
             self._leaders[(part.topic_id, part.partition)] = part.leader_id
 
@@ -463,6 +473,7 @@ class NativeShareConsumer:
         return session
 
     def _drop(self, session: LeaderSession) -> None:
+        self._sessions_lost += 1
         self._conns.pop(session.node, None)
         session.conn.close()
         self._stale = True

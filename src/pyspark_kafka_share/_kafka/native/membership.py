@@ -54,6 +54,7 @@ class Membership:
         self.events = events if events is not None else ConnectionEvents()
         self.member_id = _member_id()
         self.epoch = 0
+        self.rejoins = 0  # times the member was fenced or unknown: its acquisitions are gone
         self._connect, self._bootstrap, self._timeout_s = connect, bootstrap, timeout_s
         self._conn: BrokerConnection | None = None
         self._lock = threading.Lock()
@@ -116,6 +117,7 @@ class Membership:
                       ErrorCode(code).name)
             with self._lock:
                 self.epoch, self._assignment = 0, {}
+                self.rejoins += 1
             raise _Retry(ErrorCode(code).name)
         if code in _MOVING:
             raise _Retry(ErrorCode(code).name)
