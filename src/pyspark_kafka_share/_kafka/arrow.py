@@ -10,8 +10,7 @@ whose batch :func:`messages_to_batch` then returns as it is.
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,10 +77,23 @@ class ColumnarPoll(Sequence[Any]):
     deadline); the common path never makes one."""
 
     arrow_batch: pa.RecordBatch
+    parts: Mapping[TopicPartition, npt.NDArray[np.int64]]
 
-    @abstractmethod
     def offsets_by_partition(self) -> Mapping[TopicPartition, npt.NDArray[np.int64]]:
         """The poll's offsets of each topic-partition."""
+        return self.parts
+
+    def __len__(self) -> int:
+        return int(self.arrow_batch.num_rows)
+
+
+def offsets_of(pieces: Iterable[tuple[TopicPartition, npt.NDArray[np.int64]]]
+               ) -> dict[TopicPartition, npt.NDArray[np.int64]]:
+    """The offsets of each topic-partition, its ``pieces`` joined in order."""
+    parts: dict[TopicPartition, list[npt.NDArray[np.int64]]] = {}
+    for tp, offsets in pieces:
+        parts.setdefault(tp, []).append(offsets)
+    return {tp: np.concatenate(arrays) for tp, arrays in parts.items()}
 
 
 class JoinedPoll(ColumnarPoll):
@@ -95,18 +107,9 @@ class JoinedPoll(ColumnarPoll):
         # gives the same records, so an offsets slot's checksum holds on replay.
         self.arrow_batch = pa.Table.from_batches([p.arrow_batch for p in self.polls]) \
             .combine_chunks().to_batches(max_chunksize=None)[0]
-        parts: dict[TopicPartition, list[npt.NDArray[np.int64]]] = {}
-        for p in self.polls:
-            for tp, offsets in p.offsets_by_partition().items():
-                parts.setdefault(tp, []).append(offsets)
-        self._parts = {tp: np.concatenate(arrays) for tp, arrays in parts.items()}
+        self.parts = offsets_of(piece for p in self.polls
+                                for piece in p.offsets_by_partition().items())
         self._messages: list[Any] | None = None
-
-    def offsets_by_partition(self) -> Mapping[TopicPartition, npt.NDArray[np.int64]]:
-        return self._parts
-
-    def __len__(self) -> int:
-        return int(self.arrow_batch.num_rows)
 
     def __getitem__(self, i: Any) -> Any:
         if self._messages is None:  # made once: iterating indexes it record by record

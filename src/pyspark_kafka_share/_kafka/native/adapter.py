@@ -18,15 +18,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
-from pyspark_kafka_share._kafka.arrow import ColumnarPoll, arrow_schema
+from pyspark_kafka_share._kafka.arrow import ColumnarPoll, arrow_schema, offsets_of
 from pyspark_kafka_share._kafka.native.consumer import (
     NativeConsumerConfig,
     NativeShareConsumer,
@@ -105,18 +104,10 @@ class ArrowPoll(ColumnarPoll):
                 .combine_chunks().to_batches(max_chunksize=None)[0] if batches else \
                 pa.RecordBatch.from_pylist([], schema=schema)
         self.started = started
-        parts: dict[TopicPartition, list[npt.NDArray[np.int64]]] = {}
-        for b in batches:  # one per partition fetched
-            tp = TopicPartition(b.column("topic")[0].as_py(), b.column("partition")[0].as_py())
-            parts.setdefault(tp, []).append(b.column("offset").to_numpy())
-        self._parts = {tp: np.concatenate(arrays) for tp, arrays in parts.items()}
+        self.parts = offsets_of(  # one batch per partition fetched
+            (TopicPartition(b.column("topic")[0].as_py(), b.column("partition")[0].as_py()),
+             b.column("offset").to_numpy()) for b in batches)
         self._messages: list[NativeMessage] | None = None
-
-    def offsets_by_partition(self) -> Mapping[TopicPartition, npt.NDArray[np.int64]]:
-        return self._parts
-
-    def __len__(self) -> int:
-        return int(self.arrow_batch.num_rows)
 
     @overload
     def __getitem__(self, i: int) -> NativeMessage: ...
