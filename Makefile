@@ -106,7 +106,7 @@ help:
 	@echo "make test-brokers - a three-broker cluster under broker kills and network faults"
 	@echo "make test-brokers-ci - the brokers tier's short CI subset (~4 min)"
 	@echo "make chaos-scale - 1,000,000 records, 100 faults on the three-broker cluster (~2 h)"
-	@echo "make chaos  - faults on a seeded schedule against a steady stream (~6.5 min; CHAOS_SEED=)"
+	@echo "make chaos  - faults on a seeded schedule against a steady stream (~8 min; CHAOS_SEED=)"
 	@echo "make chaos-long - the same with 100,000+ records and 24 faults (~11 min)"
 	@echo "make unit   - pure unit tests only (no broker, no Spark)"
 	@echo "make docs   - build the docs site into site/ (strict); make docs-serve: serve it"
@@ -242,8 +242,9 @@ test-connect: $(STAMP) jars
 
 # The chaos test (tests/chaos, marker "chaos", a pytest process of its own): a steady producer,
 # an exactly-once query and a seeded schedule of faults. CHAOS_SEED=<seed> replays a schedule;
-# CHAOS_RECORDS, CHAOS_FAULTS, CHAOS_INTERVAL_S size it (tests/chaos/chaos_schedule.py); the
-# workers' test runs once per share client (CHAOS_CLIENT=native or librdkafka: that one only).
+# CHAOS_RECORDS, CHAOS_FAULTS, CHAOS_INTERVAL_S size it (tests/chaos/chaos_schedule.py); each
+# test (the source's, the workers') runs once per share client (CHAOS_CLIENT=native or
+# librdkafka: that one only).
 chaos: $(STAMP) jars
 	$(PY) -m pytest -m chaos tests/chaos $(PYTEST_ARGS)
 

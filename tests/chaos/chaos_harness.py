@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.admin import ShareGroupAdmin
 from pyspark_kafka_share.harness import LocalKafka
+from pyspark_kafka_share.workers.config import ShareClient
 
 Log = Callable[[str], None]
 Key = tuple[int, int]  # (partition, offset) in the one chaos topic
@@ -176,8 +177,10 @@ class ChaosQuery:
     """
 
     def __init__(self, spark: SparkSession, kafka: LocalKafka, topic: str, group: str, root: Path,
-                 tasks: int, tasks_view: SparkTasks, log: Log) -> None:
+                 tasks: int, tasks_view: SparkTasks, log: Log,
+                 client: ShareClient = "librdkafka") -> None:
         self.spark = spark
+        self.client = client  # the source's share consumer (its ``client`` option)
         self.kafka = kafka
         self.topic = topic
         self.group = group
@@ -215,6 +218,7 @@ class ChaosQuery:
                   .option("subscribe", self.topic)
                   .option("journalPath", str(self.journal))
                   .option("numPartitions", self.tasks)
+                  .option("client", self.client)
                   .option("maxBatchDurationMs", 3000))
         if fault:
             reader = reader.option("_faultInjection", fault)

@@ -9,9 +9,9 @@ happens.
 
 Environment: ``CHAOS_SEED`` (default: random), ``CHAOS_RECORDS`` (default 15,000),
 ``CHAOS_FAULTS`` (default 10), ``CHAOS_INTERVAL_S`` (mean seconds between faults, default 10),
-``CHAOS_CLIENT`` (the queue workers' share consumer: ``librdkafka`` or ``native``; unset,
-``make chaos`` runs the workers' test once per client, :func:`worker_clients`, and the
-long runs use ``librdkafka``, :func:`worker_client`; the schedule does not depend on it).
+``CHAOS_CLIENT`` (the share consumer of the source and the queue workers: ``librdkafka`` or
+``native``; unset, ``make chaos`` runs each test once per client, :func:`chaos_clients`, and
+the long runs use ``librdkafka``, :func:`worker_client`; the schedule does not depend on it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pyspark_kafka_share.workers.config import CLIENTS, ShareClient
 
-__all__ = ["KINDS", "ChaosConfig", "Fault", "make_schedule", "worker_client", "worker_clients"]
+__all__ = ["KINDS", "ChaosConfig", "Fault", "chaos_clients", "make_schedule", "worker_client"]
 
 WORKER_SIGKILL = "worker-sigkill"
 """SIGKILL (kill -9, from outside) a PySpark Python worker while a read stage is running."""
@@ -49,10 +49,10 @@ def worker_client(env: Mapping[str, str] | None = None) -> ShareClient:
     raise ValueError(f"CHAOS_CLIENT={wanted!r}: use one of {', '.join(CLIENTS)}")
 
 
-def worker_clients(env: Mapping[str, str] | None = None) -> tuple[ShareClient, ...]:
-    """The clients ``make chaos`` runs the workers' chaos test with: ``$CHAOS_CLIENT`` alone
-    when it is set, every client otherwise (CI's ``make chaos``: issue 38 asks for the workers'
-    chaos run with both clients)."""
+def chaos_clients(env: Mapping[str, str] | None = None) -> tuple[ShareClient, ...]:
+    """The share clients ``make chaos`` runs each chaos test with (the source's ``client``
+    option, the workers' ``client``): ``$CHAOS_CLIENT`` alone when it is set, every client
+    otherwise (CI's ``make chaos``: issues 38 and 39 ask for the chaos runs on both)."""
     env = os.environ if env is None else env
     return (worker_client(env),) if env.get("CHAOS_CLIENT") else CLIENTS
 

@@ -35,6 +35,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka
+from pyspark_kafka_share.workers.config import ShareClient
 from tests.chaos.chaos_harness import (
     ChaosQuery,
     SparkTasks,
@@ -54,6 +55,7 @@ from tests.chaos.chaos_schedule import (
     WORKER_SIGKILL,
     ChaosConfig,
     Fault,
+    chaos_clients,
     make_schedule,
 )
 
@@ -86,7 +88,7 @@ class ChaosRun:
     """One chaos run: setup, the faults on schedule, the drain, the verdict."""
 
     def __init__(self, config: ChaosConfig, spark: SparkSession, kafka: LocalKafka, root: Path,
-                 report: Report) -> None:
+                 report: Report, client: ShareClient = "librdkafka") -> None:
         self.config = config
         self.spark = spark
         self.kafka = kafka
@@ -101,7 +103,7 @@ class ChaosRun:
             kafka.set_group_config(self.group, key, value)
         self.tasks = SparkTasks(spark)
         self.query = ChaosQuery(spark, kafka, self.topic, self.group, root, config.tasks,
-                                self.tasks, report)
+                                self.tasks, report, client)
         self.producer = SteadyProducer(kafka.bootstrap_servers, self.topic,
                                        config.topic_partitions, config.rate, config.records)
         self.t0 = 0.0
@@ -221,21 +223,24 @@ class ChaosRun:
 
 @pytest.mark.chaos
 @pytest.mark.timeout(CONFIG.budget_s())
+@pytest.mark.parametrize("client", chaos_clients())
 def test_every_record_lands_exactly_once_under_a_seeded_fault_schedule(
-    spark: SparkSession, chaos_kafka: LocalKafka, tmp_path: Path, chaos_report: Report
+    spark: SparkSession, chaos_kafka: LocalKafka, tmp_path: Path, chaos_report: Report,
+    client: ShareClient,
 ) -> None:
     config = CONFIG
     seed = config.seed
     print(f"chaos seed={seed}", flush=True)
     began = time.monotonic()
     schedule = make_schedule(config)
-    chaos_report(f"chaos seed={seed}: {config.records} records, {config.faults} faults every "
-                 f"~{config.interval_s:.0f}s (replay: CHAOS_SEED={seed} CHAOS_RECORDS="
-                 f"{config.records} CHAOS_FAULTS={config.faults} make chaos)")
+    chaos_report(f"chaos seed={seed}, client={client}: {config.records} records, "
+                 f"{config.faults} faults every ~{config.interval_s:.0f}s (replay: "
+                 f"CHAOS_SEED={seed} CHAOS_RECORDS={config.records} "
+                 f"CHAOS_FAULTS={config.faults} CHAOS_CLIENT={client} make chaos)")
     for fault in schedule:
         chaos_report(f"  scheduled {fault.describe()}")
 
-    run = ChaosRun(config, spark, chaos_kafka, tmp_path, chaos_report)
+    run = ChaosRun(config, spark, chaos_kafka, tmp_path, chaos_report, client)
     try:
         run.start()
         chaos_report(f"  setup {time.monotonic() - began:.0f}s (topic, group configs, the "

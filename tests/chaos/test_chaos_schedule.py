@@ -10,9 +10,9 @@ import pytest
 from tests.chaos.chaos_schedule import (
     KINDS,
     ChaosConfig,
+    chaos_clients,
     make_schedule,
     worker_client,
-    worker_clients,
 )
 
 
@@ -55,7 +55,7 @@ def test_the_workers_client_comes_from_the_environment() -> None:
     assert worker_client({"CHAOS_CLIENT": "native"}) == "native"
     with pytest.raises(ValueError, match="CHAOS_CLIENT='java': use one of librdkafka, native"):
         worker_client({"CHAOS_CLIENT": "java"})
-    assert worker_clients({}) == ("librdkafka", "native")  # make chaos in CI: both
-    assert worker_clients({"CHAOS_CLIENT": "native"}) == ("native",)
+    assert chaos_clients({}) == ("librdkafka", "native")  # make chaos in CI: both
+    assert chaos_clients({"CHAOS_CLIENT": "native"}) == ("native",)
     with pytest.raises(ValueError, match="CHAOS_CLIENT='java'"):
-        worker_clients({"CHAOS_CLIENT": "java"})
+        chaos_clients({"CHAOS_CLIENT": "java"})

@@ -33,7 +33,7 @@ from pyspark_kafka_share.workers import Record, Result, start_workers
 from pyspark_kafka_share.workers.config import ShareClient
 from tests.chaos.chaos_harness import SparkTasks, SteadyProducer, crash_broker, group_lag
 from tests.chaos.chaos_harness import kill_busy_worker as kill_worker
-from tests.chaos.chaos_schedule import ChaosConfig, worker_clients
+from tests.chaos.chaos_schedule import ChaosConfig, chaos_clients
 from tests.helpers import read_topic, wait_for, worker_faults
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
@@ -53,7 +53,7 @@ def _work(rec: Record) -> Result:
 
 @pytest.mark.chaos
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("client", worker_clients())
+@pytest.mark.parametrize("client", chaos_clients())
 def test_workers_outputs_exactly_once_under_a_seeded_fault_schedule(
     chaos_kafka: LocalKafka, spark: SparkSession, chaos_report: Callable[[str], None],
     client: ShareClient,
