@@ -78,10 +78,11 @@ def test_a_hold_is_tainted_by_a_loss_since_its_first_poll_or_a_record_held_twice
     again): the hold must not be journaled whole."""
     hold = Hold()
     hold.add([Msg(0), Msg(1)], 10.0, 2)
-    assert not hold.tainted(2)
-    assert hold.tainted(3), "a loss counted after the first poll"
+    assert not hold.tainted(2, hold.joined())
+    assert hold.tainted(3, hold.joined()), "a loss counted after the first poll"
     hold.add([Msg(2), Msg(3, partition=1)], 10.0, 2)
-    assert not hold.tainted(2), "other offsets, or the same offset of another partition"
+    assert not hold.tainted(2, hold.joined()), \
+        "other offsets, or the same offset of another partition"
     hold.add([Msg(1, dc=2)], 10.0, 2)
-    assert hold.tainted(2), "offset 1 held twice"
+    assert hold.tainted(2, hold.joined()), "offset 1 held twice"
     assert poll_keys([Msg(5, topic="t", partition=2)]) == {("t", 2, 5)}

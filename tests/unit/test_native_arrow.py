@@ -22,6 +22,7 @@ from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.protocol.consume import AcquiredRange, SharePartitionAnswer
 from pyspark_kafka_share.harness.record_batches import batch as _batch
 from pyspark_kafka_share.harness.record_batches import record as _record
+from pyspark_kafka_share.source.holding import has_repeats, poll_keys
 from pyspark_kafka_share.source.journal.slots import rows_checksum
 from tests.unit.test_native_records import CODECS
 
@@ -162,3 +163,10 @@ def test_polls_held_as_one_are_settled_by_offset_and_keep_the_replays_checksum()
     acks = _Acks()
     assert NativeSession(acks).settle(accept=joined).ok  # type: ignore[arg-type]
     assert acks.calls == [(TOPIC, 3, [10, 11, 12, 13, 15, 16, 18, 19], "ACCEPT")]
+    assert not has_repeats(joined)
+    again = join_polls([*polls, polls[0]])  # 10-13 released and acquired again while held
+    assert has_repeats(again) and poll_keys(again) == poll_keys(joined)
+    acks = _Acks()
+    assert NativeSession(acks).settle(release=again).ok  # type: ignore[arg-type]
+    assert acks.calls == [(TOPIC, 3, [10, 11, 12, 13, 15, 16, 18, 19], "RELEASE")], \
+        "a repeated offset is acknowledged once"

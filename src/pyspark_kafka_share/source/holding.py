@@ -33,10 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pyspark_kafka_share._kafka.arrow import ColumnarPoll, join_polls
 
-__all__ = ["DEFAULT_RECORD_LOCKS", "HOLD_MARGIN_SHARE", "Hold", "HoldLimits", "keep_holding",
-           "poll_keys"]
+__all__ = ["DEFAULT_RECORD_LOCKS", "HOLD_MARGIN_SHARE", "Hold", "HoldLimits", "has_repeats",
+           "keep_holding", "poll_keys", "record_key"]
 
 DEFAULT_RECORD_LOCKS = 2_000
 """The broker's default of ``share.partition.max.record.locks`` (``group.share.partition.
@@ -78,13 +80,27 @@ def keep_holding(limits: HoldLimits, *, held: int, largest_poll: int, last_poll:
     return first_deadline - now > max(limits.margin_s, 2 * slowest_round_s)
 
 
+def record_key(m: Any) -> tuple[str, int, int]:
+    """A record's (topic, partition, offset)."""
+    return (m.topic(), m.partition(), m.offset())
+
+
 def poll_keys(poll: Sequence[Any]) -> set[tuple[str, int, int]]:
-    """The (topic, partition, offset) of each record of ``poll`` (a columnar poll's from its
-    offsets, without message objects)."""
+    """The :func:`record_key` of each record of ``poll`` (a columnar poll's from its offsets,
+    without message objects)."""
     if isinstance(poll, ColumnarPoll):
         return {(tp.topic, tp.partition, o) for tp, offsets in poll.offsets_by_partition().items()
                 for o in offsets.tolist()}
-    return {(m.topic(), m.partition(), m.offset()) for m in poll}
+    return {record_key(m) for m in poll}
+
+
+def has_repeats(poll: Sequence[Any]) -> bool:
+    """Whether ``poll`` holds a record twice (a columnar poll: from its offsets per
+    partition, which joining the held polls computes anyway)."""
+    if isinstance(poll, ColumnarPoll):
+        return any(len(np.unique(offsets)) != len(offsets)
+                   for offsets in poll.offsets_by_partition().values())
+    return len(poll_keys(poll)) != len(poll)
 
 
 @dataclass
@@ -105,14 +121,11 @@ class Hold:
         self.records += len(msgs)
         self.largest = max(self.largest, len(msgs))
 
-    def tainted(self, lost: int) -> bool:
+    def tainted(self, lost: int, joined: Sequence[Any]) -> bool:
         """Whether an acquisition may have ended while held: the consumer counted a loss
-        since the first poll (``lost`` is its count now), or a record is held twice."""
-        if lost != self.lost:
-            return True
-        if len(self.polls) < 2:
-            return False
-        return len(set().union(*(poll_keys(p) for p in self.polls))) != self.records
+        since the first poll (``lost`` is its count now), or a record is held twice (in
+        ``joined``, what :meth:`joined` gave)."""
+        return lost != self.lost or (len(self.polls) > 1 and has_repeats(joined))
 
     def joined(self) -> Sequence[Any]:
         """Everything held as one poll (``_kafka.arrow.join_polls``); empty if nothing."""

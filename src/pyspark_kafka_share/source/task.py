@@ -55,7 +55,13 @@ from pyspark_kafka_share._kafka.share import ConsumerSession, split_last_deliver
 from pyspark_kafka_share._spark import attempt_identity, query_id
 from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.faults import Faults
-from pyspark_kafka_share.source.holding import Hold, HoldLimits, keep_holding, poll_keys
+from pyspark_kafka_share.source.holding import (
+    Hold,
+    HoldLimits,
+    keep_holding,
+    poll_keys,
+    record_key,
+)
 from pyspark_kafka_share.source.journal.journal import EndMarker, Journal, PartLog, ScanResult
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.journal.replay import SlotReader
@@ -72,10 +78,6 @@ def read_partition(spec: TaskSpec) -> Iterator[pa.RecordBatch]:
         yield from _read_exactly_once(spec)
     else:
         yield from _read_at_most_once(spec)
-
-
-def _key(m: Any) -> tuple[str, int, int]:
-    return (m.topic(), m.partition(), m.offset())
 
 
 def _settle(session: ConsumerSession, stats: Counter[str], accept: Sequence[Any],
@@ -334,8 +336,7 @@ class _Fill:
         membership): every held record not in ``current`` (the poll just taken, acquired
         after the loss) is given back as past its deadline; False when the task must stop."""
         again = poll_keys(current)
-        held = [m for p in self.hold.polls for m in p
-                if (m.topic(), m.partition(), m.offset()) not in again]
+        held = [m for p in self.hold.polls for m in p if record_key(m) not in again]
         if self.poller.budget is not None:  # those in ``current`` are counted again
             self.poller.budget += self.hold.records - len(held)
         polls = len(self.hold.polls)
@@ -347,11 +348,10 @@ class _Fill:
         """Journal and acknowledge everything held, in one slot; False when the task must
         stop. The first held poll's lock deadline governs all of it; a tainted hold
         (``Hold.tainted``) is given back as past it."""
-        deadline = self.hold.first_deadline
-        if self.hold.tainted(self.session.acquisitions_lost()):
+        msgs, polls, deadline = self.hold.joined(), len(self.hold.polls), self.hold.first_deadline
+        if self.hold.tainted(self.session.acquisitions_lost(), msgs):
             self.stats["holds_lost"] += 1
             deadline = -math.inf
-        msgs, polls = self.hold.joined(), len(self.hold.polls)
         self.hold.clear()
         return self._step(msgs, deadline, polls, late_stops=deadline > -math.inf)
 
@@ -409,8 +409,8 @@ class _Fill:
         dups = self.journal.find_journaled(keys)
         if not dups:
             return _Split(msgs, [], batch, keys)  # the common case
-        fresh = [m for m in msgs if _key(m) not in dups]
-        dup_msgs = [m for m in msgs if _key(m) in dups]
+        fresh = [m for m in msgs if record_key(m) not in dups]
+        dup_msgs = [m for m in msgs if record_key(m) in dups]
         self.poller.note_unemitted(dup_msgs)
         self.stats["duplicates_dropped"] += len(dup_msgs)
         return _Split(fresh, dup_msgs, *self._arrow(fresh))
