@@ -223,11 +223,16 @@ test-brokers-ci: $(STAMP) jars $(TOXIPROXY)
 # replays (tests/brokers/chaos_scale.py, docs/guarantees.md); CHAOS_CLIENT=native runs the
 # workers on the package's own share consumer (default librdkafka; make chaos runs the
 # workers' test once per client unless CHAOS_CLIENT names one).
+# The cluster starts on KAFKA_OLDEST and the source's schedule upgrades it to KAFKA_NEWEST
+# halfway (CHAOS_UPGRADE_TO= for none); the workers' runs (one per client and one on SASL_SSL)
+# follow on the upgraded cluster.
 chaos-scale: $(STAMP) jars $(TOXIPROXY)
 	CHAOS_RECORDS=$${CHAOS_RECORDS:-1000000} CHAOS_FAULTS=$${CHAOS_FAULTS:-100} \
-		CHAOS_INTERVAL_S=$${CHAOS_INTERVAL_S:-30} \
-		CHAOS_WORKER_RECORDS=$${CHAOS_WORKER_RECORDS:-100000} \
-		CHAOS_WORKER_FAULTS=$${CHAOS_WORKER_FAULTS:-25} \
+		CHAOS_INTERVAL_S=$${CHAOS_INTERVAL_S:-25} \
+		CHAOS_WORKER_RECORDS=$${CHAOS_WORKER_RECORDS:-50000} \
+		CHAOS_WORKER_FAULTS=$${CHAOS_WORKER_FAULTS:-15} \
+		PYSPARK_KAFKA_SHARE_KAFKA_VERSION=$${PYSPARK_KAFKA_SHARE_KAFKA_VERSION:-$(KAFKA_OLDEST)} \
+		CHAOS_UPGRADE_TO=$${CHAOS_UPGRADE_TO-$(KAFKA_NEWEST)} \
 		$(PY) -m pytest -m chaos_scale tests/brokers $(PYTEST_ARGS)
 
 # The Connect tier (tests/connect, marker "connect", a pytest process of its own): a local

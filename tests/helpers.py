@@ -199,11 +199,13 @@ def output_origins(msgs: list[Message]) -> list[Key]:
 
 
 def read_topic(kafka: LocalKafka, topic: str, expect: int, timeout_s: float = 30.0,
-               settle_s: float = 2.0, isolation: str = "read_committed") -> list[Message]:
+               settle_s: float = 2.0, isolation: str = "read_committed",
+               config: Mapping[str, Any] | None = None) -> list[Message]:
     """Every record of ``topic`` (classic consumer from the start, ``isolation.level``
     ``isolation``): waits until ``expect`` records arrived and then ``settle_s`` without more,
-    or ``timeout_s`` in all."""
-    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
+    or ``timeout_s`` in all. ``config``: client settings instead of the broker's address
+    (``client_config()`` of a secured listener)."""
+    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, **(config or {}),
                   "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "isolation.level": isolation})
     c.subscribe([topic])

@@ -13,13 +13,20 @@ by the seed and the fault's index. The kinds:
   leader, which hands its leaderships to the followers first;
 - ``net-latency`` (500 ms each way), ``net-reset`` (connections reset 300 ms into their
   responses), ``net-blackhole`` (every byte swallowed both ways, past the 6 s session timeout
-  at times), ``net-slow-drip``: on one node's client link (its Toxiproxy proxy), 3-15 s.
+  at times), ``net-slow-drip``: on one node's client link (its Toxiproxy proxy), 3-15 s;
+- ``rolling-upgrade`` (once, at the middle of the schedule, with ``CHAOS_UPGRADE_TO`` set,
+  e.g. ``4.4.0`` while the cluster started on ``PYSPARK_KAFKA_SHARE_KAFKA_VERSION=4.2.2``):
+  each node in turn stopped cleanly and started on the new release, the next only once every
+  partition's replicas are all in sync again (as an operator does it); then
+  ``share.version`` raised to 2 with Kafka's feature tool.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 from pyspark_kafka_share.harness import LocalKafkaCluster, Toxiproxy
@@ -34,19 +41,38 @@ from tests.chaos.chaos_schedule import (
     make_schedule,
 )
 
-__all__ = ["CLUSTER_KINDS", "SCALE_KINDS", "cluster_fault", "describe", "scale_schedule"]
+__all__ = ["CLUSTER_KINDS", "ROLLING_UPGRADE", "SCALE_KINDS", "cluster_fault", "describe",
+           "scale_schedule", "upgrade_target"]
 
 NODE_CRASH = "node-crash"
 LEADER_MOVE = "leader-move"
 NETWORK_KINDS = tuple(TOXICS)  # net-latency, net-reset, net-blackhole, net-slow-drip
+ROLLING_UPGRADE = "rolling-upgrade"
 CLUSTER_KINDS = (NODE_CRASH, LEADER_MOVE, *NETWORK_KINDS)
 SCALE_KINDS = (WORKER_SIGKILL, WORKER_EXIT, QUERY_RESTART, LOCK_EXPIRY, *CLUSTER_KINDS)
 
 
+def upgrade_target(env: Mapping[str, str] | None = None) -> str | None:
+    """The release of the schedule's rolling upgrade: ``$CHAOS_UPGRADE_TO`` (None: none)."""
+    env = os.environ if env is None else env
+    return env.get("CHAOS_UPGRADE_TO") or None
+
+
 def scale_schedule(config: ChaosConfig, brokers: int = 3,
-                   kinds: tuple[str, ...] = SCALE_KINDS) -> list[Fault]:
+                   kinds: tuple[str, ...] = SCALE_KINDS,
+                   upgrade_to: str | None = None) -> list[Fault]:
     """The run's faults: ``victim`` is a cluster fault's node id (``leader-move``: the
-    partition whose leader moves) and ``down_s`` its duration."""
+    partition whose leader moves) and ``down_s`` its duration. ``upgrade_to``: one
+    ``rolling-upgrade`` more, at the time of the middle fault (index: after the others)."""
+    out = _drawn(config, brokers, kinds)
+    if upgrade_to and out:
+        middle = out[len(out) // 2]
+        out.insert(len(out) // 2, replace(middle, index=len(out), kind=ROLLING_UPGRADE,
+                                          victim=0, down_s=0.0))
+    return out
+
+
+def _drawn(config: ChaosConfig, brokers: int, kinds: tuple[str, ...]) -> list[Fault]:
     out = []
     for fault in make_schedule(config, kinds):
         if fault.kind not in CLUSTER_KINDS:
@@ -64,6 +90,9 @@ def scale_schedule(config: ChaosConfig, brokers: int = 3,
 
 def describe(fault: Fault) -> str:
     """A scheduled fault, for the report."""
+    if fault.kind == ROLLING_UPGRADE:
+        return (f"#{fault.index:<2} t={fault.at_s:6.1f}s {fault.kind:<14} every node in turn "
+                f"onto {upgrade_target()}")
     if fault.kind not in CLUSTER_KINDS:
         return fault.describe()
     what = (f"partition {fault.victim}'s leader restarted cleanly" if fault.kind == LEADER_MOVE
@@ -71,9 +100,12 @@ def describe(fault: Fault) -> str:
     return f"#{fault.index:<2} t={fault.at_s:6.1f}s {fault.kind:<14} {what}"
 
 
-def cluster_fault(cluster: LocalKafkaCluster, toxiproxy: Toxiproxy, fault: Fault,
+def cluster_fault(cluster: LocalKafkaCluster, toxiproxy: Toxiproxy | None, fault: Fault,
                   topic: str) -> str:
-    """Do one cluster fault (a kind of :data:`CLUSTER_KINDS`); what it did, for the report."""
+    """Do one cluster fault (a kind of :data:`CLUSTER_KINDS` or the rolling upgrade); what it
+    did, for the report."""
+    if fault.kind == ROLLING_UPGRADE:
+        return rolling_upgrade(cluster, upgrade_target() or cluster.node(1).version)
     if fault.kind == NODE_CRASH:
         cluster.kill(fault.victim)
         time.sleep(fault.down_s)
@@ -86,6 +118,7 @@ def cluster_fault(cluster: LocalKafkaCluster, toxiproxy: Toxiproxy, fault: Fault
         cluster.restart(leader)
         return (f"{topic}-{fault.victim}'s leader node {leader} restarted cleanly; the leader "
                 f"is node {cluster.wait_for_leader(topic, fault.victim)} now")
+    assert toxiproxy is not None, f"{fault.kind} needs the cluster behind Toxiproxy"
     proxy = cluster.proxy_name(fault.victim)
     through = toxiproxy.bytes_through(proxy)
     names = TOXICS[fault.kind](toxiproxy, proxy)
@@ -94,3 +127,38 @@ def cluster_fault(cluster: LocalKafkaCluster, toxiproxy: Toxiproxy, fault: Fault
     for name in names:
         toxiproxy.remove_toxic(proxy, name)
     return f"{fault.kind} on {proxy} for {fault.down_s:.1f}s: {through} bytes met it"
+
+
+def rolling_upgrade(cluster: LocalKafkaCluster, version: str) -> str:
+    """Each node in turn stopped cleanly and started on ``version``; the next only once every
+    replica is in sync again. Then ``share.version=2`` (a feature of 4.4: the binaries alone
+    change no feature level). What happened, for the report."""
+    steps = []
+    for node_id in cluster.node_ids:
+        was = cluster.node(node_id).version
+        began = time.monotonic()
+        cluster.restart(node_id, version=version)
+        back = time.monotonic() - began
+        steps.append(f"node {node_id} {was}->{version} back in {back:.0f}s, all replicas in "
+                     f"sync {wait_in_sync(cluster):.0f}s later")
+    raised = cluster.run_tool("FeatureCommand", "--bootstrap-server", cluster.bootstrap_servers,
+                              "upgrade", "--feature", "share.version=2")
+    return "; ".join([*steps, raised.stdout.strip().replace("\n", " ")])
+
+
+def wait_in_sync(cluster: LocalKafkaCluster, timeout_s: float = 300.0) -> float:
+    """Until every partition of every topic (the internal ones too) has all its replicas in
+    sync; seconds waited."""
+    began = time.monotonic()
+    behind: list[str] = []
+    while time.monotonic() - began < timeout_s:
+        try:
+            topics = cluster.admin().list_topics(timeout=10).topics
+            behind = [f"{name}-{p}" for name, t in topics.items()
+                      for p, part in t.partitions.items() if len(part.isrs) < len(part.replicas)]
+        except Exception as exc:  # noqa: BLE001 - a node still starting: ask again
+            behind = [repr(exc)]
+        if not behind:
+            return time.monotonic() - began
+        time.sleep(1.0)
+    raise AssertionError(f"replicas not in sync after {timeout_s:.0f}s: {behind[:10]}")

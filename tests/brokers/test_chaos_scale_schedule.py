@@ -9,8 +9,10 @@ from tests.brokers.chaos_scale import (
     CLUSTER_KINDS,
     LEADER_MOVE,
     NODE_CRASH,
+    ROLLING_UPGRADE,
     SCALE_KINDS,
     scale_schedule,
+    upgrade_target,
 )
 from tests.chaos.chaos_schedule import KINDS, ChaosConfig, make_schedule
 
@@ -42,3 +44,16 @@ def test_the_chaos_tests_published_schedules_are_unchanged_by_the_kinds_paramete
     few = make_schedule(ChaosConfig(seed=7, faults=3), KINDS)  # fewer faults than kinds
     assert [(f.kind, f.at_s) for f in few] == [
         ("broker-crash", 18.9), ("worker-exit", 28.2), ("query-restart", 40.5)]
+
+
+def test_a_rolling_upgrade_joins_the_schedule_once_at_its_middle() -> None:
+    config = ChaosConfig(seed=5, faults=40)
+    plain = scale_schedule(config)
+    upgraded = scale_schedule(config, upgrade_to="4.4.0")
+    assert [f for f in upgraded if f.kind != ROLLING_UPGRADE] == plain  # the rest unchanged
+    (upgrade,) = [f for f in upgraded if f.kind == ROLLING_UPGRADE]
+    assert upgraded.index(upgrade) == 20 and upgrade.at_s == plain[20].at_s
+    assert upgrade.index == 40  # an index of its own: the drawn faults keep theirs
+    assert upgrade_target({"CHAOS_UPGRADE_TO": "4.4.0"}) == "4.4.0"
+    assert upgrade_target({}) is None
+    assert scale_schedule(ChaosConfig(seed=5, faults=0), upgrade_to="4.4.0") == []

@@ -23,20 +23,40 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from pyspark_kafka_share._kafka.connection import ConnectionConfig
 from pyspark_kafka_share._kafka.produce import produce
 from pyspark_kafka_share.admin import ShareGroupAdmin
-from pyspark_kafka_share.harness import LocalKafka
+from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster
 from pyspark_kafka_share.workers.config import ShareClient
 
 Log = Callable[[str], None]
 Key = tuple[int, int]  # (partition, offset) in the one chaos topic
+
+# -- the group ---------------------------------------------------------------------------------
+
+
+def configure_group(kafka: LocalKafka | LocalKafkaCluster, group: str,
+                    configs: Mapping[str, str | int], log: Log) -> None:
+    """Set the group's dynamic configs. ``share.delivery.count.limit`` is a group config from
+    Kafka 4.3 on (KIP-1240): a 4.2 broker refuses the name, and the broker's default
+    (``group.share.delivery.count.limit``, set when the broker starts) applies instead."""
+    for key, value in configs.items():
+        try:
+            kafka.set_group_config(group, key, value)
+        except Exception as exc:
+            if key != "share.delivery.count.limit" or "Unknown group config" not in str(exc):
+                raise
+            log(f"  {key}={value} not a group config on Kafka {kafka.version}: the broker's "
+                "default applies")
+
 
 # -- the producer ------------------------------------------------------------------------------
 
@@ -50,11 +70,13 @@ class SteadyProducer:
     is idempotent with ``acks=all`` and a 10-minute delivery timeout, so it rides out broker
     crashes: records are retried, never written twice. ``delivered`` maps each value to the
     (partition, offset) its delivery report gave; ``errors`` lists failed deliveries.
+    ``config``: more client settings (a secured listener's).
     """
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float,
-                 minimum: int) -> None:
+                 minimum: int, *, config: Mapping[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.config = dict(config or {})
         self.topic = topic
         self.partitions = partitions
         self.rate = rate
@@ -93,7 +115,8 @@ class SteadyProducer:
 
         try:
             producer = Producer({
-                "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                **self.config, "bootstrap.servers": self.bootstrap, "acks": "all",
+                "enable.idempotence": True,
                 "linger.ms": 5, "message.timeout.ms": 600_000, "log_level": 0,
             })
             start = time.monotonic()
@@ -174,13 +197,16 @@ class ChaosQuery:
     """The streaming query under test: ``kafka-share`` → Parquet file sink, exactly-once.
 
     Its checkpoint, journal and output live under ``root``; every start uses the same ones.
+    ``clients``: the source's share consumer (its ``client`` option), start after start in
+    turn (``make chaos-scale`` alternates both on one checkpoint and journal).
     """
 
     def __init__(self, spark: SparkSession, kafka: LocalKafka, topic: str, group: str, root: Path,
                  tasks: int, tasks_view: SparkTasks, log: Log,
-                 client: ShareClient = "librdkafka") -> None:
+                 clients: tuple[ShareClient, ...] = ("librdkafka",)) -> None:
         self.spark = spark
-        self.client = client  # the source's share consumer (its ``client`` option)
+        self.clients = clients
+        self.starts_by_client = Counter[str]()
         self.kafka = kafka
         self.topic = topic
         self.group = group
@@ -208,8 +234,14 @@ class ChaosQuery:
                     raise
                 self.log(f"  query start failed, retrying: {_first_line(exc)}")
                 time.sleep(2)
+        self.starts_by_client[self.client] += 1
         self.starts += 1
         self.tasks_view.run_ids.append(str(self.query.runId))
+
+    @property
+    def client(self) -> ShareClient:
+        """The ``client`` option of the next start (:meth:`start` counts it afterwards)."""
+        return self.clients[self.starts % len(self.clients)]
 
     def _start(self, fault: str | None) -> Any:
         reader = (self.spark.readStream.format("kafka-share")
@@ -427,9 +459,10 @@ def read_log(bootstrap: str, topic: str, partitions: int) -> dict[Key, int]:
         consumer.close()
 
 
-def group_lag(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
+def group_lag(bootstrap: str, group: str, topic: str,
+              connection: ConnectionConfig | None = None) -> dict[int, int | None]:
     """The share group's lag per partition of ``topic`` (None: no share state or unknown)."""
-    with ShareGroupAdmin(bootstrap, timeout_s=15) as admin:
+    with ShareGroupAdmin(bootstrap, connection=connection, timeout_s=15) as admin:
         return {o.partition: o.lag for o in admin.offsets(group) if o.topic == topic}
 
 

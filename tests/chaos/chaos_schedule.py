@@ -10,8 +10,8 @@ happens.
 Environment: ``CHAOS_SEED`` (default: random), ``CHAOS_RECORDS`` (default 15,000),
 ``CHAOS_FAULTS`` (default 10), ``CHAOS_INTERVAL_S`` (mean seconds between faults, default 10),
 ``CHAOS_CLIENT`` (the share consumer of the source and the queue workers: ``librdkafka`` or
-``native``; unset, ``make chaos`` runs each test once per client, :func:`chaos_clients`, and
-the long runs use ``librdkafka``, :func:`worker_client`; the schedule does not depend on it).
+``native``; unset, each chaos test runs once per client, :func:`chaos_clients`, and ``make
+chaos-scale``'s query alternates them from start to start; the schedule does not depend on it).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ LOCK_EXPIRY = "lock-expiry"
 lock: the broker takes the records back while the task still holds them."""
 
 def worker_client(env: Mapping[str, str] | None = None) -> ShareClient:
-    """The workers' ``client`` for a long chaos run (``make chaos-scale``): ``$CHAOS_CLIENT``
-    (``librdkafka`` or ``native``; unset: ``librdkafka``)."""
+    """The client ``$CHAOS_CLIENT`` names (``librdkafka`` or ``native``; unset:
+    ``librdkafka``)."""
     env = os.environ if env is None else env
     wanted = env.get("CHAOS_CLIENT") or CLIENTS[0]
     for client in CLIENTS:

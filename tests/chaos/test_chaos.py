@@ -40,6 +40,7 @@ from tests.chaos.chaos_harness import (
     ChaosQuery,
     SparkTasks,
     SteadyProducer,
+    configure_group,
     crash_broker,
     group_lag,
     kill_busy_worker,
@@ -88,7 +89,7 @@ class ChaosRun:
     """One chaos run: setup, the faults on schedule, the drain, the verdict."""
 
     def __init__(self, config: ChaosConfig, spark: SparkSession, kafka: LocalKafka, root: Path,
-                 report: Report, client: ShareClient = "librdkafka") -> None:
+                 report: Report, clients: tuple[ShareClient, ...] = ("librdkafka",)) -> None:
         self.config = config
         self.spark = spark
         self.kafka = kafka
@@ -99,11 +100,10 @@ class ChaosRun:
             "share.auto.offset.reset": "earliest",
             "share.record.lock.duration.ms": config.lock_ms,
             "share.delivery.count.limit": config.delivery_limit}
-        for key, value in group_configs.items():
-            kafka.set_group_config(self.group, key, value)
+        configure_group(kafka, self.group, group_configs, report)
         self.tasks = SparkTasks(spark)
         self.query = ChaosQuery(spark, kafka, self.topic, self.group, root, config.tasks,
-                                self.tasks, report, client)
+                                self.tasks, report, clients)
         self.producer = SteadyProducer(kafka.bootstrap_servers, self.topic,
                                        config.topic_partitions, config.rate, config.records)
         self.t0 = 0.0
@@ -240,7 +240,7 @@ def test_every_record_lands_exactly_once_under_a_seeded_fault_schedule(
     for fault in schedule:
         chaos_report(f"  scheduled {fault.describe()}")
 
-    run = ChaosRun(config, spark, chaos_kafka, tmp_path, chaos_report, client)
+    run = ChaosRun(config, spark, chaos_kafka, tmp_path, chaos_report, (client,))
     try:
         run.start()
         chaos_report(f"  setup {time.monotonic() - began:.0f}s (topic, group configs, the "

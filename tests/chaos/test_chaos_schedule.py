@@ -51,7 +51,7 @@ def test_sizes_come_from_the_environment() -> None:
 
 
 def test_the_workers_client_comes_from_the_environment() -> None:
-    assert worker_client({}) == "librdkafka"  # make chaos-scale's default
+    assert worker_client({}) == "librdkafka"
     assert worker_client({"CHAOS_CLIENT": "native"}) == "native"
     with pytest.raises(ValueError, match="CHAOS_CLIENT='java': use one of librdkafka, native"):
         worker_client({"CHAOS_CLIENT": "java"})
