@@ -14,6 +14,9 @@ by the seed and the fault's index. The kinds:
 - ``net-latency`` (500 ms each way), ``net-reset`` (connections reset 300 ms into their
   responses), ``net-blackhole`` (every byte swallowed both ways, past the 6 s session timeout
   at times), ``net-slow-drip``: on one node's client link (its Toxiproxy proxy), 3-15 s;
+- ``executor-kill`` (with ``CHAOS_SPARK=cluster``: Spark is a standalone cluster of two
+  workers, each with one executor JVM): SIGKILL one worker's executor; the master starts
+  another and Spark runs its tasks again;
 - ``rolling-upgrade`` (once, at the middle of the schedule, with ``CHAOS_UPGRADE_TO`` set,
   e.g. ``4.4.0`` while the cluster started on ``PYSPARK_KAFKA_SHARE_KAFKA_VERSION=4.2.2``):
   each node in turn stopped cleanly and started on the new release, the next only once every
@@ -41,15 +44,27 @@ from tests.chaos.chaos_schedule import (
     make_schedule,
 )
 
-__all__ = ["CLUSTER_KINDS", "ROLLING_UPGRADE", "SCALE_KINDS", "cluster_fault", "describe",
-           "scale_schedule", "upgrade_target"]
+__all__ = ["CLUSTER_KINDS", "EXECUTOR_KILL", "ROLLING_UPGRADE", "SCALE_KINDS", "cluster_fault",
+           "describe", "scale_schedule", "spark_mode", "upgrade_target"]
 
 NODE_CRASH = "node-crash"
 LEADER_MOVE = "leader-move"
 NETWORK_KINDS = tuple(TOXICS)  # net-latency, net-reset, net-blackhole, net-slow-drip
 ROLLING_UPGRADE = "rolling-upgrade"
+EXECUTOR_KILL = "executor-kill"
+SPARK_WORKERS = 2  # the standalone cluster's workers (tests/fixtures/spark.py ``cluster``)
 CLUSTER_KINDS = (NODE_CRASH, LEADER_MOVE, *NETWORK_KINDS)
 SCALE_KINDS = (WORKER_SIGKILL, WORKER_EXIT, QUERY_RESTART, LOCK_EXPIRY, *CLUSTER_KINDS)
+
+
+def spark_mode(env: Mapping[str, str] | None = None) -> str:
+    """``$CHAOS_SPARK``: ``local`` (default, ``local[2, 4]``) or ``cluster`` (a standalone
+    cluster; the schedule then has ``executor-kill`` faults)."""
+    env = os.environ if env is None else env
+    mode = env.get("CHAOS_SPARK") or "local"
+    if mode not in ("local", "cluster"):
+        raise ValueError(f"CHAOS_SPARK={mode!r}: use local or cluster")
+    return mode
 
 
 def upgrade_target(env: Mapping[str, str] | None = None) -> str | None:
@@ -75,10 +90,13 @@ def scale_schedule(config: ChaosConfig, brokers: int = 3,
 def _drawn(config: ChaosConfig, brokers: int, kinds: tuple[str, ...]) -> list[Fault]:
     out = []
     for fault in make_schedule(config, kinds):
+        rng = random.Random(config.seed * 1_000 + fault.index)
+        if fault.kind == EXECUTOR_KILL:
+            out.append(replace(fault, victim=rng.randrange(SPARK_WORKERS)))
+            continue
         if fault.kind not in CLUSTER_KINDS:
             out.append(fault)
             continue
-        rng = random.Random(config.seed * 1_000 + fault.index)
         if fault.kind == LEADER_MOVE:
             out.append(replace(fault, victim=rng.randrange(config.topic_partitions)))
             continue
@@ -93,6 +111,9 @@ def describe(fault: Fault) -> str:
     if fault.kind == ROLLING_UPGRADE:
         return (f"#{fault.index:<2} t={fault.at_s:6.1f}s {fault.kind:<14} every node in turn "
                 f"onto {upgrade_target()}")
+    if fault.kind == EXECUTOR_KILL:
+        return (f"#{fault.index:<2} t={fault.at_s:6.1f}s {fault.kind:<14} SIGKILL Spark worker "
+                f"{fault.victim}'s executor")
     if fault.kind not in CLUSTER_KINDS:
         return fault.describe()
     what = (f"partition {fault.victim}'s leader restarted cleanly" if fault.kind == LEADER_MOVE

@@ -16,6 +16,8 @@ Both share clients take part: the source's query alternates its ``client`` optio
 client; ``CHAOS_CLIENT=native`` (or ``librdkafka``) runs one. With ``CHAOS_UPGRADE_TO`` (``make
 chaos-scale``: the cluster starts on the oldest supported Kafka, 4.2.2, and the schedule's
 middle fault is a rolling upgrade to 4.4.0; tests/brokers/chaos_scale.py).
+``CHAOS_SPARK=cluster``: Spark is a standalone cluster (two workers, one executor each) and
+the schedules SIGKILL its executors too (``executor-kill``); default ``local[2, 4]``.
 """
 
 from __future__ import annotations
@@ -27,24 +29,27 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
-from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster, Toxiproxy
+from pyspark_kafka_share.harness import LocalKafka, LocalKafkaCluster, LocalSparkCluster, Toxiproxy
 from pyspark_kafka_share.workers import Record, Result, WorkerSummary, start_workers
 from pyspark_kafka_share.workers.config import ShareClient
 from tests.brokers.chaos_scale import (
     CLUSTER_KINDS,
+    EXECUTOR_KILL,
     LEADER_MOVE,
     NODE_CRASH,
     ROLLING_UPGRADE,
+    SCALE_KINDS,
     cluster_fault,
     describe,
     scale_schedule,
+    spark_mode,
     upgrade_target,
 )
 from tests.chaos.chaos_harness import (
@@ -69,17 +74,52 @@ WORKERS_CONFIG = replace(CONFIG, records=int(os.environ.get("CHAOS_WORKER_RECORD
 Report = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class ChaosSpark:
+    """The run's Spark: ``local[2, 4]``, or with ``CHAOS_SPARK=cluster`` a standalone cluster
+    (two workers of one executor each) whose executors the schedule SIGKILLs."""
+
+    session: SparkSession
+    cluster: LocalSparkCluster | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The fault kinds this Spark adds to a schedule."""
+        return () if self.cluster is None else (EXECUTOR_KILL,)
+
+    def kill_executor(self, fault: Fault) -> str:
+        assert self.cluster is not None, "executor-kill needs CHAOS_SPARK=cluster"
+        victim = self.cluster.kill_executor(fault.victim)
+        return (f"SIGKILLed executor {victim.executor_id} (pid {victim.pid}) of Spark worker "
+                f"{fault.victim}")
+
+
+@pytest.fixture(scope="module")
+def chaos_spark(request: pytest.FixtureRequest) -> Iterator[ChaosSpark]:
+    if spark_mode() == "local":
+        yield ChaosSpark(request.getfixturevalue("spark"))
+        return
+    cluster: LocalSparkCluster = request.getfixturevalue("cluster")
+    session = cluster.session("pyspark-kafka-share-chaos-scale",
+                              conf={"spark.task.maxFailures": "4"})
+    yield ChaosSpark(session, cluster)
+    session.stop()
+
+
 class ClusterChaosRun(ChaosRun):
     """The chaos test's run (query, producer, drain, verdict) with the cluster's faults."""
 
-    def __init__(self, config: ChaosConfig, spark: SparkSession, cluster: LocalKafkaCluster,
+    def __init__(self, config: ChaosConfig, spark: ChaosSpark, cluster: LocalKafkaCluster,
                  broker: LocalKafka, toxiproxy: Toxiproxy, root: Path,
                  report: Report) -> None:
-        super().__init__(config, spark, broker, root, report, chaos_clients())
+        super().__init__(config, spark.session, broker, root, report, chaos_clients())
+        self.chaos_spark = spark
         self.cluster = cluster
         self.toxiproxy = toxiproxy
 
     def inject(self, fault: Fault) -> str:
+        if fault.kind == EXECUTOR_KILL:
+            return self.chaos_spark.kill_executor(fault)
         if fault.kind in (*CLUSTER_KINDS, ROLLING_UPGRADE):
             return cluster_fault(self.cluster, self.toxiproxy, fault, self.topic)
         return super().inject(fault)
@@ -88,13 +128,14 @@ class ClusterChaosRun(ChaosRun):
 @pytest.mark.chaos_scale
 @pytest.mark.timeout(CONFIG.budget_s())
 def test_every_record_lands_exactly_once_under_a_seeded_cluster_fault_schedule(
-    spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
+    chaos_spark: ChaosSpark, kafka_cluster: LocalKafkaCluster, cluster_broker: LocalKafka,
     toxiproxy: Toxiproxy, tmp_path: Path, fault_report: Report,
 ) -> None:
     config, seed = CONFIG, CONFIG.seed
     began = time.monotonic()
     upgrade = upgrade_target()
-    schedule = scale_schedule(config, upgrade_to=upgrade)
+    schedule = scale_schedule(config, kinds=(*SCALE_KINDS, *chaos_spark.kinds),
+                              upgrade_to=upgrade)
     fault_report(f"chaos-scale seed={seed}: {config.records} records, {len(schedule)} faults "
                  f"every ~{config.interval_s:.0f}s, Kafka {kafka_cluster.node(1).version}"
                  f"{f' upgraded to {upgrade}' if upgrade else ''}, clients "
@@ -103,7 +144,7 @@ def test_every_record_lands_exactly_once_under_a_seeded_cluster_fault_schedule(
                  f"{config.interval_s:g} make chaos-scale)")
     for fault in schedule:
         fault_report(f"  scheduled {describe(fault)}")
-    run = ClusterChaosRun(config, spark, kafka_cluster, cluster_broker, toxiproxy, tmp_path,
+    run = ClusterChaosRun(config, chaos_spark, kafka_cluster, cluster_broker, toxiproxy, tmp_path,
                           fault_report)
     try:
         run.start()
@@ -150,11 +191,11 @@ def secured_cluster() -> Iterator[LocalKafkaCluster]:
 @pytest.mark.timeout(WORKERS_CONFIG.budget_s())
 @pytest.mark.parametrize("client", chaos_clients())
 def test_workers_outputs_exactly_once_under_a_seeded_cluster_fault_schedule(
-    spark: SparkSession, kafka_cluster: LocalKafkaCluster, cluster_group: str,
+    chaos_spark: ChaosSpark, kafka_cluster: LocalKafkaCluster, cluster_group: str,
     toxiproxy: Toxiproxy, fault_report: Report, client: ShareClient,
 ) -> None:
     """The workers on the tier's plaintext cluster behind Toxiproxy: every cluster fault."""
-    _workers_chaos(spark, kafka_cluster, toxiproxy, cluster_group, client,
+    _workers_chaos(chaos_spark, kafka_cluster, toxiproxy, cluster_group, client,
                    (WORKER_SIGKILL, *CLUSTER_KINDS), fault_report)
 
 
@@ -163,25 +204,26 @@ def test_workers_outputs_exactly_once_under_a_seeded_cluster_fault_schedule(
 @pytest.mark.broker
 @pytest.mark.timeout(WORKERS_CONFIG.budget_s())
 def test_workers_outputs_exactly_once_on_sasl_ssl_under_node_faults(
-    spark: SparkSession, secured_cluster: LocalKafkaCluster, fault_report: Report,
+    chaos_spark: ChaosSpark, secured_cluster: LocalKafkaCluster, fault_report: Report,
 ) -> None:
     """The workers (the last of the run's clients: ``native`` when both run) connected over
     SASL_SSL as the harness's admin user, under node crashes, leader moves and worker
     SIGKILLs."""
     group = f"chaos-scale-sec-{uuid.uuid4().hex[:8]}"
     secured_cluster.set_group_config(group, "share.auto.offset.reset", "earliest")
-    _workers_chaos(spark, secured_cluster, None, group, chaos_clients()[-1],
+    _workers_chaos(chaos_spark, secured_cluster, None, group, chaos_clients()[-1],
                    (WORKER_SIGKILL, NODE_CRASH, LEADER_MOVE), fault_report)
 
 
-def _workers_chaos(spark: SparkSession, cluster: LocalKafkaCluster, toxiproxy: Toxiproxy | None,
+def _workers_chaos(chaos_spark: ChaosSpark, cluster: LocalKafkaCluster, toxiproxy: Toxiproxy | None,
                    group: str, client: ShareClient, kinds: tuple[str, ...],
                    fault_report: Report) -> None:
     """Two exactly-once workers with a dead-letter topic under ``kinds`` of faults against a
     steady producer; a ``read_committed`` reader must see each record once among the
     outputs and dead letters."""
     config = WORKERS_CONFIG
-    schedule = scale_schedule(config, kinds=kinds)
+    schedule = scale_schedule(config, kinds=(*kinds, *chaos_spark.kinds))
+    spark = chaos_spark.session
     conf = cluster.client_config()
     fault_report(f"workers chaos-scale seed={config.seed}, client={client}, "
                  f"{conf.get('security.protocol', 'PLAINTEXT')}: {config.records} records, "
@@ -205,9 +247,12 @@ def _workers_chaos(spark: SparkSession, cluster: LocalKafkaCluster, toxiproxy: T
     try:
         for fault in schedule:
             time.sleep(max(0.0, fault.at_s - (time.monotonic() - began)))
-            what = kill_busy_worker(SparkTasks(spark), rng.randrange(4)) \
-                if fault.kind == WORKER_SIGKILL else cluster_fault(cluster, toxiproxy, fault,
-                                                                   src)
+            if fault.kind == WORKER_SIGKILL:
+                what = kill_busy_worker(SparkTasks(spark), rng.randrange(4))
+            elif fault.kind == EXECUTOR_KILL:
+                what = chaos_spark.kill_executor(fault)
+            else:
+                what = cluster_fault(cluster, toxiproxy, fault, src)
             fault_report(f"  t={time.monotonic() - began:6.1f}s {describe(fault)}: {what}")
         producer.finish()
         producer.join(900)

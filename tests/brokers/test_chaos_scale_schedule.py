@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from tests.brokers.chaos_scale import (
     CLUSTER_KINDS,
+    EXECUTOR_KILL,
     LEADER_MOVE,
     NODE_CRASH,
     ROLLING_UPGRADE,
     SCALE_KINDS,
+    describe,
     scale_schedule,
+    spark_mode,
     upgrade_target,
 )
 from tests.chaos.chaos_schedule import KINDS, ChaosConfig, make_schedule
@@ -57,3 +62,15 @@ def test_a_rolling_upgrade_joins_the_schedule_once_at_its_middle() -> None:
     assert upgrade_target({"CHAOS_UPGRADE_TO": "4.4.0"}) == "4.4.0"
     assert upgrade_target({}) is None
     assert scale_schedule(ChaosConfig(seed=5, faults=0), upgrade_to="4.4.0") == []
+
+
+def test_executor_kills_join_the_schedule_with_spark_as_a_cluster() -> None:
+    config = ChaosConfig(seed=9, faults=40)
+    schedule = scale_schedule(config, kinds=(*SCALE_KINDS, EXECUTOR_KILL))
+    kills = [f for f in schedule if f.kind == EXECUTOR_KILL]
+    assert kills and all(0 <= f.victim < 2 for f in kills)  # the cluster's two workers
+    assert schedule == scale_schedule(config, kinds=(*SCALE_KINDS, EXECUTOR_KILL))
+    assert all("executor" in describe(f) for f in kills)
+    assert spark_mode({}) == "local" and spark_mode({"CHAOS_SPARK": "cluster"}) == "cluster"
+    with pytest.raises(ValueError, match="CHAOS_SPARK"):
+        spark_mode({"CHAOS_SPARK": "yarn"})
