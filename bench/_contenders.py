@@ -399,6 +399,21 @@ def _fresh_python_workers(since_s: float) -> int | None:
         return None
 
 
+def _task_stats(journal: str, batches: int) -> list[dict[str, int]]:
+    """Each task's own counters from its END marker in the journal (``join_ms``: from its
+    consumer's creation to its first records; ``polls``, ``journal_slots``, ...), per batch
+    (``seq``) and task (``part``). The query's last batch is not committed under AvailableNow,
+    so its markers are still there; an earlier, committed batch's are gone."""
+    from pyspark_kafka_share.source.journal.journal import Journal
+
+    out: list[dict[str, int]] = []
+    opened = Journal(journal, fsync=False)
+    for seq in range(1, batches + 2):
+        for part, end in sorted(opened.batch_ends(seq).items()):
+            out.append({"seq": seq, "part": part, "records": end.records, **end.stats})
+    return out
+
+
 def kind_is_share(progress: Any) -> bool:
     """Whether a progress entry's source is kafka-share (its latestOffset carries metrics)."""
     return bool(progress.sources) and "lastBatch" in (progress.sources[0].latestOffset or "")
@@ -569,9 +584,11 @@ class SparkBench:
             self._share_reader(warm.topic, delivery="exactly-once", num_partitions=tasks,
                                extra=options), warm, cost_s=cost_s)
         warm_s = round(time.monotonic() - start, 2)
+        journal = self._dir("journal")
         df = self._share_reader(data.topic, delivery="exactly-once", num_partitions=tasks,
-                                extra=options)
+                                extra={**options, "journalPath": journal})
         count, wall, _steady, extra = self.drain(df, data, cost_s=cost_s)
+        extra["task_stats"] = _task_stats(journal, len(extra["durations_ms"]))
         extra.update({"warm_s": warm_s, "warm_pids": warmed.get("worker_pids"),
                       "warm_age_s": warmed.get("worker_age_s"),
                       "warm_task_rows": warmed.get("task_rows")})
