@@ -7,6 +7,7 @@ more records than were produced: a fast wrong answer is not a result.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -363,6 +364,56 @@ def _warmer() -> Callable[[Iterator[Any]], Iterator[Any]]:
     return warm
 
 
+def _stat(pid: str) -> tuple[int, float]:
+    """(parent pid, start in clock ticks after boot) of process ``pid`` (field 2 of
+    /proc/<pid>/stat, the name, may hold spaces)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[19])
+
+
+def _fresh_python_workers(since_s: float) -> int | None:
+    """How many of this run's Spark Python worker processes that run tasks (``pyspark.daemon
+    pyspark.worker`` and the workers it forks, which share its command line; not the daemons
+    of the driver's data source planning; under this process's driver JVM, as the machine is
+    shared) started within the last ``since_s`` seconds: the workers a case had to start
+    although it was warmed (None: no /proc)."""
+    try:
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        ticks = os.sysconf("SC_CLK_TCK")
+        me, fresh = os.getpid(), 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"pyspark.daemon\0pyspark.worker\0" not in f.read():
+                        continue
+                parent, start = _stat(pid)
+                while parent > 1 and parent != me:  # ours: a descendant of this process
+                    parent = _stat(str(parent))[0]
+            except (OSError, ValueError, IndexError):
+                continue
+            fresh += parent == me and uptime - start / ticks < since_s
+        return fresh
+    except (OSError, ValueError):
+        return None
+
+
+def _task_stats(journal: str, batches: int) -> list[dict[str, int]]:
+    """Each task's own counters from its END marker in the journal (``join_ms``: from its
+    consumer's creation to its first records; ``polls``, ``journal_slots``, ...), per batch
+    (``seq``) and task (``part``). The query's last batch is not committed under AvailableNow,
+    so its markers are still there; an earlier, committed batch's are gone."""
+    from pyspark_kafka_share.source.journal.journal import Journal
+
+    out: list[dict[str, int]] = []
+    opened = Journal(journal, fsync=False)
+    for seq in range(1, batches + 2):
+        for part, end in sorted(opened.batch_ends(seq).items()):
+            out.append({"seq": seq, "part": part, "records": end.records, **end.stats})
+    return out
+
+
 def kind_is_share(progress: Any) -> bool:
     """Whether a progress entry's source is kafka-share (its latestOffset carries metrics)."""
     return bool(progress.sources) and "lastBatch" in (progress.sources[0].latestOffset or "")
@@ -506,6 +557,46 @@ class SparkBench:
             raise BenchError(f"warming {n} Python workers ran in {len(pids)}: {pids}")
         return {"warm_pids": pids, "warm_age_s": sorted(float(r.age) for r in rows),
                 "warm_s": round(time.monotonic() - start, 2)}
+
+    def source_spread(self, data: Dataset, *, tasks: int, cost_s: float) -> tuple[
+            int, float, float, dict[str, Any]]:
+        """The source with ``client=native`` and ``numPartitions=tasks`` over ``data`` (one
+        partition), each record costing ``cost_s`` in a mapInArrow after it (:meth:`drain`).
+
+        On warm Python workers: a source task takes two, the source's reader and the
+        mapInArrow's, and the barrier job of :meth:`warm_python_workers` does not warm the
+        readers (measured: after a barrier job of 8 tasks of two chained mapInArrows, 16
+        Python workers, an 8-task case still started 9; Spark keeps a pool per worker
+        environment, and the data source's reads seem to have a pool of their own). So, right
+        before the case and untimed, the same query drains a topic of 300 records per task
+        (the tasks overlap: each waits for its consumer's join), which leaves ``tasks``
+        readers and ``tasks`` mapInArrow workers idle in Spark's pools.
+        ``maxBatchDurationMs`` is lifted so that one micro-batch reads the whole topic for one
+        task as for eight: the 1-task case is the linear baseline, and batch boundaries (a
+        group join each) would only slow it.
+
+        Returns (records, wall seconds, seconds from the first record processed to the last,
+        extra: rows and first-row stamps per task, the Python workers the case started)."""
+        options = {"client": "native", "maxBatchDurationMs": "600000"}
+        warm, _ = produce_dataset(self.kafka, f"warm-src-n{tasks}", 1, 300 * tasks)
+        start = time.monotonic()
+        _, _, _, warmed = self.drain(
+            self._share_reader(warm.topic, delivery="exactly-once", num_partitions=tasks,
+                               extra=options), warm, cost_s=cost_s)
+        warm_s = round(time.monotonic() - start, 2)
+        journal = self._dir("journal")
+        df = self._share_reader(data.topic, delivery="exactly-once", num_partitions=tasks,
+                                extra={**options, "journalPath": journal})
+        count, wall, _steady, extra = self.drain(df, data, cost_s=cost_s)
+        extra["task_stats"] = _task_stats(journal, len(extra["durations_ms"]))
+        extra.update({"warm_s": warm_s, "warm_pids": warmed.get("worker_pids"),
+                      "warm_age_s": warmed.get("worker_age_s"),
+                      "warm_task_rows": warmed.get("task_rows")})
+        extra["warm_reused"] = len(set(extra.get("worker_pids") or [])
+                                   & set(warmed.get("worker_pids") or []))
+        # every Python worker of ours started since the case did: 0 when both pools were warm
+        extra["python_workers_started_in_case"] = _fresh_python_workers(wall)
+        return count, wall, extra["processed_s"] or wall, extra
 
     def workers(self, data: Dataset, *, workers: int, cost_s: float,
                 client: str = "librdkafka", warm: bool = False) -> tuple[

@@ -54,6 +54,8 @@ class Sizes:
     cost_ms: float  # the per-record cost (a sleep in mapInArrow)
     workers_ms: float  # the per-record cost of the queue workers' suite (on the cost topics)
     spread_records: int  # the spread suite's 1-partition topic (client="native", workers_ms)
+    source_spread_records: int  # the spread suite's topic for the source (client="native")
+    source_spread_ms: float  # the per-record cost after the source in its spread cases
     rounds: int
     latency_rate: int  # records/s of the paced producer
     latency_low_rate: int  # a second, lower rate (default options and the kafka source only)
@@ -64,11 +66,13 @@ class Sizes:
 # Full: about 30 min on 2 cores with make bench's other two scripts (2026-11-26; this script 25.7
 # of them); quick: about 6 min (docs/benchmarks/README.md).
 FULL = Sizes(mode="full", records=2_000_000, partitions=4, scale_records=300_000,
-             cost_records=10_000, cost_ms=1.0, workers_ms=2.0, spread_records=40_000, rounds=3,
+             cost_records=10_000, cost_ms=1.0, workers_ms=2.0, spread_records=40_000,
+             source_spread_records=80_000, source_spread_ms=1.0, rounds=3,
              latency_rate=3_000, latency_low_rate=1_000, latency_seconds=25.0,
              latency_warmup_s=5.0)
 QUICK = Sizes(mode="quick", records=200_000, partitions=4, scale_records=100_000,
-              cost_records=4_000, cost_ms=1.0, workers_ms=2.0, spread_records=16_000, rounds=1,
+              cost_records=4_000, cost_ms=1.0, workers_ms=2.0, spread_records=16_000,
+              source_spread_records=24_000, source_spread_ms=1.0, rounds=1,
               latency_rate=2_000, latency_low_rate=1_000, latency_seconds=15.0,
               latency_warmup_s=3.0)
 
@@ -103,6 +107,7 @@ class Bench:
             specs[f"scale-p{p}"] = (p, s.scale_records)
             specs[f"cost-p{p}"] = (p, s.cost_records)
         specs["spread-p1"] = (1, s.spread_records)
+        specs["spread-src-p1"] = (1, s.source_spread_records)
         return specs
 
     def produce(self, names: set[str]) -> None:
@@ -176,6 +181,14 @@ class Bench:
                 "spread", f"spread-p1-w{n}", f"run_workers client=native, 1-partition topic, "
                 f"{n} workers, {s.workers_ms:g} ms/record", "spread-p1", True,
                 self._workers_runner("spread-p1", n, client="native")))
+        # Issue 39 item 4: the source on the native client, numPartitions=8 on 1 partition
+        # (each task's strict polls capped by its share of the backlog), 1 ms/record in a
+        # mapInArrow after it, each of the 8 tasks with 10 s of work in the full run.
+        for n in (1, 8):
+            cases.append(Case(
+                "spread", f"spread-src-p1-n{n}", f"kafka-share exactly-once client=native, "
+                f"1-partition topic, numPartitions={n}, {s.source_spread_ms:g} ms/record",
+                "spread-src-p1", True, self._source_spread_runner(n)))
         latency = (("share-eo-defaults", "kafka-share exactly-once, default options"),
                    ("share-eo", "kafka-share exactly-once"),
                    ("share-amo", "kafka-share at-most-once"),
@@ -205,6 +218,20 @@ class Bench:
                       "warm_python_workers": suite == "spread"}
             return c.Run(suite, f"{suite}-p{d.partitions}-w{workers}", rnd, count,
                          d.record_bytes, wall, processed_s, params, extra)
+        return run
+
+    def _source_spread_runner(self, tasks: int) -> Callable[[int], c.Run]:
+        def run(rnd: int) -> c.Run:
+            assert self.spark_bench is not None
+            d = self.data["spread-src-p1"]
+            count, wall, processed_s, extra = self.spark_bench.source_spread(
+                d, tasks=tasks, cost_s=self.sizes.source_spread_ms / 1000)
+            params = {"source": "share-eo-native", "numPartitions": tasks,
+                      "topic_partitions": d.partitions,
+                      "cost_ms_per_record": self.sizes.source_spread_ms,
+                      "maxBatchDurationMs": 600000, "warm_python_workers": True}
+            return c.Run("spread", f"spread-src-p1-n{tasks}", rnd, count, d.record_bytes, wall,
+                         processed_s, params, extra)
         return run
 
     def _scale_runner(self, suite: str, name: str, data: str, tasks: int | None,

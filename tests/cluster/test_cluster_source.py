@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from pyspark_kafka_share.harness import LocalKafka, LocalSparkCluster
-from tests.fixtures.journal import JournalAt, assert_content
+from tests.fixtures.journal import JOURNAL_MATRIX, JournalAt, assert_content
 from tests.fixtures.kafka import ShareConsumerFactory, TopicFactory
 from tests.helpers import (
     Key,
@@ -35,6 +35,14 @@ from tests.helpers import (
 
 pytestmark = pytest.mark.cluster
 
+
+def _cells(*journals: str, native: str) -> list[Any]:
+    """Parameters ``(journal, client)``: each of ``journals`` on librdkafka (the default; its
+    id the cell alone, as before), and the ``native`` cell once more with ``client=native``
+    (issue 39 item 5: the source on the package's own share consumer, whose journal slot may
+    hold several polls, through a lost executor and a speculative copy)."""
+    return [*(pytest.param(j, "librdkafka", id=j) for j in journals),
+            pytest.param(native, "native", id=f"{native}-native")]
 
 
 def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str, journal: JournalAt,
@@ -77,11 +85,14 @@ def _backlog(cluster: LocalSparkCluster, spark: SparkSession, kafka: LocalKafka,
     return topic, _produce(kafka, topic, 2, n), _stage_ids(cluster, spark)
 
 
-# Each store and each content once (the executor-kill test below runs every cell).
-@pytest.mark.parametrize("journal", ["local-offsets", "s3-records"], indirect=True)
+# Each store and each content once (the executor-kill test below runs every cell), and the
+# native client on a local journal.
+@pytest.mark.parametrize(("journal", "client"),
+                         _cells("local-offsets", "s3-records", native="local-offsets"),
+                         indirect=["journal"])
 def test_speculative_copies_run_and_the_sink_stays_exactly_once(
     cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
-    topic_factory: TopicFactory, group: str, journal: JournalAt, tmp_path: Path,
+    topic_factory: TopicFactory, group: str, journal: JournalAt, client: str, tmp_path: Path,
     evidence: Callable[[str], None],
 ) -> None:
     spark = cluster_spark
@@ -90,7 +101,7 @@ def test_speculative_copies_run_and_the_sink_stays_exactly_once(
     # read); the others end in a few seconds, so Spark launches a copy of task 0 on the other
     # executor. The copy (attempt 1, no sleep) finds the log open and ENDs it; the original
     # finds END taken when it wakes (or is killed first) and RELEASEs what it holds.
-    df = _reader(spark, kafka, topic, group, journal,
+    df = _reader(spark, kafka, topic, group, journal, client=client,
                  _faultInjection="sleep-before-end:seq=1:part=0:attempt=0:ms=25000")
     run_available_now(df, tmp_path / "out", tmp_path / "chk", 300)
     assert_content(journal)
@@ -115,8 +126,8 @@ def test_speculative_copies_run_and_the_sink_stays_exactly_once(
                         and o["index"] == t["index"] and not o["speculative"])
         assert original["host"] != t["host"]
         assert original["status"] in ("KILLED", "SUCCESS")
-    evidence(f"{len(speculative)} speculative attempt(s), {len(winners)} succeeded; "
-             f"sink checked for {len(expected)} records")
+    evidence(f"client={client}: {len(speculative)} speculative attempt(s), {len(winners)} "
+             f"succeeded; sink checked for {len(expected)} records")
     assert_exactly_once(sink_keys(spark, tmp_path / "out"), expected)
 
 
@@ -132,9 +143,12 @@ def _log_state(journal: JournalAt, seq: int, part: int) -> tuple[int, bool]:
     return len(scan.data_slots), scan.end is not None
 
 
+# Every journal cell on librdkafka, and the native client on a local journal of offsets.
+@pytest.mark.parametrize(("journal", "client"),
+                         _cells(*JOURNAL_MATRIX, native="local-offsets"), indirect=["journal"])
 def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
     cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
-    topic_factory: TopicFactory, group: str, journal: JournalAt, tmp_path: Path,
+    topic_factory: TopicFactory, group: str, journal: JournalAt, client: str, tmp_path: Path,
     evidence: Callable[[str], None],
 ) -> None:
     spark = cluster_spark
@@ -146,7 +160,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
     # slots and continue the log.
     faults = ";".join(f"sleep-before-publish:seq=1:part={p}:attempt=0:ms=2000;"
                       f"sleep-before-end:seq=1:part={p}:attempt=0:ms=15000" for p in (0, 1))
-    df = _reader(spark, kafka, topic, group, journal, _faultInjection=faults)
+    df = _reader(spark, kafka, topic, group, journal, client=client, _faultInjection=faults)
     q = start_parquet(df, tmp_path / "out", tmp_path / "chk", available_now=True)
     deadline = time.monotonic() + 120
     slots = 0
@@ -171,7 +185,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
     victim = executors[chosen["executorId"]]
     killed = cluster.kill_executor(victim.worker)
     assert killed.pid == victim.pid
-    evidence(f"SIGKILLed executor {killed.executor_id} (pid {killed.pid}, worker "
+    evidence(f"client={client}: SIGKILLed executor {killed.executor_id} (pid {killed.pid}, worker "
              f"{killed.worker}, {killed.host}) while task {chosen['index']} of batch 1 ran there "
              f"with {slots} slot(s) journaled and ACCEPTed and no END")
     with contextlib.suppress(Exception):  # a failed query raises here; checked below
@@ -182,7 +196,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
         # A query may also fail on the lost executor; it must recover from its checkpoint.
         evidence(f"the query failed: {str(q.exception())[:200]}; restarting it from the "
                  f"checkpoint")
-        df2 = _reader(spark, kafka, topic, group, journal)
+        df2 = _reader(spark, kafka, topic, group, journal, client=client)
         run_available_now(df2, tmp_path / "out", tmp_path / "chk", 300)
         outcome = "the query was restarted from its checkpoint"
     tasks = _tasks(cluster, spark, _stage_ids(cluster, spark) - before)
