@@ -6,12 +6,19 @@ write (librdkafka, the Java producer) are decoded in tests/integration/test_nati
 from __future__ import annotations
 
 import gzip
+import random
 import struct
 
 import cramjam
 import pytest
 
-from pyspark_kafka_share._kafka.protocol.records import decode_batches
+from pyspark_kafka_share._kafka.protocol.records import (
+    Columns,
+    RecordBatch,
+    _parse,
+    _parse_columns,
+    decode_batches,
+)
 from pyspark_kafka_share.errors import ProtocolDecodeError
 from pyspark_kafka_share.harness import record_batches as rb
 
@@ -94,3 +101,44 @@ def test_malformed_batches_are_decode_errors(data: bytes, match: str) -> None:
 def test_control_and_transactional_flags_are_reported() -> None:
     (batch,) = decode_batches(rb.batch(0, RECORDS[:1], attributes=0x30))
     assert batch.control and batch.transactional
+
+
+def _columns_of(body: bytes, count: int, *, by_columns: bool) -> Columns:
+    cols = Columns()
+    if by_columns:
+        assert _parse_columns(body, count, 500, 10_000, log_append_ts=None, cols=cols)
+    else:
+        _parse(body, count, 500, 10_000, log_append_ts=None, cols=cols)
+    return cols
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_without_headers_is_read_by_columns_as_the_loop_reads_it(seed: int) -> None:
+    """The numpy path (``_parse_columns``) against the record loop (``_parse``) on records of
+    every field width: null, empty and long keys and values (lengths of 1-3 varint bytes, so
+    records whose own length takes 1-3 bytes), timestamp deltas of up to 9 varint bytes,
+    negative ones too."""
+    rng = random.Random(seed)
+    sizes = [None, 0, 1, 6, 63, 64, 200, 8_200, 20_000]
+    recs = [rb.record(i * rng.choice((1, 2)), rng.choice((0, 5, -3, 70, -9_000, 2**40, -2**55)),
+                      None if (n := rng.choice(sizes)) is None else rng.randbytes(n),
+                      None if (m := rng.choice(sizes)) is None else rng.randbytes(m))
+            for i in range(rng.randint(1, 60))]
+    body = b"".join(recs)
+    fast = _columns_of(body, len(recs), by_columns=True)
+    slow = _columns_of(body, len(recs), by_columns=False)
+    assert fast == slow
+    assert decode_batches(rb.batch(500, recs, base_ts=10_000))[0].records == \
+        RecordBatch(500, 500, 0, "none", False, False, False, 0, slow, 0, len(recs)).records
+
+
+def test_a_batch_with_a_header_or_a_bad_length_is_left_to_the_loop() -> None:
+    plain = [rb.record(0, 0, b"k", b"v"), rb.record(1, 0, None, b"w")]
+    with_header = [*plain, rb.record(2, 0, b"k", b"v", (("h", b"x"),))]
+    for body, count in ((b"".join(with_header), 3), (b"".join(plain) + b"\x00", 2),
+                        (b"".join(plain)[:-1], 2), (b"".join(plain), 3)):
+        cols = Columns()
+        assert not _parse_columns(body, count, 0, 0, log_append_ts=None, cols=cols)
+        assert cols == Columns()  # untouched
+    (batch,) = decode_batches(rb.batch(0, with_header))
+    assert [r.headers for r in batch.records] == [(), (), (("h", b"x"),)]
