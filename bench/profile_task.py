@@ -8,11 +8,13 @@ Produces N records (200-byte values) to a 1-partition topic on an embedded broke
 ``read_partition`` in this process, exactly as a Spark task would (pooled share consumer,
 journal in a temp dir), once per mode and round, each with its own share group, modes
 alternating within a round. Modes: ``amo`` (at-most-once), ``eo`` (exactly-once, default
-options), ``eo-nofsync`` (``journalFsync=false``), ``eo-records`` (``journalContent=records``).
+options), ``eo-nofsync`` (``journalFsync=false``), ``eo-records`` (``journalContent=records``);
+``amo-native`` and ``eo-native``: ``amo`` and ``eo`` with ``client=native``.
 
 Timing counters wrap the steps a task takes (the functions named in the table; inclusive
 times, so the fence reads are also inside the lookup and open) and print, per mode, the
-medians over the rounds: wall time, then seconds per step and per poll. ``--profile MODE``
+medians over the rounds: wall time, this process's CPU time (every thread's, librdkafka's
+too; the broker's not), then seconds per step and per poll. ``--profile MODE``
 also runs that mode once under cProfile and prints the functions that took the time.
 """
 
@@ -39,7 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _contenders import produce_dataset
 
 from pyspark_kafka_share._kafka import pool as _pool
+from pyspark_kafka_share._kafka.native import adapter as native_adapter
+from pyspark_kafka_share._kafka.native import consumer as native_consumer
 from pyspark_kafka_share._kafka.partition import TopicPartition
+from pyspark_kafka_share._kafka.protocol.client import BrokerConnection
 from pyspark_kafka_share._kafka.share import ShareSession
 from pyspark_kafka_share.harness import LocalKafka
 from pyspark_kafka_share.source import task as task_mod
@@ -56,11 +61,18 @@ MODES: dict[str, dict[str, str]] = {
     "eo": {"delivery": "exactly-once"},
     "eo-nofsync": {"delivery": "exactly-once", "journalFsync": "false"},
     "eo-records": {"delivery": "exactly-once", "journalContent": "records"},
+    "amo-native": {"delivery": "at-most-once", "client": "native"},
+    "eo-native": {"delivery": "exactly-once", "client": "native"},
 }
 
 # (label, owner, attribute): the steps timed, in the order of a poll.
 STEPS: list[tuple[str, Any, str]] = [
     ("poll (Poller.next_poll)", Poller, "next_poll"),
+    ("  librdkafka poll (ShareSession)", ShareSession, "poll"),
+    ("  native ShareFetch (_fetch_from)", native_consumer.NativeShareConsumer, "_fetch_from"),
+    ("    decode to Arrow (acquired_batch)", native_consumer, "acquired_batch"),
+    ("  native ArrowPoll (one batch)", native_adapter.ArrowPoll, "__init__"),
+    ("native round trips (conn.send)", BrokerConnection, "send"),
     ("to Arrow (messages_to_batch)", task_mod, "messages_to_batch"),
     ("keys (SlotKeys.of_table)", SlotKeys, "of_table"),
     ("dedup lookup (find_journaled)", Journal, "find_journaled"),
@@ -70,9 +82,12 @@ STEPS: list[tuple[str, Any, str]] = [
     ("  fsync (file + directory)", os, "fsync"),
     ("fence reads (committed_seq)", Journal, "committed_seq"),
     ("ACCEPT + commit_sync (settle)", ShareSession, "settle"),
+    ("ACCEPT + commit_sync (native)", native_adapter.NativeSession, "settle"),
     ("open the log (PartLog.open)", PartLog, "open"),
     ("END (PartLog.end)", PartLog, "end"),
 ]
+
+CPU = "CPU (this process, every thread)"
 
 
 @contextmanager
@@ -127,9 +142,10 @@ def _spec(kafka: LocalKafka, topic: str, records: int, mode: str) -> TaskSpec:
 def run_once(spec: TaskSpec) -> tuple[float, int, dict[str, list[float]]]:
     """(seconds, rows, step totals) of one task."""
     with timed(STEPS) as totals:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         rows = sum(b.num_rows for b in read_partition(spec))
         took = time.perf_counter() - start
+        totals[CPU] = [time.process_time() - cpu, 1.0]  # every thread's: librdkafka's too
     _pool.close_all()
     return took, rows, totals
 
@@ -142,8 +158,12 @@ def _report(results: dict[str, list[tuple[float, int, dict[str, list[float]]]]])
     print(f"{'wall s (rows/s)':34}" + "".join(
         f"{walls[m]:>9.2f} ({rows[m] / walls[m]:>9,.0f})" for m in modes))
     polls = {m: statistics.median(r[2]["publish (PartLog.append)"][1] or
-                                  r[2]["ACCEPT + commit_sync (settle)"][1] for r in results[m])
+                                  r[2]["ACCEPT + commit_sync (settle)"][1] or
+                                  r[2]["ACCEPT + commit_sync (native)"][1] for r in results[m])
              for m in modes}
+    cpu = {m: statistics.median(r[2][CPU][0] for r in results[m]) for m in modes}
+    print(f"{'CPU s (us per record)':34}" + "".join(
+        f"{cpu[m]:>9.2f} ({cpu[m] / rows[m] * 1e6:>9.2f})" for m in modes))
     print(f"{'polls with records':34}" + "".join(f"{polls[m]:>22.0f}" for m in modes))
     for label, _, _ in STEPS:
         cells = []

@@ -6,12 +6,20 @@ write (librdkafka, the Java producer) are decoded in tests/integration/test_nati
 from __future__ import annotations
 
 import gzip
+import random
 import struct
 
 import cramjam
 import pytest
 
-from pyspark_kafka_share._kafka.protocol.records import decode_batches
+from pyspark_kafka_share._kafka.protocol.records import (
+    Columns,
+    RecordBatch,
+    _Body,
+    _parse,
+    _parse_columns,
+    decode_batches,
+)
 from pyspark_kafka_share.errors import ProtocolDecodeError
 from pyspark_kafka_share.harness import record_batches as rb
 
@@ -94,3 +102,61 @@ def test_malformed_batches_are_decode_errors(data: bytes, match: str) -> None:
 def test_control_and_transactional_flags_are_reported() -> None:
     (batch,) = decode_batches(rb.batch(0, RECORDS[:1], attributes=0x30))
     assert batch.control and batch.transactional
+
+
+def _columns_of(*bodies: _Body, by_columns: bool) -> Columns:
+    cols = Columns()
+    if by_columns:
+        assert _parse_columns(bodies, cols)
+    else:
+        for b in bodies:
+            _parse(b.data, b.records, b.base_offset, b.base_ts, log_append_ts=b.log_append_ts,
+                   cols=cols)
+    return cols
+
+
+def _random_records(rng: random.Random) -> list[bytes]:
+    sizes = [None, 0, 1, 6, 63, 64, 200, 8_200, 20_000]
+    return [rb.record(i * rng.choice((1, 2)),
+                      rng.choice((0, 5, -3, 70, -9_000, 2**40, -2**55)),
+                      None if (n := rng.choice(sizes)) is None else rng.randbytes(n),
+                      None if (m := rng.choice(sizes)) is None else rng.randbytes(m))
+            for i in range(rng.randint(0, 60))]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batches_without_headers_are_read_by_columns_as_the_loop_reads_them(seed: int) -> None:
+    """The numpy path (``_parse_columns``, a fetch's batches at once) against the record loop
+    (``_parse``) on records of every field width: null, empty and long keys and values
+    (lengths of 1-3 varint bytes, so records whose own length takes 1-3 bytes), timestamp
+    deltas of up to 9 varint bytes, negative ones too; a batch of LogAppendTime among them."""
+    rng = random.Random(seed)
+    recs = [_random_records(rng) for _ in range(4)]
+    bodies = [_Body(b"".join(r), len(r), 500 + 1000 * i, 10_000 * i, 77 if i == 2 else None)
+              for i, r in enumerate(recs)]
+    fast = _columns_of(*bodies, by_columns=True)
+    assert fast == _columns_of(*bodies, by_columns=False)
+    assert fast == _columns_of(*[b._replace(data=bytes(b.data)) for b in bodies],
+                               by_columns=False)
+    data = b"".join(rb.batch(500 + 1000 * i, r, base_ts=10_000 * i,
+                             attributes=0x08 if i == 2 else 0, max_ts=77)
+                    for i, r in enumerate(recs))
+    batches = decode_batches(data)
+    assert [len(b.records) for b in batches] == [len(r) for r in recs]
+    assert [r for b in batches for r in b.records] == \
+        list(RecordBatch(0, 0, 0, "none", False, False, False, 0, fast, 0, len(fast)).records)
+
+
+def test_batches_with_a_header_or_a_bad_length_are_left_to_the_loop() -> None:
+    plain = [rb.record(0, 0, b"k", b"v"), rb.record(1, 0, None, b"w")]
+    with_header = [*plain, rb.record(2, 0, b"k", b"v", (("h", b"x"),))]
+    for data, count in ((b"".join(with_header), 3), (b"".join(plain) + b"\x00", 2),
+                        (b"".join(plain)[:-1], 2), (b"".join(plain), 3)):
+        cols = Columns()
+        good = _Body(b"".join(plain), 2, 0, 0, None)
+        assert not _parse_columns([good, _Body(data, count, 0, 0, None)], cols)
+        assert cols == Columns()  # untouched
+    (first, second) = decode_batches(rb.batch(0, plain) + rb.batch(2, with_header))
+    assert [r.headers for r in (*first.records, *second.records)] == \
+        [(), (), (), (), (("h", b"x"),)]
+    assert [(b.start, b.stop) for b in (first, second)] == [(0, 2), (2, 5)]

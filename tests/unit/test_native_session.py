@@ -96,9 +96,30 @@ def test_held_records_settle_once_and_renew_keeps_them() -> None:
     assert held.records == {}
 
 
+def test_held_offsets_settle_together_all_or_none() -> None:
+    held = Held()
+    held.hold_offsets(A, range(10, 20))
+    assert held.acknowledge_offsets(A, [12, 13, 99, 14], AckType.ACCEPT) == 99  # not held
+    assert held.acknowledge_offsets(A, [12, 13, 12], AckType.ACCEPT) == 12  # given twice
+    assert held.pending == {} and len(held.records[A]) == 10  # nothing settled by either
+    assert held.acknowledge_offsets(A, [15, 16], AckType.RENEW) is None  # they stay held
+    assert held.acknowledge_offsets(A, [12, 13], AckType.ACCEPT) is None
+    assert held.acknowledge_offsets(A, [13], AckType.ACCEPT) == 13  # settled already
+    assert sorted(held.records[A]) == [10, 11, 14, 15, 16, 17, 18, 19]
+    assert held.acknowledge_offsets(A, list(range(10, 20)), AckType.RELEASE) == 12
+    rest = [10, 11, 14, 15, 16, 17, 18, 19]
+    assert held.acknowledge_offsets(A, rest, AckType.RELEASE) is None
+    assert held.records[A] == {}
+    assert held.take([A]) == {A: [(10, 11, [2]), (12, 13, [1]), (14, 19, [2])]}
+
+
 def test_ranges_merge_consecutive_offsets_of_one_type() -> None:
     acks = {1: AckType.ACCEPT, 2: AckType.ACCEPT, 3: AckType.REJECT, 5: AckType.REJECT}
     assert ranges(acks) == [(1, 2, [1]), (3, 3, [3]), (5, 5, [3])]
+    unordered = {9: AckType.GAP, 4: AckType.ACCEPT, 8: AckType.GAP, 3: AckType.ACCEPT,
+                 5: AckType.RELEASE, 7: AckType.GAP}
+    assert ranges(unordered) == [(3, 4, [1]), (5, 5, [2]), (7, 9, [0])]
+    assert ranges({}) == []
 
 
 # -- bodies ----------------------------------------------------------------------------------

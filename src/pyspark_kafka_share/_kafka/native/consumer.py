@@ -189,15 +189,15 @@ class NativeShareConsumer:
     def acknowledge_offsets(self, topic: str, partition: int, offsets: Iterable[int],
                             kind: str | AckType = AckType.ACCEPT) -> None:
         """:meth:`acknowledge` the held records at ``offsets`` of ``topic``-``partition``
-        (those :meth:`poll_arrow` delivered, or any held)."""
+        (those :meth:`poll_arrow` delivered, or any held); all or none."""
         ack = _ACK_NAMES.get(kind.upper()) if isinstance(kind, str) else AckType(kind)
         if ack is None or ack == AckType.GAP:
             raise OptionError("kind", kind, "give ACCEPT, RELEASE, REJECT or RENEW")
         tp = self._tp(topic, partition)
-        for offset in offsets:
-            if not self._held.acknowledge(tp, offset, ack):
-                raise OptionError("record", f"{topic}-{partition}@{offset}",
-                                  "it is not held by this consumer (already acknowledged?)")
+        offset = self._held.acknowledge_offsets(tp, list(offsets), ack)
+        if offset is not None:
+            raise OptionError("record", f"{topic}-{partition}@{offset}",
+                              "it is not held by this consumer (already acknowledged?)")
 
     def commit_sync(self) -> dict[tuple[str, int], int]:
         """Send every pending acknowledgement now (ShareAcknowledge); return the error code

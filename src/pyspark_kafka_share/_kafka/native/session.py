@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from pyspark_kafka_share._kafka.protocol.client import BrokerConnection
 from pyspark_kafka_share._kafka.protocol.consume import (
@@ -109,6 +111,27 @@ class Held:
         self.pending.setdefault(tp, {})[offset] = kind
         return True
 
+    def acknowledge_offsets(self, tp: TopicPartitionId, offsets: Sequence[int],
+                            kind: AckType) -> int | None:
+        """:meth:`acknowledge` for each of ``offsets`` (a poll's, thousands: without a call
+        per offset), all or none: the first offset not held, or given twice, else None."""
+        held = self.records.get(tp, {})
+        wanted = set(offsets)
+        if len(wanted) != len(offsets) or not held.keys() >= wanted:
+            seen: set[int] = set()
+            for offset in offsets:
+                if offset not in held or offset in seen:
+                    return offset
+                seen.add(offset)
+        if kind != AckType.RENEW:
+            if len(wanted) == len(held):
+                held.clear()
+            else:
+                for offset in offsets:
+                    del held[offset]
+        self.pending.setdefault(tp, {}).update(dict.fromkeys(offsets, kind))
+        return None
+
     def take(self, tps: Iterable[TopicPartitionId]) -> dict[TopicPartitionId, AckRanges]:
         """Remove and return the pending acknowledgements of ``tps`` as ranges."""
         out: dict[TopicPartitionId, AckRanges] = {}
@@ -140,12 +163,18 @@ def _with_deadline(rec: ShareRecord, deadline: float) -> ShareRecord:
 
 
 def ranges(acks: Mapping[int, AckType]) -> list[tuple[int, int, list[int]]]:
-    """Acknowledgements as batches of consecutive offsets of one type each."""
-    out: list[tuple[int, int, list[int]]] = []
-    for offset in sorted(acks):
-        kind = int(acks[offset])
-        if out and out[-1][1] == offset - 1 and out[-1][2][0] == kind:
-            out[-1] = (out[-1][0], offset, [kind])
-        else:
-            out.append((offset, offset, [kind]))
-    return out
+    """Acknowledgements as batches of consecutive offsets of one type each (numpy: a poll's
+    are thousands)."""
+    n = len(acks)
+    if not n:
+        return []
+    offsets = np.fromiter(acks.keys(), dtype=np.int64, count=n)
+    kinds = np.fromiter(acks.values(), dtype=np.int64, count=n)
+    order = np.argsort(offsets, kind="stable")
+    offsets, kinds = offsets[order], kinds[order]
+    breaks = np.flatnonzero((np.diff(offsets) != 1) | (np.diff(kinds) != 0)) + 1
+    firsts = np.concatenate(([0], breaks))
+    lasts = np.concatenate((breaks, [n])) - 1
+    return [(first, last, [kind]) for first, last, kind in
+            zip(offsets[firsts].tolist(), offsets[lasts].tolist(), kinds[firsts].tolist(),
+                strict=True)]

@@ -22,10 +22,13 @@ from __future__ import annotations
 import gzip
 import struct
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import cramjam
+import numpy as np
+import numpy.typing as npt
 from crc32c import crc32c
 
 from pyspark_kafka_share.errors import ProtocolDecodeError
@@ -130,7 +133,8 @@ def decode_batches(data: bytes, *, check_crc: bool = True,
     new one unless given), in order. :class:`ProtocolDecodeError` for a CRC mismatch, a
     magic other than 2, an unknown codec or a malformed record."""
     cols = Columns() if columns is None else columns
-    out: list[RecordBatch] = []
+    heads: list[tuple[int, ...]] = []
+    bodies: list[_Body] = []
     pos, end = 0, len(data)
     while pos + _HEAD.size <= end:
         head = _HEAD.unpack_from(data, pos)
@@ -142,14 +146,35 @@ def decode_batches(data: bytes, *, check_crc: bool = True,
                                       "only magic 2 (Kafka 0.11+) is read")
         if check_crc and crc32c(memoryview(data)[pos + _CRC_FROM:batch_end]) != head[4]:
             raise ProtocolDecodeError(f"record batch at offset {head[0]}: CRC-32C mismatch")
-        out.append(_batch(head, data[pos + _HEAD.size:batch_end], cols))
+        heads.append(head)
+        bodies.append(_body(head, data[pos + _HEAD.size:batch_end]))
         pos = batch_end
+    start = len(cols)
+    if not _parse_columns(bodies, cols):  # all at once, else batch by batch
+        for body in bodies:
+            if not _parse_columns([body], cols):
+                _parse(body.data, body.records, body.base_offset, body.base_ts,
+                       log_append_ts=body.log_append_ts, cols=cols)
+    out = []
+    for head, body in zip(heads, bodies, strict=True):
+        out.append(_batch(head, cols, start))
+        start += body.records
     return out
 
 
-def _batch(head: tuple[int, ...], body: bytes, cols: Columns) -> RecordBatch:
-    (base_offset, _length, epoch, _magic, _crc, attributes, last_delta, base_ts, max_ts,
-     producer_id, _pepoch, _seq, count) = head
+class _Body(NamedTuple):
+    """A batch's records (decompressed) and the bases of their offsets and timestamps."""
+
+    data: bytes
+    records: int
+    base_offset: int
+    base_ts: int
+    log_append_ts: int | None  # every record's timestamp (LogAppendTime), or None
+
+
+def _body(head: tuple[int, ...], data: bytes) -> _Body:
+    base_offset, attributes, base_ts, max_ts, count = (head[0], head[5], head[7], head[8],
+                                                       head[12])
     codec = CODECS.get(attributes & 0x07)
     if codec is None:
         raise ProtocolDecodeError(f"record batch at offset {base_offset}: unknown codec "
@@ -157,20 +182,141 @@ def _batch(head: tuple[int, ...], body: bytes, cols: Columns) -> RecordBatch:
     name, decompress = codec
     if name != "none":
         try:
-            body = decompress(body)
+            data = decompress(data)
         except (OSError, ValueError, EOFError, cramjam.DecompressionError) as exc:
             raise ProtocolDecodeError(
                 f"record batch at offset {base_offset}: {name} data is corrupt: {exc}") from exc
     log_append = bool(attributes & _TIMESTAMP_LOG_APPEND)
-    start = len(cols)
-    _parse(body, count, base_offset, base_ts, log_append_ts=max_ts if log_append else None,
-           cols=cols)
-    return RecordBatch(base_offset, base_offset + last_delta, epoch, name, log_append,
+    return _Body(data, count, base_offset, base_ts, max_ts if log_append else None)
+
+
+def _batch(head: tuple[int, ...], cols: Columns, start: int) -> RecordBatch:
+    (base_offset, _length, epoch, _magic, _crc, attributes, last_delta, _base_ts, _max_ts,
+     producer_id, _pepoch, _seq, count) = head
+    return RecordBatch(base_offset, base_offset + last_delta, epoch,
+                       CODECS[attributes & 0x07][0], bool(attributes & _TIMESTAMP_LOG_APPEND),
                        bool(attributes & _TRANSACTIONAL), bool(attributes & _CONTROL),
-                       producer_id, cols, start, len(cols))
+                       producer_id, cols, start, start + count)
 
 
 _NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def _parse_columns(bodies: Sequence[_Body], cols: Columns) -> bool:
+    """:func:`_parse` for batches of records without headers (the common case), a field at
+    a time over all their records with numpy (a fetch's batches at once: numpy's cost per call
+    is paid per field, not per batch); only the record boundaries are found in a loop. False,
+    with ``cols`` untouched, when it does not read them all: a record with headers, or
+    anything malformed (which :func:`_parse` then names)."""
+    if not bodies:
+        return True
+    joined = bodies[0].data if len(bodies) == 1 else b"".join(b.data for b in bodies)
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    bounds = _boundaries(joined, buf, bodies)
+    if bounds is None:
+        return False
+    starts, lengths = bounds
+    fields, data_at = [], []
+    pos = starts + 1  # record attributes: unused
+    for _ in range(4):  # timestamp delta, offset delta, key length, value length
+        got = _varints(buf, pos)
+        if got is None:
+            return False
+        value, pos = got
+        fields.append(value)
+        if len(fields) >= 3:  # a key or value: its bytes follow (a length of -1: null)
+            data_at.append(pos)
+            pos = pos + np.maximum(value, 0)
+    ts_delta, off_delta, key_len, value_len = fields
+    if pos.size and int(pos.max()) >= len(joined):
+        return False
+    if buf[pos].any() or not np.array_equal(pos + 1, starts + lengths):
+        return False  # headers (a count other than 0), or a length that does not add up
+    counts = [b.records for b in bodies]
+
+    def each(values: list[int]) -> npt.NDArray[np.int64]:  # a batch's value per record
+        return np.repeat(np.array(values, dtype=np.int64), counts)
+
+    stamps = each([b.base_ts for b in bodies]) + ts_delta
+    if any(b.log_append_ts is not None for b in bodies):
+        stamps = np.where(each([b.log_append_ts is not None for b in bodies]) != 0,
+                          each([b.log_append_ts or 0 for b in bodies]), stamps)
+    cols.offsets.frombytes((each([b.base_offset for b in bodies]) + off_delta).tobytes())
+    cols.timestamps.frombytes(stamps.astype(np.int64).tobytes())
+    cols.keys.extend(_slices(joined, data_at[0], key_len))
+    cols.values.extend(_slices(joined, data_at[1], value_len))
+    cols.headers.extend([_NO_HEADERS] * sum(counts))
+    return True
+
+
+def _boundaries(joined: bytes, buf: npt.NDArray[np.uint8], bodies: Sequence[_Body]
+                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """Where each record of ``bodies`` (one after the other in ``joined``) starts, after its
+    length varint, and its length; None unless each batch's records fill it exactly. The
+    loop only jumps from record to record."""
+    marks = array("q")
+    pos = 0
+    try:
+        for body in bodies:
+            end = pos + len(body.data)
+            for _ in range(body.records):
+                marks.append(pos)
+                b = joined[pos]
+                if b < 0x80:
+                    pos += 1 + ((b >> 1) ^ -(b & 1))
+                elif joined[pos + 1] < 0x80:  # two bytes: a record of 64 to 8,191 bytes
+                    v = (b & 0x7F) | (joined[pos + 1] << 7)
+                    pos += 2 + ((v >> 1) ^ -(v & 1))
+                else:
+                    length, pos = _varint(joined, pos)
+                    pos += length
+            if pos != end:
+                return None
+    except (IndexError, ProtocolDecodeError):
+        return None
+    at = np.frombuffer(marks, dtype=np.int64)
+    got = _varints(buf, at)
+    if got is None:
+        return None
+    lengths, starts = got
+    ends = np.append(at[1:], len(joined))
+    if not (np.all(lengths >= 2) and np.array_equal(starts + lengths, ends)):
+        return None  # attributes and at least one field each, one after the other
+    return starts, lengths
+
+
+def _varints(buf: npt.NDArray[np.uint8], pos: npt.NDArray[np.int64]
+             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The zigzag varints at each of ``pos`` (at most 10 bytes, as :func:`_varint` reads):
+    ``(values, next positions)``; None when one runs past ``buf`` or is longer."""
+    value = np.zeros(len(pos), dtype=np.uint64)
+    after = pos.copy()
+    todo, at = np.arange(len(pos)), pos
+    for shift in range(0, 70, 7):
+        if not todo.size:
+            break
+        if int(at.max()) >= len(buf):
+            return None
+        byte = buf[at].astype(np.uint64)
+        value[todo] |= (byte & np.uint64(0x7F)) << np.uint64(shift)
+        more = byte >= 0x80
+        after[todo[~more]] = at[~more] + 1
+        todo, at = todo[more], at[more] + 1
+    if todo.size:
+        return None
+    signed = (value >> np.uint64(1)) ^ (np.uint64(0) - (value & np.uint64(1)))
+    return signed.view(np.int64), after
+
+
+def _slices(body: bytes, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+            ) -> list[bytes | None]:
+    """``body``'s bytes of the given lengths from ``starts`` (a negative length: None)."""
+    ends = starts + np.maximum(lengths, 0)
+    out: list[bytes | None] = [body[s:e] for s, e in
+                               zip(starts.tolist(), ends.tolist(), strict=True)]
+    for i in np.flatnonzero(lengths < 0).tolist():
+        out[i] = None
+    return out
 
 
 def _parse(body: bytes, count: int, base_offset: int, base_ts: int, *,
