@@ -160,3 +160,28 @@ def test_batches_with_a_header_or_a_bad_length_are_left_to_the_loop() -> None:
     assert [r.headers for r in (*first.records, *second.records)] == \
         [(), (), (), (), (("h", b"x"),)]
     assert [(b.start, b.stop) for b in (first, second)] == [(0, 2), (2, 5)]
+
+
+def _good() -> bytes:
+    return rb.batch(10, [rb.record(0, 0, b"k", b"v"), rb.record(1, 0, b"k2", b"v2")])
+
+
+def test_a_negative_record_count_is_a_decode_error() -> None:
+    """Review of the columnar decoder: a count below 0 shifted every later batch's rows."""
+    data = bytearray(rb.batch(0, []))
+    struct.pack_into(">i", data, 57, -1)  # recordCount, the batch header's last field
+    with pytest.raises(ProtocolDecodeError, match="a record count of -1"):
+        decode_batches(bytes(data) + _good(), check_crc=False)
+
+
+def test_a_varint_past_64_bits_is_a_decode_error_not_a_wrapped_value() -> None:
+    overlong = bytes([0x86, *[0x80] * 8, 0x02])  # zigzag 3 + 2**64: numpy would wrap it to 3
+    body = b"\x00" + rb.zigzag(0) + rb.zigzag(0) + overlong + b"abc" + rb.zigzag(1) + b"v\x00"
+    with pytest.raises(ProtocolDecodeError):
+        decode_batches(rb.batch(0, [rb.zigzag(len(body)) + body]) + _good())
+
+
+def test_a_timestamp_past_64_bits_is_a_decode_error_not_a_wrapped_value() -> None:
+    data = rb.batch(0, [rb.record(0, 2**62, b"k", b"v")], base_ts=2**62)
+    with pytest.raises(ProtocolDecodeError, match="malformed record"):
+        decode_batches(data + _good())

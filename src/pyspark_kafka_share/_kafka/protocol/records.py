@@ -175,6 +175,9 @@ class _Body(NamedTuple):
 def _body(head: tuple[int, ...], data: bytes) -> _Body:
     base_offset, attributes, base_ts, max_ts, count = (head[0], head[5], head[7], head[8],
                                                        head[12])
+    if count < 0:
+        raise ProtocolDecodeError(f"record batch at offset {base_offset}: a record count of "
+                                  f"{count}")
     codec = CODECS.get(attributes & 0x07)
     if codec is None:
         raise ProtocolDecodeError(f"record batch at offset {base_offset}: unknown codec "
@@ -228,25 +231,33 @@ def _parse_columns(bodies: Sequence[_Body], cols: Columns) -> bool:
             data_at.append(pos)
             pos = pos + np.maximum(value, 0)
     ts_delta, off_delta, key_len, value_len = fields
-    if pos.size and int(pos.max()) >= len(joined):
-        return False
-    if buf[pos].any() or not np.array_equal(pos + 1, starts + lengths):
-        return False  # headers (a count other than 0), or a length that does not add up
+    if (pos.size and int(pos.max()) >= len(joined)) or buf[pos].any() \
+            or not np.array_equal(pos + 1, starts + lengths):
+        return False  # past the end, headers (a count other than 0), or a wrong length
     counts = [b.records for b in bodies]
 
     def each(values: list[int]) -> npt.NDArray[np.int64]:  # a batch's value per record
         return np.repeat(np.array(values, dtype=np.int64), counts)
 
-    stamps = each([b.base_ts for b in bodies]) + ts_delta
+    stamps, offsets = (_sum(each([b.base_ts for b in bodies]), ts_delta),
+                       _sum(each([b.base_offset for b in bodies]), off_delta))
+    if stamps is None or offsets is None:
+        return False  # past 64 bits: the loop says so
     if any(b.log_append_ts is not None for b in bodies):
         stamps = np.where(each([b.log_append_ts is not None for b in bodies]) != 0,
                           each([b.log_append_ts or 0 for b in bodies]), stamps)
-    cols.offsets.frombytes((each([b.base_offset for b in bodies]) + off_delta).tobytes())
+    cols.offsets.frombytes(offsets.tobytes())
     cols.timestamps.frombytes(stamps.astype(np.int64).tobytes())
     cols.keys.extend(_slices(joined, data_at[0], key_len))
     cols.values.extend(_slices(joined, data_at[1], value_len))
     cols.headers.extend([_NO_HEADERS] * sum(counts))
     return True
+
+
+def _sum(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | None:
+    """``a + b``, or None where a sum wraps past 64 bits (numpy would wrap silently)."""
+    total = a + b
+    return None if bool((((a ^ total) & (b ^ total)) < 0).any()) else total
 
 
 def _boundaries(joined: bytes, buf: npt.NDArray[np.uint8], bodies: Sequence[_Body]
@@ -298,6 +309,8 @@ def _varints(buf: npt.NDArray[np.uint8], pos: npt.NDArray[np.int64]
         if int(at.max()) >= len(buf):
             return None
         byte = buf[at].astype(np.uint64)
+        if shift == 63 and bool((byte & np.uint64(0x7E)).any()):
+            return None  # a value past 64 bits (the loop names it)
         value[todo] |= (byte & np.uint64(0x7F)) << np.uint64(shift)
         more = byte >= 0x80
         after[todo[~more]] = at[~more] + 1
@@ -357,7 +370,7 @@ def _parse(body: bytes, count: int, base_offset: int, base_ts: int, *,
             keys.append(key)
             values.append(value)
             headers.append(hs)
-    except (IndexError, UnicodeDecodeError) as exc:
+    except (IndexError, UnicodeDecodeError, OverflowError) as exc:  # past 64 bits too
         raise ProtocolDecodeError(f"malformed record in batch {base_offset}: {exc}") from exc
     if pos != len(body):
         raise ProtocolDecodeError(f"batch {base_offset}: {len(body) - pos} bytes after its "
