@@ -109,15 +109,15 @@ def _drawn(config: ChaosConfig, brokers: int, kinds: tuple[str, ...]) -> list[Fa
 def describe(fault: Fault) -> str:
     """A scheduled fault, for the report."""
     if fault.kind == ROLLING_UPGRADE:
-        return (f"#{fault.index:<2} t={fault.at_s:6.1f}s {fault.kind:<14} every node in turn "
-                f"onto {upgrade_target()}")
-    if fault.kind == EXECUTOR_KILL:
-        return (f"#{fault.index:<2} t={fault.at_s:6.1f}s {fault.kind:<14} SIGKILL Spark worker "
-                f"{fault.victim}'s executor")
-    if fault.kind not in CLUSTER_KINDS:
+        what = f"every node in turn onto {upgrade_target()}"
+    elif fault.kind == EXECUTOR_KILL:
+        what = f"SIGKILL Spark worker {fault.victim}'s executor"
+    elif fault.kind == LEADER_MOVE:
+        what = f"partition {fault.victim}'s leader restarted cleanly"
+    elif fault.kind in CLUSTER_KINDS:
+        what = f"node {fault.victim}, {fault.down_s:.1f}s"
+    else:
         return fault.describe()
-    what = (f"partition {fault.victim}'s leader restarted cleanly" if fault.kind == LEADER_MOVE
-            else f"node {fault.victim}, {fault.down_s:.1f}s")
     return f"#{fault.index:<2} t={fault.at_s:6.1f}s {fault.kind:<14} {what}"
 
 
