@@ -142,7 +142,9 @@ class SparkTasks:
     """Failed task attempts of the chaos queries, from Spark's status tracker.
 
     Streaming queries run their jobs in a job group named by the run id; a run's jobs and
-    stages stay in the tracker (up to ``spark.ui.retainedJobs``), failed attempts included.
+    stages stay in the tracker up to ``spark.ui.retainedJobs`` (1,000), failed attempts
+    included. A finished job's count is kept here, so the total does not fall when the tracker
+    forgets old jobs (a long run has more than 1,000 batches).
     """
 
     def __init__(self, spark: SparkSession) -> None:
@@ -155,7 +157,6 @@ class SparkTasks:
         for run_id in self.run_ids:
             for job_id in self.tracker.getJobIdsForGroup(run_id):
                 if job_id in self._done:
-                    total += self._done[job_id]
                     continue
                 job = self.tracker.getJobInfo(job_id)
                 if job is None:
@@ -164,8 +165,9 @@ class SparkTasks:
                              (self.tracker.getStageInfo(i) for i in job.stageIds) if s)
                 if job.status in ("SUCCEEDED", "FAILED"):
                     self._done[job_id] = failed
-                total += failed
-        return total
+                else:
+                    total += failed
+        return total + sum(self._done.values())
 
     def running_tasks(self) -> int:
         stages = (self.tracker.getStageInfo(i) for i in self.tracker.getActiveStageIds())
