@@ -81,7 +81,7 @@ class TaskSpec:
         """Records the task reads at most (None: bounded by time only). Overshoot with
         librdkafka: the rest of the poll that reaches it (whole producer batches); none with
         the native client under a cap, whose strict polls ask for what is left of it (without
-        one, its polls take whole producer batches, as librdkafka's)."""
+        one, whole producer batches until the budget is within two polls, then strict)."""
         cap = self.trigger_share if self.trigger_share is not None else self.task_max_records
         shares = [n for n in (cap, self.backlog_share) if n is not None]
         return min(shares) if shares else None
