@@ -136,8 +136,11 @@ def _spec(kafka: LocalKafka, topic: str, records: int, mode: str) -> TaskSpec:
         "kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.group.id": _group(kafka),
         "subscribe": topic, "journalPath": tempfile.mkdtemp(prefix="prof-journal-"),
         "maxBatchDurationMs": "600000", **MODES[mode]})
-    return TaskSpec(opts, seq=0, part=0, parts=1, task_max_records=records,
-                    lock_ms=30_000, partitions=(TopicPartition(topic, 0),))
+    # The budget as a Spark task without maxRecordsPerTrigger has it: its share of the
+    # backlog (with task_max_records the native client would poll strictly throughout).
+    return TaskSpec(opts, seq=0, part=0, parts=1, task_max_records=None,
+                    backlog_share=records, lock_ms=30_000,
+                    partitions=(TopicPartition(topic, 0),))
 
 
 def run_once(spec: TaskSpec) -> tuple[float, int, dict[str, list[float]]]:
