@@ -28,8 +28,18 @@ def _keep(limits: HoldLimits = NATIVE, *, held: int = 500, largest: int = 500, l
 def test_the_native_client_holds_up_to_the_groups_in_flight_limit() -> None:
     assert HoldLimits(10_000, HOLD_MARGIN_SHARE * 15.0) == NATIVE
     assert HoldLimits.of(True, None, 15.0).cap == DEFAULT_RECORD_LOCKS == 2_000
-    assert _keep(held=9_999, largest=500)
+    assert _keep(held=9_750, largest=500)
     assert not _keep(held=10_000, largest=500), "at the in-flight limit: publish"
+    assert not _keep(held=10_001, largest=1), "past it (whole producer batches)"
+
+
+def test_a_hold_near_the_limit_publishes_without_a_short_poll() -> None:
+    # The next poll can bring at most cap - held records; fewer than half the largest poll
+    # held would end the hold anyway, so its round trip is saved.
+    assert _keep(held=9_750, largest=500, last=500)
+    assert not _keep(held=9_751, largest=500, last=500)
+    assert not _keep(HoldLimits.of(True, None, 15.0), held=1_879, largest=1_879, last=1_879)
+    assert _keep(HoldLimits.of(True, None, 15.0), held=1_000, largest=1_000, last=1_000)
 
 
 def test_librdkafka_journals_every_poll_alone() -> None:

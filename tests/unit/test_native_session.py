@@ -396,3 +396,17 @@ def test_a_lost_share_session_is_counted_as_acquisitions_lost(conn: _AnsweringCo
         consumer.acknowledge(record, "ACCEPT")
         consumer.commit_sync()
         assert consumer.acquisitions_lost() == 1
+
+
+def test_a_poll_is_strict_with_record_limit_or_near_its_cap() -> None:
+    """Strict fetches split producer batches (costly on the broker): without record_limit a
+    poll is strict only once its cap is under two polls, so whole batches never pass it."""
+    batches = NativeConsumerConfig("b:9092", "g", max_poll_records=2_000)
+    assert not batches.strict(None)
+    assert not batches.strict(4_000), "two polls left: one batch-optimized poll cannot pass it"
+    assert batches.strict(3_999)
+    assert batches.strict(1)
+    strict = NativeConsumerConfig("b:9092", "g", max_poll_records=2_000, record_limit=True)
+    assert strict.strict(None) and strict.strict(1_000_000)
+    assert strict.fetch_params(100, 7, True).acquire_mode == AcquireMode.RECORD_LIMIT
+    assert batches.fetch_params(100, 7, False).acquire_mode == AcquireMode.BATCH_OPTIMIZED

@@ -134,6 +134,8 @@ def test_client_defaults_to_librdkafka_and_takes_native() -> None:
     assert opts.share_client == "native"
     recipe = opts.consumer_recipe(max_poll_records=300)
     assert recipe.record_limit, "the source's native polls are strict: maxRecordsPerTrigger"
+    # without a cap, whole producer batches: strict polls that split them cost the broker
+    assert opts.consumer_recipe().record_limit is False
     native = recipe.settings.native_consumer(client_id=recipe.client_id,
                                              max_poll_records=recipe.max_poll_records,
                                              record_limit=recipe.record_limit)

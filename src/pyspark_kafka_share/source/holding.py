@@ -15,6 +15,10 @@ says no) when
 - the records held reach the group's in-flight limit per share partition
   (``share.partition.max.record.locks``, read at planning on Kafka 4.3+, else
   :data:`DEFAULT_RECORD_LOCKS`): the broker hands out no more of a partition beyond it;
+  or they come so near it that the next poll could bring no more than half the largest
+  poll held, which would end the hold anyway: that fetch is a round trip for a few
+  records (measured: a task holding 1,879 of 2,000 got 61 more, then published), so the
+  task publishes without it;
 - the first held poll's lock deadline is near (:attr:`HoldLimits.margin_s`, or twice the
   slowest poll-and-hold round so far): that deadline governs the whole slot;
 - the task's record budget is spent (the poller then returns no more polls, as for its time
@@ -75,7 +79,7 @@ def keep_holding(limits: HoldLimits, *, held: int, largest_poll: int, last_poll:
     The task's budget is the poller's (no poll comes once it is spent)."""
     if last_poll <= 0 or 2 * last_poll < largest_poll:
         return False
-    if held >= limits.cap:
+    if 2 * (limits.cap - held) < largest_poll:  # at the limit, or the next poll is short
         return False
     return first_deadline - now > max(limits.margin_s, 2 * slowest_round_s)
 

@@ -131,11 +131,16 @@ class SourceOptions:
 
     def consumer_recipe(self, max_poll_records: int | None = None) -> ConsumerRecipe:
         """A task's share consumer (``client``), polling at most ``max_poll_records``; the
-        native client acquires strictly that many (``record_limit``) and decodes its fetches
-        straight into the source's Arrow schema (``arrow``)."""
+        native client decodes its fetches straight into the source's Arrow schema
+        (``arrow``), and acquires strictly that many (``record_limit``) when there is such a
+        cap (``maxRecordsPerTrigger``, the plan's poll size), else whole producer batches until
+        the task's budget is within two polls (``NativeConsumerConfig.strict``): a strict
+        poll splits a producer batch, which costs the broker per-offset state, measured 2.5x
+        slower drains (docs/design.md, "In the source")."""
         native = self.share_client == "native"
         return ConsumerRecipe(self.client, self.share_client, "pyspark-kafka-share",
-                              max_poll_records, record_limit=native,
+                              max_poll_records,
+                              record_limit=native and max_poll_records is not None,
                               arrow=self.include_headers if native else None)
 
 

@@ -71,7 +71,8 @@ class TaskSpec:
     def consumer_recipe(self) -> ConsumerRecipe:
         """The task's share consumer: the ``client`` option's, polling at most the task's
         share of ``maxRecordsPerTrigger`` and the plan's poll size; the native client in the
-        strict ``record_limit`` mode (so that ``maxRecordsPerTrigger`` is exact)."""
+        strict ``record_limit`` mode under such a cap (so that ``maxRecordsPerTrigger`` is
+        exact), else taking whole producer batches (``SourceOptions.consumer_recipe``)."""
         caps = [n for n in (self.task_max_records, self.poll_records) if n]
         return self.options.consumer_recipe(max_poll_records=min(caps) if caps else None)
 
@@ -79,7 +80,8 @@ class TaskSpec:
     def record_budget(self) -> int | None:
         """Records the task reads at most (None: bounded by time only). Overshoot with
         librdkafka: the rest of the poll that reaches it (whole producer batches); none with
-        the native client, whose polls are capped by what is left of it."""
+        the native client under a cap, whose strict polls ask for what is left of it (without
+        one, whole producer batches until the budget is within two polls, then strict)."""
         cap = self.trigger_share if self.trigger_share is not None else self.task_max_records
         shares = [n for n in (cap, self.backlog_share) if n is not None]
         return min(shares) if shares else None
