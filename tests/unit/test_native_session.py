@@ -410,3 +410,41 @@ def test_a_poll_is_strict_with_record_limit_or_near_its_cap() -> None:
     assert strict.strict(None) and strict.strict(1_000_000)
     assert strict.fetch_params(100, 7, True).acquire_mode == AcquireMode.RECORD_LIMIT
     assert batches.fetch_params(100, 7, False).acquire_mode == AcquireMode.BATCH_OPTIMIZED
+
+
+HANDS_OUT = [1_200, 500, 2_000]
+
+
+@pytest.mark.parametrize(("max_records", "record_limit", "asked"), [
+    (4_000, False, [2_000, 800, 300]),  # capped, batch-optimized: what is left of the poll
+    (3_000, True, [2_000, 800, 300]),  # strict: the same
+    (1_000, False, [1_000]),  # the first leader fills it: the others wait their turn
+    (None, False, [2_000, 2_000, 2_000]),  # no cap: a full poll from every leader
+], ids=["capped", "strict", "filled", "uncapped"])
+def test_a_capped_poll_asks_each_leader_for_what_is_left_of_it(
+    monkeypatch: pytest.MonkeyPatch, max_records: int | None, record_limit: bool,
+    asked: list[int],
+) -> None:
+    """A poll of partitions led by three brokers stays within its cap: each leader in turn is
+    asked for what the ones before left of it, strict or not (a batch-optimized poll under a
+    cap asked each leader for a full poll, and a task took more than its share)."""
+    config = NativeConsumerConfig(f"127.0.0.1:{_closed_port()}", "g", timeout_s=1.0,
+                                  max_poll_records=2_000, record_limit=record_limit)
+    sent: list[int] = []
+    gives = iter(HANDS_OUT)  # what each leader has, handed out up to what it is asked
+
+    def fetch_from(node: int, tps: list[Any], wait_ms: int, budget: int, arrow: bool | None,
+                   *, strict: bool) -> list[Any]:
+        sent.append(budget)
+        return [node] * min(budget, next(gives))
+
+    with NativeShareConsumer(config, ["t"]) as consumer:
+        monkeypatch.setattr(consumer._membership, "assignment", lambda: {TOPIC: [0, 1, 2]})
+        consumer._names, consumer._stale = {TOPIC: "t"}, False
+        consumer._leaders = {A: 1, B: 2, C: 3}
+        monkeypatch.setattr(consumer, "_fetch_from", fetch_from)
+        limit = 2_000 if max_records is None else min(max_records, 2_000)
+        got = consumer._fetch_once(100, limit, None, config.strict(max_records),
+                                   capped=max_records is not None)
+    assert sent == asked
+    assert len(got) == sum(min(a, g) for a, g in zip(asked, HANDS_OUT, strict=False))

@@ -177,7 +177,7 @@ class NativeShareConsumer:
                 self._acknowledge_all(final=False)
             left_ms = int((deadline - time.monotonic()) * 1000)
             records = self._fetch_once(max(0, min(left_ms, self.config.fetch_max_wait_ms)),
-                                       limit, arrow, strict)
+                                       limit, arrow, strict, capped=max_records is not None)
             if records or time.monotonic() >= deadline:
                 return records
 
@@ -263,7 +263,7 @@ class NativeShareConsumer:
     # -- fetching --
 
     def _fetch_once(self, max_wait_ms: int, limit: int, arrow: bool | None,
-                    strict: bool) -> list[Any]:
+                    strict: bool, *, capped: bool) -> list[Any]:
         assignment = self._assigned()
         by_node: dict[int, list[TopicPartitionId]] = {}
         for tp in assignment:
@@ -280,8 +280,9 @@ class NativeShareConsumer:
             return out
         wait = max_wait_ms // len(nodes)
         for node in nodes:
-            # record_limit is strict per poll: each leader is asked for what is left of it
-            budget = limit - got if strict else limit
+            # a capped poll (strict or not) asks each leader for what is left of it: a poll
+            # of several leaders stays within its cap, not one cap per leader
+            budget = limit - got if strict or capped else limit
             if budget <= 0:
                 break  # the other leaders' turn comes with the next poll
             fetched = self._fetch_from(node, by_node[node], wait, budget, arrow, strict=strict)
