@@ -10,6 +10,15 @@ member id and an empty assignment, as the Java client does; a moving coordinator
 connections are looked up and retried with a backoff (each lost connection reported to
 ``events``: ``_TRANSPORT``, or ``_ALL_BROKERS_DOWN`` when no bootstrap server answered); any
 other error is fatal and raised by the consumer's next ``poll()``.
+
+A member the coordinator answered without partitions beats again after ``EAGER_S``, doubling
+up to the broker's interval (``group.share.heartbeat.interval.ms``, 5 s by default), until an
+assignment arrives: the coordinator assigns a share partition only once its state is
+initialized, which it starts after answering the heartbeat that subscribed the group to it,
+so the partitions come with a later heartbeat (at the broker's interval a new consumer got
+its first records 1.1-6.5 s after its creation: docs/benchmarks/README.md, the source's
+spread). The coordinator answers a heartbeat at any time (Kafka's Java consumer sends one at
+once after reconciling an assignment); the interval only bounds how long it waits for one.
 """
 
 from __future__ import annotations
@@ -42,6 +51,10 @@ _MOVING = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 _REJOIN = {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID}
 
+EAGER_S = 0.2
+"""The first wait before heartbeating again while the member has no partition; it doubles up
+to the broker's interval with each answer still without one."""
+
 
 class Membership:
     """One member of share group ``group`` subscribed to ``topics``. ``assignment()`` is
@@ -62,6 +75,7 @@ class Membership:
         self._joined = threading.Event()
         self._stop = threading.Event()
         self._interval_s = 1.0
+        self._eager_s = EAGER_S  # the next wait while no partition is assigned
         self.fatal: KafkaShareError | None = None
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"share-heartbeat-{group}")
@@ -84,7 +98,7 @@ class Membership:
             try:
                 self._beat()
                 backoff = 0.05
-                self._stop.wait(self._interval_s)
+                self._stop.wait(self._next_wait())
             except (KafkaConnectionError, _Retry) as exc:
                 _log.debug("share group %r heartbeat: %s; retrying", self.group, exc)
                 if isinstance(exc, _NoBroker):
@@ -132,6 +146,17 @@ class Membership:
                 self._assignment = answer.assignment
         self._interval_s = max(answer.interval_ms, 100) / 1000.0
         self._joined.set()
+
+    def _next_wait(self) -> float:
+        """Seconds to the next heartbeat: the broker's interval once a partition is assigned,
+        before that ``EAGER_S`` doubling up to it."""
+        with self._lock:
+            assigned = any(self._assignment.values())
+        if assigned:
+            self._eager_s = EAGER_S  # for a later rejoin, or an assignment taken away
+            return self._interval_s
+        wait, self._eager_s = min(self._eager_s, self._interval_s), self._eager_s * 2
+        return wait
 
     def _send(self, conn: BrokerConnection, epoch: int, topics: list[str] | None,
               deadline: float) -> consume.HeartbeatAnswer:
