@@ -274,27 +274,31 @@ def test_a_member_joins_then_is_fenced_and_rejoins_with_its_id() -> None:
     assert coordinator.sent == [(0, ("t",)), (3, None), (3, None), (0, ("t",))]
 
 
-def test_a_member_without_partitions_beats_again_soon_then_at_the_brokers_interval() -> None:
+def test_a_member_without_partitions_beats_again_soon_then_at_the_brokers_interval(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The coordinator assigns a partition only after the join's answer (its share state
-    initialized, the new member's target computed): until one comes the member beats again
-    after EAGER_S, doubling up to the broker's interval; then at the interval; again after
-    a rejoin."""
+    initialized, its assignment interval passed): until one comes the member beats again
+    every EAGER_S, for up to EAGER_WINDOW_S; then at the broker's interval; eager again
+    after a rejoin."""
     fenced = int(ErrorCode.FENCED_MEMBER_EPOCH)
-    coordinator = _Coordinator([(0, 3, {})] + [(0, 3, None)] * 5 + [
-        (0, 4, {TOPIC: [0]}), (0, 4, None), (fenced, 0, None), (0, 6, {}), (0, 7, {TOPIC: [0]})],
-        interval_ms=2_000)
+    coordinator = _Coordinator([(0, 3, {})] + [(0, 3, None)] * 3 + [
+        (0, 4, {TOPIC: [0]}), (0, 4, None), (fenced, 0, None), (0, 6, {}), (0, 6, None),
+        (0, 7, {TOPIC: [0]})], interval_ms=2_000)
     m = _membership(coordinator)
     waits = []
-    for _ in range(8):
+    for _ in range(6):
         m._beat()
         waits.append(m._next_wait())
     with pytest.raises(BrokerError):  # fenced: rejoined by the heartbeat loop
         m._beat()
+    m._beat()
+    waits.append(m._next_wait())
+    monkeypatch.setattr(membership, "EAGER_WINDOW_S", 0.0)  # the window has passed
     for _ in range(2):
         m._beat()
         waits.append(m._next_wait())
     eager = membership.EAGER_S
-    assert waits == [eager, 2 * eager, 4 * eager, 8 * eager, 2.0, 2.0, 2.0, 2.0, eager, 2.0]
+    assert waits == [eager] * 4 + [2.0, 2.0] + [eager] + [2.0, 2.0]
 
 
 def test_the_heartbeat_thread_brings_the_assignment_before_the_brokers_interval() -> None:
