@@ -260,15 +260,17 @@ class _Fill:
         self.pending: Sequence[Any] = []  # being journaled, not yet acknowledged
         # Polls held for the next slot (holding.py: several with the native client).
         self.hold = Hold()
+        sharers = -(-spec.parts // len(spec.partitions)) if spec.partitions else 1
         self.limits = HoldLimits.of(spec.options.share_client == "native", spec.record_locks,
-                                    spec.lock_budget_s)
+                                    spec.lock_budget_s, sharers)
         self.round_mark, self.slowest_round_s = time.monotonic(), 0.0
 
     def run(self, pc: _pool.PooledConsumer) -> Generator[pa.RecordBatch, None, ScanResult]:
         """Poll until the budget is spent or a step says stop, yielding what is published;
         END the log; return the final scan."""
         self.session = pc.session
-        poller = self.poller = Poller(self.spec, pc, self.budget, self.stats)
+        poller = self.poller = Poller(self.spec, pc, self.budget, self.stats,
+                                      poll_cap=self.limits.cap or None)
         healthy = keep = True
         try:
             while True:
