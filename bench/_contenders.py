@@ -41,6 +41,9 @@ LATENCY_PRODUCER_CONFIG: dict[str, str | int] = {
 # kafka-share options of the latency runs: a task polls for at most maxBatchDurationMs, and
 # rows reach the sink only after the task ends, so this bounds the batch-induced latency.
 LATENCY_SHARE_OPTIONS = {"maxBatchDurationMs": "500", "pollTimeoutMs": "200"}
+SOURCE_SPREAD_ARROW_BATCH = 1_000
+"""Rows per Arrow batch into the source spread's mapInArrow (1 s of its work at 1 ms/record):
+with Spark's default of 10,000, a task's first batch is its whole share."""
 
 
 class BenchError(RuntimeError):
@@ -573,11 +576,24 @@ class SparkBench:
         readers and ``tasks`` mapInArrow workers idle in Spark's pools.
         ``maxBatchDurationMs`` is lifted so that one micro-batch reads the whole topic for one
         task as for eight: the 1-task case is the linear baseline, and batch boundaries (a
-        group join each) would only slow it.
+        group join each) would only slow it. Spark's Arrow batches into the mapInArrow are
+        :data:`SOURCE_SPREAD_ARROW_BATCH` rows (``spark.sql.execution.arrow.maxRecordsPerBatch``,
+        10,000 by default: a task's whole share here, so its work would start only once it
+        has read all of it, however early the source yields its rows).
 
         Returns (records, wall seconds, seconds from the first record processed to the last,
         extra: rows and first-row stamps per task, the Python workers the case started)."""
         options = {"client": "native", "maxBatchDurationMs": "600000"}
+        conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
+        before = self.spark.conf.get(conf)
+        self.spark.conf.set(conf, str(SOURCE_SPREAD_ARROW_BATCH))
+        try:
+            return self._source_spread(data, tasks, cost_s, options)
+        finally:
+            self.spark.conf.set(conf, before)
+
+    def _source_spread(self, data: Dataset, tasks: int, cost_s: float,
+                       options: dict[str, str]) -> tuple[int, float, float, dict[str, Any]]:
         warm, _ = produce_dataset(self.kafka, f"warm-src-n{tasks}", 1, 300 * tasks)
         start = time.monotonic()
         _, _, _, warmed = self.drain(

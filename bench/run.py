@@ -229,7 +229,8 @@ class Bench:
             params = {"source": "share-eo-native", "numPartitions": tasks,
                       "topic_partitions": d.partitions,
                       "cost_ms_per_record": self.sizes.source_spread_ms,
-                      "maxBatchDurationMs": 600000, "warm_python_workers": True}
+                      "maxBatchDurationMs": 600000, "warm_python_workers": True,
+                      "arrow_max_records_per_batch": c.SOURCE_SPREAD_ARROW_BATCH}
             return c.Run("spread", f"spread-src-p1-n{tasks}", rnd, count, d.record_bytes, wall,
                          processed_s, params, extra)
         return run

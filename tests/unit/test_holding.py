@@ -42,6 +42,17 @@ def test_a_hold_near_the_limit_publishes_without_a_short_poll() -> None:
     assert _keep(HoldLimits.of(True, None, 15.0), held=1_000, largest=1_000, last=1_000)
 
 
+def test_tasks_sharing_a_partition_share_its_in_flight_limit() -> None:
+    """8 tasks on one partition hold 250 records each at most (the source's spread bench: one
+    task holding all 2,000 left the others without records until it ended on pollTimeoutMs)."""
+    shared = HoldLimits.of(True, None, 15.0, sharers=8)
+    assert shared.cap == 250
+    assert _keep(shared, held=249, largest=100, last=100)
+    assert not _keep(shared, held=250, largest=100, last=100)
+    assert HoldLimits.of(True, 3, 15.0, sharers=8).cap == 1, "at least one record"
+    assert HoldLimits.of(False, 2_000, 15.0, sharers=8).cap == 0
+
+
 def test_librdkafka_journals_every_poll_alone() -> None:
     assert HoldLimits.of(False, 10_000, 15.0).cap == 0
     assert not _keep(HoldLimits.of(False, 10_000, 15.0), held=1, largest=1, last=1)

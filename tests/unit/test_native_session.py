@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pyspark_kafka_share._kafka.native import membership
 from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig, NativeShareConsumer
 from pyspark_kafka_share._kafka.native.events import ConnectionEvents
 from pyspark_kafka_share._kafka.native.membership import Membership
@@ -126,10 +127,11 @@ def test_ranges_merge_consecutive_offsets_of_one_type() -> None:
 
 
 def _heartbeat_response(assignment: dict[str, list[int]] | None, *, code: int = 0,
-                        member_id: str | None = "member", epoch: int = 3) -> bytes:
-    """A ShareGroupHeartbeat v1 response (interval 1 s); ``assignment`` None: none sent."""
+                        member_id: str | None = "member", epoch: int = 3,
+                        interval_ms: int = 1_000) -> bytes:
+    """A ShareGroupHeartbeat v1 response; ``assignment`` None: none sent."""
     w = Writer(flexible=True).int32(0).int16(code).string(None).string(member_id).int32(epoch)
-    w.int32(1_000)
+    w.int32(interval_ms)
     if assignment is None:
         w.int8(-1)
     else:
@@ -216,10 +218,13 @@ def test_settings_derive_the_config_and_refuse_what_it_cannot_honour() -> None:
 
 class _Coordinator:
     """Answers FindCoordinator with itself and ShareGroupHeartbeat from a script; records
-    each heartbeat's (member epoch, subscribed topics)."""
+    each heartbeat's (member epoch, subscribed topics). Answers give ``interval_ms``; with
+    ``repeat_last`` the script's last answer is given to every heartbeat after it."""
 
-    def __init__(self, script: list[tuple[int, int, dict[str, list[int]] | None]]) -> None:
+    def __init__(self, script: list[tuple[int, int, dict[str, list[int]] | None]], *,
+                 interval_ms: int = 1_000, repeat_last: bool = False) -> None:
         self.script = script
+        self.interval_ms, self.repeat_last = interval_ms, repeat_last
         self.sent: list[tuple[int, tuple[str, ...] | None]] = []
 
     def version_for(self, api_key: ApiKey) -> int:
@@ -236,8 +241,10 @@ class _Coordinator:
         r.nullable_string()
         n = r.uvarint() - 1
         self.sent.append((epoch, None if n < 0 else tuple(r.string() for _ in range(n))))
-        code, new_epoch, assignment = self.script.pop(0)
-        body = _heartbeat_response(assignment, code=code, member_id=None, epoch=new_epoch)
+        last = self.repeat_last and len(self.script) == 1
+        code, new_epoch, assignment = self.script[0] if last else self.script.pop(0)
+        body = _heartbeat_response(assignment, code=code, member_id=None, epoch=new_epoch,
+                                   interval_ms=self.interval_ms)
         return Reader(body, flexible=True)
 
     def close(self) -> None:
@@ -265,6 +272,55 @@ def test_a_member_joins_then_is_fenced_and_rejoins_with_its_id() -> None:
     m._beat()
     assert (m.epoch, m.assignment(), m.member_id) == (5, {TOPIC: (1,)}, member)
     assert coordinator.sent == [(0, ("t",)), (3, None), (3, None), (0, ("t",))]
+
+
+def test_a_member_without_partitions_beats_again_soon_then_at_the_brokers_interval(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coordinator assigns a partition only after the join's answer (its share state
+    initialized, its assignment interval passed): until one comes the member beats again
+    every EAGER_S, for up to EAGER_WINDOW_S; then at the broker's interval; eager again
+    after a rejoin."""
+    fenced = int(ErrorCode.FENCED_MEMBER_EPOCH)
+    coordinator = _Coordinator([(0, 3, {})] + [(0, 3, None)] * 3 + [
+        (0, 4, {TOPIC: [0]}), (0, 4, None), (fenced, 0, None), (0, 6, {}), (0, 6, None),
+        (0, 7, {TOPIC: [0]})], interval_ms=2_000)
+    m = _membership(coordinator)
+    waits = []
+    for _ in range(6):
+        m._beat()
+        waits.append(m._next_wait())
+    with pytest.raises(BrokerError):  # fenced: rejoined by the heartbeat loop
+        m._beat()
+    m._beat()
+    waits.append(m._next_wait())
+    monkeypatch.setattr(membership, "EAGER_WINDOW_S", 0.0)  # the window has passed
+    for _ in range(2):
+        m._beat()
+        waits.append(m._next_wait())
+    eager = membership.EAGER_S
+    assert waits == [eager] * 4 + [2.0, 2.0] + [eager] + [2.0, 2.0]
+
+
+def test_the_heartbeat_thread_brings_the_assignment_before_the_brokers_interval() -> None:
+    """The heartbeat loop itself: the join's answer has no partition and the broker's interval
+    is 60 s, yet the assignment arrives on the eager beats (at the interval it would take
+    60 s; the bound only guards a hang)."""
+    coordinator = _Coordinator([(0, 3, {}), (0, 3, None), (0, 4, {TOPIC: [0]}), (0, 4, None)],
+                               interval_ms=60_000, repeat_last=True)
+    m = _membership(coordinator)
+    m.start()
+    try:
+        assert m.wait_joined(30)
+        deadline = time.monotonic() + 30
+        while not m.assignment():
+            assert time.monotonic() < deadline, coordinator.sent
+            time.sleep(0.01)
+        assert m.assignment() == {TOPIC: (0,)}
+        assert m.fatal is None
+    finally:
+        m._stop.set()
+        m._thread.join(5)
+    assert [epoch for epoch, _ in coordinator.sent[:3]] == [0, 3, 3]
 
 
 def test_an_authorization_error_is_fatal_not_retried() -> None:

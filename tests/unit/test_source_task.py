@@ -450,23 +450,26 @@ def _polled_at_each_yield(spec: TaskSpec, consumer: Consumer) -> tuple[list[int]
     return polled, offsets
 
 
-def test_a_task_yields_its_polls_once_they_hold_yield_rows_or_at_its_end(
+def test_a_task_yields_its_first_slot_at_once_then_doubling_up_to_yield_rows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows go to Spark in groups of at least ``YIELD_ROWS`` rows (or ``YIELD_BYTES``), not
-    after every poll (that stalled each poll on Spark's Python worker: about 30 points of
-    journal overhead in the throughput benchmark), and the rest at the task's end; the order
-    stays the log's."""
-    polls = [[Msg(10 * n + i) for i in range(4)] for n in range(5)]
+    """A task's first slot goes to Spark at once (work downstream starts on its first
+    records, not after its whole share), then groups of twice the previous yield's rows up
+    to ``YIELD_ROWS`` (or ``YIELD_BYTES``), not after every poll (that stalled each poll on
+    Spark's Python worker: about 30 points of journal overhead in the throughput benchmark),
+    and the rest at the task's end; the order stays the log's."""
+    polls = [[Msg(10 * n + i) for i in range(4)] for n in range(9)]
     polled, offsets = _polled_at_each_yield(_spec(tmp_path / "a"), Consumer(polls))
-    assert polled == [5] * 5, "a few small polls are yielded together at the end"
+    # 4 rows a poll (a batch per poll): yields of 4, 8 (polls 2-3) and 16 rows (polls 4-7),
+    # the rest at the end
+    assert polled == [1, 3, 3, 7, 7, 7, 7, 9, 9]
     assert offsets == [m.offset() for poll in polls for m in poll]
 
-    monkeypatch.setattr(task_module, "YIELD_ROWS", 10)  # 4 rows a poll: after polls 3 and 5
+    monkeypatch.setattr(task_module, "YIELD_ROWS", 10)  # then every 10 rows: polls 3, 6, 9
     polled, _ = _polled_at_each_yield(_spec(tmp_path / "b"), Consumer(polls))
-    assert polled == [3, 3, 3, 5, 5]
+    assert polled == [1, 3, 3, 6, 6, 6, 9, 9, 9]
 
     monkeypatch.setattr(task_module, "YIELD_BYTES", 1)  # the bytes bound: after every poll
-    polled, _ = _polled_at_each_yield(_spec(tmp_path / "c"), Consumer(polls))
+    polled, _ = _polled_at_each_yield(_spec(tmp_path / "c"), Consumer(polls[:5]))
     assert polled == [1, 2, 3, 4, 5]
 
 

@@ -14,11 +14,14 @@ says no) when
   records count in the group's lag, which keeps other tasks' drain probes waiting;
 - the records held reach the group's in-flight limit per share partition
   (``share.partition.max.record.locks``, read at planning on Kafka 4.3+, else
-  :data:`DEFAULT_RECORD_LOCKS`): the broker hands out no more of a partition beyond it;
-  or they come so near it that the next poll could bring no more than half the largest
-  poll held, which would end the hold anyway: that fetch is a round trip for a few
-  records (measured: a task holding 1,879 of 2,000 got 61 more, then published), so the
-  task publishes without it;
+  :data:`DEFAULT_RECORD_LOCKS`) divided by the tasks sharing a partition (``numPartitions``
+  over the topics' partitions): the broker hands out no more of a partition beyond the limit,
+  and one task holding all of it left the others without records (8 tasks on 1 partition:
+  a task ended on ``pollTimeoutMs`` with part of its share); each poll asks for at most that
+  share too; or they come so near that share that the next poll could bring no more than
+  half the largest poll held, which would end the hold anyway: that fetch is a round trip
+  for a few records (measured: a task holding 1,879 of 2,000 got 61 more, then published),
+  so the task publishes without it;
 - the first held poll's lock deadline is near (:attr:`HoldLimits.margin_s`, or twice the
   slowest poll-and-hold round so far): that deadline governs the whole slot;
 - the task's record budget is spent (the poller then returns no more polls, as for its time
@@ -64,12 +67,15 @@ class HoldLimits:
     margin_s: float
 
     @classmethod
-    def of(cls, native: bool, record_locks: int | None, lock_budget_s: float) -> HoldLimits:
-        """The native client's limits from the group's in-flight limit and the lock budget;
-        librdkafka's (no holding) otherwise."""
+    def of(cls, native: bool, record_locks: int | None, lock_budget_s: float,
+           sharers: int = 1) -> HoldLimits:
+        """The native client's limits from the group's in-flight limit, divided among the
+        ``sharers`` tasks that share a topic partition, and the lock budget; librdkafka's (no
+        holding) otherwise."""
         if not native:
             return cls(0, lock_budget_s)
-        return cls(record_locks or DEFAULT_RECORD_LOCKS, HOLD_MARGIN_SHARE * lock_budget_s)
+        cap = (record_locks or DEFAULT_RECORD_LOCKS) // max(1, sharers)
+        return cls(max(1, cap), HOLD_MARGIN_SHARE * lock_budget_s)
 
 
 def keep_holding(limits: HoldLimits, *, held: int, largest_poll: int, last_poll: int,

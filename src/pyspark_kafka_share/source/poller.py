@@ -71,7 +71,9 @@ class Poller:
     """Polls a pooled consumer within the task's record and time budget."""
 
     def __init__(self, spec: TaskSpec, pc: _pool.PooledConsumer, budget: int | None,
-                 stats: Counter[str]) -> None:
+                 stats: Counter[str], *, poll_cap: int | None = None) -> None:
+        """``poll_cap``: records a poll asks for at most (the native client's share of the
+        in-flight limit, ``holding.HoldLimits``), besides the budget."""
         opts = spec.options
         self.spec = spec
         self.pc = pc
@@ -96,6 +98,7 @@ class Poller:
             if spec.partitions is not None else None
         self.brokers = BrokerWatch(opts.client, opts.topics, opts.broker_timeout_ms / 1000)
         self.past_plan = False  # polled a record produced after the batch was planned
+        self.poll_cap = poll_cap
 
     def resume(self) -> None:
         """The last poll is journaled and acknowledged and Spark took its rows: waiting for
@@ -151,7 +154,9 @@ class Poller:
         while not self._spent(time.monotonic()):
             # The budget caps the poll: strictly with the native client (record_limit), so
             # that a task reads exactly its share of maxRecordsPerTrigger.
-            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s), self.budget)
+            caps = [n for n in (self.budget, self.poll_cap) if n is not None]
+            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s),
+                                          min(caps) if caps else None)
             self.brokers.observe(session.take_errors(), bool(msgs))
             self.stats["polls"] += 1
             if not msgs and holding:

@@ -21,7 +21,8 @@ acknowledging while ``holding.keep_holding`` says it is safe and worth it (the g
 in-flight limit, the first held poll's lock deadline, a short or empty poll), then runs steps
 2-5 once over everything held, under the first held poll's deadline (``_take``, ``_flush``).
 
-Once the slots it published and has not yielded hold ``YIELD_ROWS`` rows (or
+It yields its first published slot at once, then once the slots it published and has not
+yielded hold twice the rows of its previous yield, up to ``YIELD_ROWS`` rows (or
 ``YIELD_BYTES``), and after its last poll, it yields the log's data slots published so far, in
 slot order; when the task's budget (records, time) is spent it closes the partition log with
 END and yields the data slots before END it has not yielded yet (a concurrent attempt's).
@@ -210,6 +211,11 @@ its tasks end, so a mid-task yield only pipelines the transfer to the JVM with t
 10,000 rows is one Arrow batch of Spark's default
 ``spark.sql.execution.arrow.maxRecordsPerBatch``, and bounds what a task holds (at-most-once
 holds all of it until its end).
+
+The first slot goes at once and the threshold doubles from there up to ``YIELD_ROWS``, so that
+work downstream of the source (a mapInArrow, with Spark's Arrow batches made smaller) starts on
+a task's first records instead of after its whole share: a few more yields per task, each
+after an acknowledged slot (docs/benchmarks/README.md, the source's spread).
 """
 YIELD_BYTES = 32 << 20
 
@@ -227,7 +233,8 @@ class _Fill:
     """One attempt's poll -> journal -> acknowledge loop for one partition log, then END.
 
     Yields the log's data slots in slot order once they are published and acknowledged and
-    this attempt's hold ``YIELD_ROWS`` rows or ``YIELD_BYTES`` (its own from memory, an
+    this attempt's hold ``yield_at`` rows (the first slot at once, then twice the previous
+    yield's rows up to ``YIELD_ROWS``) or ``YIELD_BYTES`` (its own from memory, an
     earlier or concurrent attempt's through the journal), so Spark takes rows while the task
     polls, and the rest after the last poll, before END. ``emitted``: the slots yielded so far
     (``0 .. emitted - 1``); the run's return value is the final scan.
@@ -243,6 +250,7 @@ class _Fill:
         self.stats: Counter[str] = Counter()
         self.own: dict[int, pa.RecordBatch] = {}  # published, not yet yielded
         self.held_rows = self.held_bytes = 0  # in ``own``
+        self.yield_at = 1  # rows in ``own`` that are yielded: doubles up to YIELD_ROWS
         self.emitted = 0
         self.summaries: dict[int, tuple[int, dict[TopicPartition, int]]] = {}  # rows, lowest
         self.acked_slots: list[int] = []
@@ -252,15 +260,17 @@ class _Fill:
         self.pending: Sequence[Any] = []  # being journaled, not yet acknowledged
         # Polls held for the next slot (holding.py: several with the native client).
         self.hold = Hold()
+        sharers = -(-spec.parts // len(spec.partitions)) if spec.partitions else 1
         self.limits = HoldLimits.of(spec.options.share_client == "native", spec.record_locks,
-                                    spec.lock_budget_s)
+                                    spec.lock_budget_s, sharers)
         self.round_mark, self.slowest_round_s = time.monotonic(), 0.0
 
     def run(self, pc: _pool.PooledConsumer) -> Generator[pa.RecordBatch, None, ScanResult]:
         """Poll until the budget is spent or a step says stop, yielding what is published;
         END the log; return the final scan."""
         self.session = pc.session
-        poller = self.poller = Poller(self.spec, pc, self.budget, self.stats)
+        poller = self.poller = Poller(self.spec, pc, self.budget, self.stats,
+                                      poll_cap=self.limits.cap or None)
         healthy = keep = True
         try:
             while True:
@@ -274,9 +284,10 @@ class _Fill:
                     poller.resume()
                     continue
                 go_on = self._take(*polled)
-                if not self.hold.polls and \
-                        (self.held_rows >= YIELD_ROWS or self.held_bytes >= YIELD_BYTES):
+                if not self.hold.polls and self.own and \
+                        (self.held_rows >= self.yield_at or self.held_bytes >= YIELD_BYTES):
                     # Everything polled is acknowledged: waiting here holds no lock.
+                    self.yield_at = min(YIELD_ROWS, 2 * max(self.yield_at, self.held_rows))
                     yield from self._emit(max(self.own))
                 # Journaling, acknowledging and Spark taking the rows is no time without
                 # records; a poll of duplicates only emits nothing, and its lookup and ACCEPT

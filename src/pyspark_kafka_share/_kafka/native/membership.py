@@ -10,6 +10,16 @@ member id and an empty assignment, as the Java client does; a moving coordinator
 connections are looked up and retried with a backoff (each lost connection reported to
 ``events``: ``_TRANSPORT``, or ``_ALL_BROKERS_DOWN`` when no bootstrap server answered); any
 other error is fatal and raised by the consumer's next ``poll()``.
+
+A member the coordinator answered without partitions beats again every ``EAGER_S`` for up to
+``EAGER_WINDOW_S``, then at the broker's interval (``group.share.heartbeat.interval.ms``, 5 s
+by default): the coordinator assigns a share partition only once its state is initialized
+(which it starts after answering the heartbeat that subscribed the group) and recomputes a
+share group's assignment at most every ``share.assignment.interval.ms`` (Kafka 4.3+, 1 s by
+default), so a new member's partitions come with a later heartbeat, about 1 s after its join
+(measured on Kafka 4.4: docs/benchmarks/README.md, the source's spread). The coordinator
+answers a heartbeat at any time (Kafka's Java consumer sends one at once after reconciling
+an assignment); the interval only bounds how long it waits for one.
 """
 
 from __future__ import annotations
@@ -42,6 +52,13 @@ _MOVING = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 _REJOIN = {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID}
 
+EAGER_S = 0.2
+"""The wait before heartbeating again while the member has no partition (see above)."""
+EAGER_WINDOW_S = 3.0
+"""How long after a join answered without partitions the member heartbeats every
+``EAGER_S``: three assignment intervals of the broker's default; a member that still has none
+(its topic has no partition yet) heartbeats at the broker's interval."""
+
 
 class Membership:
     """One member of share group ``group`` subscribed to ``topics``. ``assignment()`` is
@@ -62,6 +79,7 @@ class Membership:
         self._joined = threading.Event()
         self._stop = threading.Event()
         self._interval_s = 1.0
+        self._unassigned_since: float | None = None  # the first answer without partitions
         self.fatal: KafkaShareError | None = None
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"share-heartbeat-{group}")
@@ -84,7 +102,7 @@ class Membership:
             try:
                 self._beat()
                 backoff = 0.05
-                self._stop.wait(self._interval_s)
+                self._stop.wait(self._next_wait())
             except (KafkaConnectionError, _Retry) as exc:
                 _log.debug("share group %r heartbeat: %s; retrying", self.group, exc)
                 if isinstance(exc, _NoBroker):
@@ -118,6 +136,7 @@ class Membership:
             with self._lock:
                 self.epoch, self._assignment = 0, {}
                 self.rejoins += 1
+            self._unassigned_since = None  # eager again after the rejoin
             raise _Retry(ErrorCode(code).name)
         if code in _MOVING:
             raise _Retry(ErrorCode(code).name)
@@ -132,6 +151,21 @@ class Membership:
                 self._assignment = answer.assignment
         self._interval_s = max(answer.interval_ms, 100) / 1000.0
         self._joined.set()
+
+    def _next_wait(self) -> float:
+        """Seconds to the next heartbeat: ``EAGER_S`` while no partition is assigned, for up
+        to ``EAGER_WINDOW_S``; else the broker's interval."""
+        with self._lock:
+            assigned = any(self._assignment.values())
+        now = time.monotonic()
+        if assigned:
+            self._unassigned_since = None  # for a later rejoin, or an assignment taken away
+            return self._interval_s
+        if self._unassigned_since is None:
+            self._unassigned_since = now
+        if now - self._unassigned_since < EAGER_WINDOW_S:
+            return min(EAGER_S, self._interval_s)
+        return self._interval_s
 
     def _send(self, conn: BrokerConnection, epoch: int, topics: list[str] | None,
               deadline: float) -> consume.HeartbeatAnswer:
