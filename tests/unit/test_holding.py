@@ -47,7 +47,8 @@ def test_tasks_sharing_a_partition_share_its_in_flight_limit() -> None:
     task holding all 2,000 left the others without records until it ended on pollTimeoutMs)."""
     shared = HoldLimits.of(True, None, 15.0, sharers=8)
     assert shared.cap == 250
-    assert _keep(shared, held=249, largest=100, last=100)
+    assert _keep(shared, held=200, largest=100, last=100)  # room for a full poll of 100
+    assert not _keep(shared, held=201, largest=100, last=100), "the next poll would be short"
     assert not _keep(shared, held=250, largest=100, last=100)
     assert HoldLimits.of(True, 3, 15.0, sharers=8).cap == 1, "at least one record"
     assert HoldLimits.of(False, 2_000, 15.0, sharers=8).cap == 0
