@@ -606,11 +606,14 @@ def test_query_stopped_mid_batch_and_restarted_from_checkpoint(
     df = share_stream(spark, kafka, [topic], group, journal, numPartitions=2,
                       _faultInjection="sleep-before-end:seq=1:part=0:ms=60000")
     q = start_parquet(df, tmp_path / "out", tmp_path / "chk")
-    part1 = journal.open().part_log(1, 1)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and part1.scan().end is None:  # task 1 ENDed
+    part0, part1 = (journal.open().part_log(1, part) for part in (0, 1))
+    deadline = time.monotonic() + 120  # only guards a hang
+    # task 1 ENDed and task 0 journaled a slot (it then sleeps before its END): on a busy
+    # machine task 0 may start after task 1 ended, and a stop before its slot left none
+    while part1.scan().end is None or not part0.scan().data_slots:
+        assert time.monotonic() < deadline, "batch 1's tasks did not journal in 120 s"
+        assert q.isActive, f"the query ended before it could be stopped mid-batch: {q.exception()}"
         time.sleep(0.2)
-    time.sleep(1)
     assert q.isActive, "the query ended before it could be stopped mid-batch"
     q.stop()
     # The file sink commits a batch in its metadata log (Spark batch 0 is our seq 1); files
