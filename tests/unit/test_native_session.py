@@ -504,3 +504,28 @@ def test_a_capped_poll_asks_each_leader_for_what_is_left_of_it(
                                    capped=max_records is not None)
     assert sent == asked
     assert len(got) == sum(min(a, g) for a, g in zip(asked, HANDS_OUT, strict=False))
+
+
+def test_each_leader_is_asked_first_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polls that the first leader asked fills would never reach the other leaders'
+    partitions while it has records waiting: the leader asked first rotates from poll to
+    poll."""
+    config = NativeConsumerConfig(f"127.0.0.1:{_closed_port()}", "g", timeout_s=1.0,
+                                  max_poll_records=2_000)
+    first: list[int] = []
+
+    def fetch_from(node: int, tps: list[Any], wait_ms: int, budget: int, arrow: bool | None,
+                   *, strict: bool) -> list[Any]:
+        if budget == 2_000:
+            first.append(node)
+        return [node] * budget  # every leader has more than a poll waiting
+
+    with NativeShareConsumer(config, ["t"]) as consumer:
+        monkeypatch.setattr(consumer._membership, "assignment", lambda: {TOPIC: [0, 1, 2]})
+        consumer._names, consumer._stale = {TOPIC: "t"}, False
+        consumer._leaders = {A: 1, B: 2, C: 3}
+        monkeypatch.setattr(consumer, "_fetch_from", fetch_from)
+        for _ in range(3):
+            got = consumer._fetch_once(100, 2_000, None, False, capped=True)
+            assert len(got) == 2_000 and set(got) == {first[-1]}, "one leader fills the poll"
+    assert sorted(first) == [1, 2, 3], f"the leaders asked first: {first}"

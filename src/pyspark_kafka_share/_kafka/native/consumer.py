@@ -122,6 +122,7 @@ class NativeShareConsumer:
         self._closed = False
         self._events = ConnectionEvents()
         self._sessions_lost = 0  # share sessions dropped or reset, leaders moved
+        self._turn = 0  # which leader a poll asks first (each in turn, see _fetch_once)
         self.batch_codecs: Counter[str] = Counter()
         """Record batches decoded, per codec (``"none"``, ``"gzip"``, ...)."""
         self._membership = Membership(config.group_id, tuple(topics), self._connect,
@@ -279,7 +280,10 @@ class NativeShareConsumer:
             time.sleep(min(max_wait_ms, 100) / 1000.0)
             return out
         wait = max_wait_ms // len(nodes)
-        for node in nodes:
+        # each leader is asked first in turn: a capped poll that the first leader fills would
+        # otherwise never reach the others' partitions while the first has records waiting
+        self._turn = (self._turn + 1) % len(nodes)
+        for node in nodes[self._turn:] + nodes[:self._turn]:
             # a capped poll (strict or not) asks each leader for what is left of it: a poll
             # of several leaders stays within its cap, not one cap per leader
             budget = limit - got if strict or capped else limit
