@@ -368,8 +368,9 @@ def _spread_section(summary: dict[str, dict[str, Any]], sizes: dict[str, Any]) -
                         f"{what} (median run): {counts}.")
     if not rows:
         return []
-    return ["## Spread: `client=\"native\"` (strict `record_limit` polls), 8 consumers on a "
-            "1-partition topic", "",
+    return ["## Spread: `client=\"native\"`, 8 consumers on a 1-partition topic (the workers "
+            "poll with strict `record_limit`; the source's tasks only for their last two polls)",
+            "",
             "| case | 1 records/s | 8 records/s | ratio to linear (target >= 0.95x) | "
             "max/mean records per worker or task (target <= 1.05) | last one's first records "
             "after the first's |", "|---|---:|---:|---:|---:|---:|", *rows, "",
