@@ -160,7 +160,8 @@ class FakeNative:
         self.closed = False
         self.errors: list[Any] = []
 
-    def poll(self, timeout_s: float) -> list[ShareRecord]:
+    def poll(self, timeout_s: float, max_records: int | None = None, *,
+             soft_cap: int | None = None) -> list[ShareRecord]:
         if not self.polls:
             time.sleep(0.01)
             return []

@@ -529,3 +529,32 @@ def test_each_leader_is_asked_first_in_turn(monkeypatch: pytest.MonkeyPatch) -> 
             got = consumer._fetch_once(100, 2_000, None, False, capped=True)
             assert len(got) == 2_000 and set(got) == {first[-1]}, "one leader fills the poll"
     assert sorted(first) == [1, 2, 3], f"the leaders asked first: {first}"
+
+
+@pytest.mark.parametrize(("max_records", "soft_cap", "want"), [
+    (None, 250, (250, False)),  # the hold's share of the in-flight limit: whole batches
+    (100_000, 250, (250, False)),  # a budget far off: still whole batches
+    (3_000, 250, (250, True)),  # the budget within two polls: strict, so it is met exactly
+    (None, None, (2_000, False)),
+], ids=["soft-only", "budget-far", "budget-near", "uncapped"])
+def test_a_soft_cap_limits_a_poll_without_making_it_strict(
+    monkeypatch: pytest.MonkeyPatch, max_records: int | None, soft_cap: int | None,
+    want: tuple[int, bool],
+) -> None:
+    """The source's share of a partition's in-flight limit caps a native poll, but only the
+    task's budget makes it strict: strict polls split producer batches, which the broker then
+    tracks per offset (measured 3x slower)."""
+    config = NativeConsumerConfig(f"127.0.0.1:{_closed_port()}", "g", timeout_s=1.0,
+                                  max_poll_records=2_000)
+    asked: list[tuple[int, bool]] = []
+
+    def fetch_once(wait_ms: int, limit: int, arrow: bool | None, strict: bool, *,
+                   capped: bool) -> list[Any]:
+        asked.append((limit, strict))
+        return ["r"]
+
+    with NativeShareConsumer(config, ["t"]) as consumer:
+        monkeypatch.setattr(consumer._membership, "wait_joined", lambda timeout: True)
+        monkeypatch.setattr(consumer, "_fetch_once", fetch_once)
+        consumer.poll(1.0, max_records, soft_cap=soft_cap)
+    assert asked == [want]

@@ -239,11 +239,12 @@ class ConsumerSession(Protocol):
         acquired (a lost share session, a moved leader, a fenced member): what a caller that
         holds records across polls compares."""
 
-    def poll(self, wait_s: float, max_records: int | None = None) -> tuple[Sequence[Any], float]:
+    def poll(self, wait_s: float, max_records: int | None = None, *,
+             soft_cap: int | None = None) -> tuple[Sequence[Any], float]:
         """One poll: its records and the earliest time their locks may have started.
         ``max_records``: this poll's cap, strict where the client can (the native client with
-        ``record_limit``); librdkafka cannot change ``max.poll.records`` after creation and
-        ignores it."""
+        ``record_limit``, or near it); ``soft_cap``: a further cap whole producer batches may
+        pass. librdkafka cannot change ``max.poll.records`` after creation and ignores both."""
 
     def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
                reject: Sequence[Any] = (), *,
@@ -292,9 +293,10 @@ class ShareSession:
         the next, so nobody holds its records across polls."""
         return 0
 
-    def poll(self, wait_s: float, max_records: int | None = None) -> tuple[list[Any], float]:
+    def poll(self, wait_s: float, max_records: int | None = None, *,
+             soft_cap: int | None = None) -> tuple[list[Any], float]:
         """One poll: its records and the earliest time their locks may have started
-        (``max_records``: ignored, see :meth:`ConsumerSession.poll`).
+        (``max_records``, ``soft_cap``: ignored, see :meth:`ConsumerSession.poll`).
 
         A record with an error raises :class:`BrokerError`, after the poll's other records
         were RELEASEd (best effort: they come back when their locks expire otherwise).

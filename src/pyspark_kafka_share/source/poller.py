@@ -154,9 +154,9 @@ class Poller:
         while not self._spent(time.monotonic()):
             # The budget caps the poll: strictly with the native client (record_limit), so
             # that a task reads exactly its share of maxRecordsPerTrigger.
-            caps = [n for n in (self.budget, self.poll_cap) if n is not None]
-            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s),
-                                          min(caps) if caps else None)
+            # the in-flight share (poll_cap) need not be exact: it never makes a poll strict
+            msgs, acquired = session.poll(min(0.2, self.poll_timeout_s), self.budget,
+                                          soft_cap=self.poll_cap)
             self.brokers.observe(session.take_errors(), bool(msgs))
             self.stats["polls"] += 1
             if not msgs and holding:

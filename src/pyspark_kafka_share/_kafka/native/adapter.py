@@ -166,8 +166,8 @@ class NativeSession:
         errors the native consumer raises from ``poll()``."""
         return list(self.consumer.take_errors())
 
-    def poll(self, wait_s: float, max_records: int | None = None
-             ) -> tuple[Sequence[NativeMessage], float]:
+    def poll(self, wait_s: float, max_records: int | None = None, *,
+             soft_cap: int | None = None) -> tuple[Sequence[NativeMessage], float]:
         """One poll: its records and when their locks may have started. The native consumer
         fetches only inside ``poll()``, so that is the poll's start (no margin).
         ``max_records``: this poll's cap below ``max.poll.records`` (strict with
@@ -176,12 +176,12 @@ class NativeSession:
         if self.arrow is not None:
             with self.lock:
                 batches = self.consumer.poll_arrow(wait_s, max_records,
-                                                   include_headers=self.arrow)
+                                                   include_headers=self.arrow,
+                                                   soft_cap=soft_cap)
             self.last_poll = time.monotonic()
             return ArrowPoll(batches, self.arrow, started=start), start
         with self.lock:
-            records = self.consumer.poll(wait_s) if max_records is None else \
-                self.consumer.poll(wait_s, max_records=max_records)
+            records = self.consumer.poll(wait_s, max_records, soft_cap=soft_cap)
         self.last_poll = time.monotonic()
         return [NativeMessage(r) for r in records], start
 

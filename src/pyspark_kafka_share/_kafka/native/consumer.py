@@ -143,29 +143,34 @@ class NativeShareConsumer:
 
     # -- the public API --
 
-    def poll(self, timeout_s: float, max_records: int | None = None) -> list[ShareRecord]:
+    def poll(self, timeout_s: float, max_records: int | None = None, *,
+             soft_cap: int | None = None) -> list[ShareRecord]:
         """Fetch (and acquire) records for up to ``timeout_s``; piggyback the acknowledgements
         made since. ``max_records``: at most this many, if fewer than ``max_poll_records``
         (strictly with ``record_limit``; without it, strictly once fewer than twice
         ``max_poll_records``, so that whole producer batches of up to ``max_poll_records``
-        never take it past ``max_records``). Raises :class:`WakeupError` after
+        never take it past ``max_records``). ``soft_cap``: a further cap whole producer
+        batches may pass (it never makes a poll strict). Raises :class:`WakeupError` after
         :meth:`wakeup`."""
-        records: list[ShareRecord] = self._poll(timeout_s, max_records, None)
+        records: list[ShareRecord] = self._poll(timeout_s, max_records, None, soft_cap)
         return records
 
     def poll_arrow(self, timeout_s: float, max_records: int | None = None, *,
-                   include_headers: bool = False) -> list[pa.RecordBatch]:
+                   include_headers: bool = False,
+                   soft_cap: int | None = None) -> list[pa.RecordBatch]:
         """:meth:`poll`, its records as Arrow batches of the source's schema (one per
         partition fetched, ``_kafka.arrow.arrow_schema``), decoded without an object per
         record (:mod:`.columns`); acknowledge them with :meth:`acknowledge_offsets`."""
-        batches: list[pa.RecordBatch] = self._poll(timeout_s, max_records, include_headers)
+        batches: list[pa.RecordBatch] = self._poll(timeout_s, max_records, include_headers,
+                                                   soft_cap)
         return batches
 
-    def _poll(self, timeout_s: float, max_records: int | None, arrow: bool | None) -> list[Any]:
+    def _poll(self, timeout_s: float, max_records: int | None, arrow: bool | None,
+              soft_cap: int | None = None) -> list[Any]:
         """``arrow``: None for records, else Arrow batches (with headers if True)."""
         self._check_open()
-        limit = self.config.max_poll_records if max_records is None else \
-            max(1, min(max_records, self.config.max_poll_records))
+        caps = [n for n in (max_records, soft_cap) if n is not None]
+        limit = max(1, min([*caps, self.config.max_poll_records]))
         strict = self.config.strict(max_records)
         deadline = time.monotonic() + timeout_s
         while not self._membership.wait_joined(min(0.1, max(0.0, timeout_s))):
@@ -178,7 +183,7 @@ class NativeShareConsumer:
                 self._acknowledge_all(final=False)
             left_ms = int((deadline - time.monotonic()) * 1000)
             records = self._fetch_once(max(0, min(left_ms, self.config.fetch_max_wait_ms)),
-                                       limit, arrow, strict, capped=max_records is not None)
+                                       limit, arrow, strict, capped=bool(caps))
             if records or time.monotonic() >= deadline:
                 return records
 
