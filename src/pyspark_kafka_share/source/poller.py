@@ -152,9 +152,9 @@ class Poller:
         count in the group's lag)."""
         session = self.pc.session
         while not self._spent(time.monotonic()):
-            # The budget caps the poll: strictly with the native client (record_limit), so
-            # that a task reads exactly its share of maxRecordsPerTrigger.
-            # the in-flight share (poll_cap) need not be exact: it never makes a poll strict
+            # The budget caps the poll, strictly with the native client near it, so that a
+            # task reads exactly its share; the in-flight share (poll_cap) caps it too, but
+            # need not be exact: it never makes a poll strict.
             msgs, acquired = session.poll(min(0.2, self.poll_timeout_s), self.budget,
                                           soft_cap=self.poll_cap)
             self.brokers.observe(session.take_errors(), bool(msgs))
