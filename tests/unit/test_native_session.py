@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -471,6 +472,16 @@ def test_a_poll_is_strict_with_record_limit_or_near_its_cap() -> None:
 HANDS_OUT = [1_200, 500, 2_000]
 
 
+def _three_leaders(consumer: NativeShareConsumer, monkeypatch: pytest.MonkeyPatch,
+                   fetch_from: Callable[..., list[Any]]) -> None:
+    """``consumer`` assigned partitions 0-2 of one topic, led by nodes 1-3, its fetches from
+    a leader answered by ``fetch_from``."""
+    monkeypatch.setattr(consumer._membership, "assignment", lambda: {TOPIC: [0, 1, 2]})
+    consumer._names, consumer._stale = {TOPIC: "t"}, False
+    consumer._leaders = {A: 1, B: 2, C: 3}
+    monkeypatch.setattr(consumer, "_fetch_from", fetch_from)
+
+
 @pytest.mark.parametrize(("max_records", "record_limit", "asked"), [
     (4_000, False, [2_000, 800, 300]),  # capped, batch-optimized: what is left of the poll
     (3_000, True, [2_000, 800, 300]),  # strict: the same
@@ -495,10 +506,7 @@ def test_a_capped_poll_asks_each_leader_for_what_is_left_of_it(
         return [node] * min(budget, next(gives))
 
     with NativeShareConsumer(config, ["t"]) as consumer:
-        monkeypatch.setattr(consumer._membership, "assignment", lambda: {TOPIC: [0, 1, 2]})
-        consumer._names, consumer._stale = {TOPIC: "t"}, False
-        consumer._leaders = {A: 1, B: 2, C: 3}
-        monkeypatch.setattr(consumer, "_fetch_from", fetch_from)
+        _three_leaders(consumer, monkeypatch, fetch_from)
         limit = 2_000 if max_records is None else min(max_records, 2_000)
         got = consumer._fetch_once(100, limit, None, config.strict(max_records),
                                    capped=max_records is not None)
@@ -521,10 +529,7 @@ def test_each_leader_is_asked_first_in_turn(monkeypatch: pytest.MonkeyPatch) -> 
         return [node] * budget  # every leader has more than a poll waiting
 
     with NativeShareConsumer(config, ["t"]) as consumer:
-        monkeypatch.setattr(consumer._membership, "assignment", lambda: {TOPIC: [0, 1, 2]})
-        consumer._names, consumer._stale = {TOPIC: "t"}, False
-        consumer._leaders = {A: 1, B: 2, C: 3}
-        monkeypatch.setattr(consumer, "_fetch_from", fetch_from)
+        _three_leaders(consumer, monkeypatch, fetch_from)
         for _ in range(3):
             got = consumer._fetch_once(100, 2_000, None, False, capped=True)
             assert len(got) == 2_000 and set(got) == {first[-1]}, "one leader fills the poll"
