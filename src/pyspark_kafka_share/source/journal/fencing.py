@@ -33,6 +33,7 @@ import pyarrow as pa
 from pyspark_kafka_share.errors import JournalClosed, JournalError
 from pyspark_kafka_share.source.journal.keys import SlotKeys
 from pyspark_kafka_share.source.journal.slots import (
+    ARROW_MAGIC,
     LOSS_PREFIX,
     Content,
     EndMarker,
@@ -133,8 +134,24 @@ class PartLog:
         return f"{self.dir}/{slot:06d}"
 
     def open(self) -> ScanResult:
-        """Create the directory, then check the fence (in this order; see docs/design.md)."""
+        """Create the directory; then, if the log has a slot 0, check the fence (in this
+        order; see docs/design.md) and scan the log.
+
+        A log without slot 0 is empty (slots are contiguous from 0): one ranged GET of it,
+        which misses, tells so, where the fence read and the listing cost two requests, one
+        of them billed as a write on S3. The fence read is not needed then: a batch
+        committed before or after this open is found by the fence re-read after every
+        append (``_Fill._publish``), which withdraws the slot and gives its records back, and
+        a slot taken by a concurrent attempt by the create, as after a scan
+        (docs/design.md, "What a task and a batch cost").
+        """
         self.journal.store.makedirs(self.dir)
+        try:
+            self.journal.store.read_head(self.slot_path(0), len(ARROW_MAGIC))
+        except FileNotFoundError:
+            self.loss_files = []
+            self._next, self._next_known = 0, True
+            return ScanResult([], None, 0)
         if self.journal.committed_seq() >= self.seq:
             raise JournalClosed(f"batch {self.seq} is already committed")
         return self.scan()
