@@ -343,11 +343,11 @@ def predict(load: Load) -> dict[str, float]:
         # per slot: its index entry and the slot; END per task
         "create": 2 * slots + t,
         "overwrite": 1.0,  # the fence, once per commit
-        # per poll: the fence re-check; start: one ranged GET of slot 0, which misses (an
-        # empty log: no fence read, no listing); END: none (created at the slot the task
-        # knows to be next); driver: batch_ends reads each log's last slot, its END, in one
-        # ranged GET (commit reuses it); commit the fence.
-        "get": slots + t + t + 1,
+        # per poll: the fence re-check; start: the fence and one ranged GET of slot 0, which
+        # misses (an empty log: no listing); END: none (created at the slot the task knows
+        # to be next); driver: batch_ends reads each log's last slot, its END, in one ranged
+        # GET (commit reuses it); commit the fence.
+        "get": slots + 2 * t + t + 1,
         # per poll: LIST the topic-partition's index entries; driver: batch_ends lists the
         # batch recursively; commit lists batches/, the batch recursively twice (its dedup
         # pass, its deletion) and index/ recursively (pages).
@@ -359,9 +359,9 @@ def predict(load: Load) -> dict[str, float]:
 
 
 def per_slot_and_task(load: Load) -> tuple[float, float]:
-    """Requests per slot (one poll with records) and per task and micro-batch (start: one read
-    of slot 0; END: one create; the driver's read of END; and its share of the commit's),
-    from :func:`predict`."""
+    """Requests per slot (one poll with records) and per task and micro-batch (start: the
+    fence and one read of slot 0; END: one create; the driver's read of END; and its share of
+    the commit's), from :func:`predict`."""
     rates = predict(load)
     total = sum(rates.values())
     polls = load.tasks * load.polls_per_s
@@ -408,7 +408,7 @@ def formula_table() -> None:
         load = Load(t, p, 10.0, 1, t, 0)
         r = predict(load)
         slot, task = per_slot_and_task(load)
-        fence = t * p + (t + 1) / load.batch_s
+        fence = t * p + (t + 1) / load.batch_s  # per slot, per task's start, the commit
         print(f"| {name} | {r['create']:,.1f} | {r['get']:,.1f} ({fence:,.1f}) "
               f"| {r['list']:,.1f} | {sum(r.values()):,.1f} | {slot:.0f} | {task:.1f} | "
               f"{cost_per_day(r):,.2f} |")

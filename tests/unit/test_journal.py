@@ -240,14 +240,8 @@ def test_late_attempt_of_a_committed_batch_cannot_publish(tmp_path: Path) -> Non
     j.commit(1, dedup_retention_ms=0)
     with pytest.raises(JournalClosed):
         late.append(record_batch("t", [1]), attempt=2)  # the directory was renamed away
-    # A new attempt finds no slot 0 (one read, no fence read, no listing): its log looks
-    # empty. The fence re-read after its first append (_Fill._publish) sees the commit, and
-    # the slot is withdrawn before anything is acknowledged.
-    again = j.part_log(1, 0)
-    assert again.open().data_slots == []
-    slot = again.append(record_batch("t", [2]), attempt=3)
-    assert j.committed_seq() >= 1
-    again.withdraw(slot)
+    with pytest.raises(JournalClosed):
+        j.part_log(1, 0).open()  # a new attempt sees the fence
     assert not any(p.name.isdigit() for p in (tmp_path / "batches").glob("*/*/*"))
 
 

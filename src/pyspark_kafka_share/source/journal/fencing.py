@@ -134,26 +134,23 @@ class PartLog:
         return f"{self.dir}/{slot:06d}"
 
     def open(self) -> ScanResult:
-        """Create the directory; then, if the log has a slot 0, check the fence (in this
-        order; see docs/design.md) and scan the log.
-
-        A log without slot 0 is empty (slots are contiguous from 0): one ranged GET of it,
-        which misses, tells so, where the fence read and the listing cost two requests, one
-        of them billed as a write on S3. The fence read is not needed then: a batch
-        committed before or after this open is found by the fence re-read after every
-        append (``_Fill._publish``), which withdraws the slot and gives its records back, and
-        a slot taken by a concurrent attempt by the create, as after a scan
-        (docs/design.md, "What a task and a batch cost").
-        """
+        """Create the directory, then check the fence (in this order; see docs/design.md),
+        then scan the log: one ranged read of slot 0 first, which misses in an empty log
+        (slots are contiguous from 0), so that a first attempt's open costs two reads and no
+        listing (S3 bills a LIST as a write, a GET at a twelfth of that)."""
         self.journal.store.makedirs(self.dir)
+        if self.journal.committed_seq() >= self.seq:
+            raise JournalClosed(f"batch {self.seq} is already committed")
         try:
             self.journal.store.read_head(self.slot_path(0), len(ARROW_MAGIC))
         except FileNotFoundError:
             self.loss_files = []
             self._next, self._next_known = 0, True
             return ScanResult([], None, 0)
-        if self.journal.committed_seq() >= self.seq:
-            raise JournalClosed(f"batch {self.seq} is already committed")
+        except JournalError:
+            raise
+        except OSError as exc:
+            raise JournalError(f"cannot read {self.slot_path(0)}: {exc}") from exc
         return self.scan()
 
     def scan(self, names: list[str] | None = None) -> ScanResult:
