@@ -68,25 +68,36 @@ class HoldLimits:
 
     @classmethod
     def of(cls, native: bool, record_locks: int | None, lock_budget_s: float,
-           sharers: int = 1) -> HoldLimits:
+           sharers: int = 1, budget: int | None = None) -> HoldLimits:
         """The native client's limits from the group's in-flight limit, divided among the
         ``sharers`` tasks that share a topic partition, and the lock budget; librdkafka's (no
-        holding) otherwise."""
+        holding) otherwise. A task whose whole record ``budget`` fits under the limit may
+        hold all of it: one slot for its share (a small share split at the divided limit
+        took two slots, 4 requests each on an object store), as librdkafka's one poll takes
+        it; a sharer then waits for that slot's ACCEPT, one round trip."""
         if not native:
             return cls(0, lock_budget_s)
-        cap = (record_locks or DEFAULT_RECORD_LOCKS) // max(1, sharers)
+        limit = record_locks or DEFAULT_RECORD_LOCKS
+        cap = limit // max(1, sharers)
+        if budget is not None and 0 < budget <= limit:
+            cap = max(cap, budget)
         return cls(max(1, cap), HOLD_MARGIN_SHARE * lock_budget_s)
 
 
 def keep_holding(limits: HoldLimits, *, held: int, largest_poll: int, last_poll: int,
-                 first_deadline: float, now: float, slowest_round_s: float) -> bool:
+                 first_deadline: float, now: float, slowest_round_s: float,
+                 budget_left: int | None = None) -> bool:
     """Whether the task polls again before it journals the ``held`` records (the last poll
     brought ``last_poll``, the largest held ``largest_poll``); see the module docstring.
-    The task's budget is the poller's (no poll comes once it is spent)."""
+    The task's budget is the poller's (no poll comes once it is spent); ``budget_left``: what
+    is left of it. A short next poll is not worth a round trip of its own, unless the task
+    needs it anyway to read the rest of its budget and the rest fits in this slot: then
+    holding saves the slot it would otherwise take."""
     if last_poll <= 0 or 2 * last_poll < largest_poll:
         return False
-    if 2 * (limits.cap - held) < largest_poll:  # at the limit, or the next poll is short
-        return False
+    rest_fits = budget_left is not None and 0 < budget_left <= limits.cap - held
+    if 2 * (limits.cap - held) < largest_poll and not rest_fits:
+        return False  # at the limit, or the next poll is short
     return first_deadline - now > max(limits.margin_s, 2 * slowest_round_s)
 
 
