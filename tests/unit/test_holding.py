@@ -65,6 +65,14 @@ def test_a_share_under_the_limit_is_one_slot() -> None:
         "a share over the limit: the divided limit"
     assert HoldLimits.of(True, None, 15.0, sharers=8, budget=10_000).cap == 250, "the spread"
     assert HoldLimits.of(True, None, 15.0, sharers=2, budget=600).cap == 1_000
+    # Lifted only where the sharers' budgets come to at most twice the limit: more, and the
+    # first tasks would take every lock while the others poll empty, wave after wave.
+    assert HoldLimits.of(True, None, 15.0, sharers=4, budget=1_000).cap == 1_000
+    assert HoldLimits.of(True, None, 15.0, sharers=4, budget=1_001).cap == 500
+    assert HoldLimits.of(True, None, 15.0, sharers=8, budget=500).cap == 500
+    assert HoldLimits.of(True, None, 15.0, sharers=8, budget=750).cap == 250
+    assert HoldLimits.of(True, None, 15.0, sharers=8, budget=2_000).cap == 250
+    assert HoldLimits.of(True, None, 15.0, sharers=1, budget=3_000).cap == 2_000, "the limit"
     assert HoldLimits.of(False, None, 15.0, sharers=2, budget=1_250).cap == 0
 
     def keep(held: int, left: int | None) -> bool:

@@ -18,10 +18,12 @@ says no) when
   over the topics' partitions): the broker hands out no more of a partition beyond the limit,
   and one task holding all of it left the others without records (8 tasks on 1 partition:
   a task ended on ``pollTimeoutMs`` with part of its share); each poll asks for at most that
-  share too; or they come so near that share that the next poll could bring no more than
-  half the largest poll held, which would end the hold anyway: that fetch is a round trip
-  for a few records (measured: a task holding 1,879 of 2,000 got 61 more, then published),
-  so the task publishes without it;
+  share too (a task may hold its whole budget instead where the sharers' budgets come to at
+  most twice the limit: :meth:`HoldLimits.of`); or they come so near that share that the
+  next poll could bring no more than half the largest poll held, which would end the hold
+  anyway: that fetch is a round trip for a few records (measured: a task holding 1,879 of
+  2,000 got 61 more, then published), so the task publishes without it, unless that poll
+  reads the rest of the task's budget and the rest fits (it is needed anyway);
 - the first held poll's lock deadline is near (:attr:`HoldLimits.margin_s`, or twice the
   slowest poll-and-hold round so far): that deadline governs the whole slot;
 - the task's record budget is spent (the poller then returns no more polls, as for its time
@@ -71,16 +73,20 @@ class HoldLimits:
            sharers: int = 1, budget: int | None = None) -> HoldLimits:
         """The native client's limits from the group's in-flight limit, divided among the
         ``sharers`` tasks that share a topic partition, and the lock budget; librdkafka's (no
-        holding) otherwise. A task whose whole record ``budget`` fits under the limit may
-        hold all of it: one slot for its share (a small share split at the divided limit
-        took two slots, 4 requests each on an object store), as librdkafka's one poll takes
-        it; a sharer then waits for that slot's ACCEPT, one round trip."""
+        holding) otherwise. A task may hold its whole record ``budget`` where the sharers'
+        budgets come to at most twice the limit: one slot for its share (a 1,250-record
+        share split at the divided limit of 2,000 / 2 took two slots, 4 requests each on an
+        object store), as librdkafka's one poll takes it; half the sharers at most then wait
+        one round trip, for the first half's ACCEPT. More sharers keep the divided limit:
+        lifted for 8 tasks on one partition, the first two took all 2,000 locks and the
+        others polled empty, wave after wave (an independent review of b84a192)."""
         if not native:
             return cls(0, lock_budget_s)
         limit = record_locks or DEFAULT_RECORD_LOCKS
-        cap = limit // max(1, sharers)
-        if budget is not None and 0 < budget <= limit:
-            cap = max(cap, budget)
+        sharers = max(1, sharers)
+        cap = limit // sharers
+        if budget is not None and budget > 0 and sharers * budget <= 2 * limit:
+            cap = max(cap, min(budget, limit))
         return cls(max(1, cap), HOLD_MARGIN_SHARE * lock_budget_s)
 
 
