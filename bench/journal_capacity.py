@@ -343,14 +343,15 @@ def predict(load: Load) -> dict[str, float]:
         # per slot: its index entry and the slot; END per task
         "create": 2 * slots + t,
         "overwrite": 1.0,  # the fence, once per commit
-        # per poll: the fence re-check; start: fence; END: none (created at the slot the
-        # task knows to be next); driver: batch_ends reads each log's last slot, its END, in
-        # one ranged GET (commit reuses it); commit the fence.
-        "get": slots + t + t + 1,
-        # per poll: LIST the topic-partition's index entries; start: LIST the log; driver:
-        # batch_ends lists the batch recursively; commit lists batches/, the batch
-        # recursively twice (its dedup pass, its deletion) and index/ recursively (pages).
-        "list": slots + t + 3 * _pages(slots + t) + 1 + _pages(slots),
+        # per poll: the fence re-check; start: the fence and one ranged GET of slot 0, which
+        # misses (an empty log: no listing); END: none (created at the slot the task knows
+        # to be next); driver: batch_ends reads each log's last slot, its END, in one ranged
+        # GET (commit reuses it); commit the fence.
+        "get": slots + 2 * t + t + 1,
+        # per poll: LIST the topic-partition's index entries; driver: batch_ends lists the
+        # batch recursively; commit lists batches/, the batch recursively twice (its dedup
+        # pass, its deletion) and index/ recursively (pages).
+        "list": slots + 3 * _pages(slots + t) + 1 + _pages(slots),
         # bulk deletes, 1,000 keys each: the batch's slots and ENDs, its index entries
         "delete": math.ceil((slots + t) / LIST_PAGE) + math.ceil(slots / LIST_PAGE),
     }
@@ -359,7 +360,7 @@ def predict(load: Load) -> dict[str, float]:
 
 def per_slot_and_task(load: Load) -> tuple[float, float]:
     """Requests per slot (one poll with records) and per task and micro-batch (start: the
-    fence and the log's listing; END: one create; the driver's read of END; and its share of
+    fence and one read of slot 0; END: one create; the driver's read of END; and its share of
     the commit's), from :func:`predict`."""
     rates = predict(load)
     total = sum(rates.values())
@@ -407,7 +408,7 @@ def formula_table() -> None:
         load = Load(t, p, 10.0, 1, t, 0)
         r = predict(load)
         slot, task = per_slot_and_task(load)
-        fence = t * p + (t + 1) / load.batch_s
+        fence = t * p + (t + 1) / load.batch_s  # per slot, per task's start, the commit
         print(f"| {name} | {r['create']:,.1f} | {r['get']:,.1f} ({fence:,.1f}) "
               f"| {r['list']:,.1f} | {sum(r.values()):,.1f} | {slot:.0f} | {task:.1f} | "
               f"{cost_per_day(r):,.2f} |")

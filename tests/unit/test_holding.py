@@ -54,6 +54,38 @@ def test_tasks_sharing_a_partition_share_its_in_flight_limit() -> None:
     assert HoldLimits.of(False, 2_000, 15.0, sharers=8).cap == 0
 
 
+def test_a_share_under_the_limit_is_one_slot() -> None:
+    """The real run of the journal bench (8 tasks on 4 partitions, 1,250 records each a
+    batch, the default limit of 2,000): the divided limit (1,000) split every task's share
+    into two slots; a budget under the limit lifts the cap to it, and a short last poll that
+    reads the rest of the budget joins the slot instead of taking one of its own."""
+    small = HoldLimits.of(True, None, 15.0, sharers=2, budget=1_250)
+    assert small.cap == 1_250
+    assert HoldLimits.of(True, None, 15.0, sharers=2, budget=2_001).cap == 1_000, \
+        "a share over the limit: the divided limit"
+    assert HoldLimits.of(True, None, 15.0, sharers=8, budget=10_000).cap == 250, "the spread"
+    assert HoldLimits.of(True, None, 15.0, sharers=2, budget=600).cap == 1_000
+    # Lifted only where the sharers' budgets come to at most twice the limit: more, and the
+    # first tasks would take every lock while the others poll empty, wave after wave.
+    assert HoldLimits.of(True, None, 15.0, sharers=4, budget=1_000).cap == 1_000
+    assert HoldLimits.of(True, None, 15.0, sharers=4, budget=1_001).cap == 500
+    assert HoldLimits.of(True, None, 15.0, sharers=8, budget=500).cap == 500
+    assert HoldLimits.of(True, None, 15.0, sharers=8, budget=750).cap == 250
+    assert HoldLimits.of(True, None, 15.0, sharers=8, budget=2_000).cap == 250
+    assert HoldLimits.of(True, None, 15.0, sharers=1, budget=3_000).cap == 2_000, "the limit"
+    assert HoldLimits.of(False, None, 15.0, sharers=2, budget=1_250).cap == 0
+
+    def keep(held: int, left: int | None) -> bool:
+        return keep_holding(small, held=held, largest_poll=1_024, last_poll=1_024,
+                            first_deadline=114.0, now=100.0, slowest_round_s=0.1,
+                            budget_left=left)
+
+    assert keep(1_024, 226), "the rest fits: its poll joins this slot"
+    assert not keep(1_024, None), "no budget: a short next poll is not worth a round trip"
+    assert not keep(1_024, 227), "the rest does not fit: publish now"
+    assert not keep(1_250, 0), "nothing left"
+
+
 def test_librdkafka_journals_every_poll_alone() -> None:
     assert HoldLimits.of(False, 10_000, 15.0).cap == 0
     assert not _keep(HoldLimits.of(False, 10_000, 15.0), held=1, largest=1, last=1)

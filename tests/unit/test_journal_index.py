@@ -238,15 +238,17 @@ def test_the_driver_reads_each_ended_log_once_per_batch(tmp_path: Path) -> None:
 
 
 def test_a_task_costs_its_start_one_end_create_and_one_driver_read(journal: JournalAt) -> None:
-    """Per task and micro-batch, polls aside: the start (the fence, the log's listing), END
-    (one create, at the slot the task knows to be next) and the driver's metrics (one ranged
-    read of the log's last slot, its END)."""
+    """Per task and micro-batch, polls aside: the start (the fence, then one read of slot 0,
+    which misses: the log is empty), END (one create, at the slot the task knows to be next)
+    and the driver's metrics (one ranged read of the log's last slot, its END). A retry's
+    start, which finds slot 0, scans the log as well."""
     j = journal.open()
     counting = _Requests(j.store)
     j.store = counting  # type: ignore[assignment]
     log = j.part_log(1, 0)
     log.open()
-    assert sorted(k for k, _ in counting.calls) == ["listdir", "read"], counting.calls
+    assert counting.calls == [("read", j._p("committed")), ("read_head", log.slot_path(0))], \
+        counting.calls
     log.append(records_at([("t", 0, 5)]), attempt=1)
     counting.calls.clear()
     final = log.end(end_marker(1, acked=(0,)))
@@ -258,6 +260,12 @@ def test_a_task_costs_its_start_one_end_create_and_one_driver_read(journal: Jour
     ends = driver.batch_ends(1)
     assert ends[0] == final.end
     assert sorted(k for k, _ in counting.calls) == ["files_under", "read_head"], counting.calls
+    counting = _Requests(j.store)
+    j.store = counting  # type: ignore[assignment]
+    retry = j.part_log(1, 0)
+    assert retry.open().end == final.end
+    assert sorted(k for k, _ in counting.calls) == ["listdir", "read", "read_head", "read_head"], \
+        counting.calls
 
 
 def test_end_at_the_known_slot_falls_back_to_the_log_when_that_slot_is_taken(

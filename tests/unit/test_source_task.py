@@ -316,6 +316,24 @@ def test_held_duplicates_give_their_budget_back_and_the_task_reads_its_share(
     assert consumer.acks == dict.fromkeys(range(4), "ACCEPT")
 
 
+def test_a_native_share_that_fits_the_in_flight_limit_is_one_slot(tmp_path: Path) -> None:
+    """Two tasks share one partition whose in-flight limit is 10 (5 each): a task with a
+    budget of 6 holds it all (2 x 6 <= twice the limit), and the short poll that reads the
+    last record joins the held one instead of taking a slot of its own; at the divided
+    limit the same polls took two slots."""
+    spec = dataclasses.replace(_spec(tmp_path / "j", client="native"), task_max_records=6,
+                               parts=2, partitions=(IN0,), record_locks=10)
+    polls = [[Msg(0), Msg(1), Msg(2), Msg(3), Msg(4)], [Msg(5)]]
+    _, offsets, end = _run(spec, HoldingConsumer([list(p) for p in polls]))
+    assert offsets == [0, 1, 2, 3, 4, 5]
+    assert (end.stats["journal_slots"], end.stats["slot_polls"]) == (1, 2)
+    crowded = dataclasses.replace(spec, parts=4, options=_spec(tmp_path / "k",
+                                                               client="native").options)
+    _, offsets, end = _run(crowded, HoldingConsumer([list(p) for p in polls]))
+    assert offsets == [0, 1, 2, 3, 4, 5], "4 x 6 > 2 x 10: the divided limit, 2"
+    assert (end.stats["journal_slots"], end.stats["slot_polls"]) == (2, 2)
+
+
 def test_a_journal_the_driver_did_not_mark_fails_the_task_before_it_polls(
         tmp_path: Path) -> None:
     """A node-local (or relative) journalPath on a cluster: the driver's marker is not there,

@@ -18,10 +18,12 @@ says no) when
   over the topics' partitions): the broker hands out no more of a partition beyond the limit,
   and one task holding all of it left the others without records (8 tasks on 1 partition:
   a task ended on ``pollTimeoutMs`` with part of its share); each poll asks for at most that
-  share too; or they come so near that share that the next poll could bring no more than
-  half the largest poll held, which would end the hold anyway: that fetch is a round trip
-  for a few records (measured: a task holding 1,879 of 2,000 got 61 more, then published),
-  so the task publishes without it;
+  share too (a task may hold its whole budget instead where the sharers' budgets come to at
+  most twice the limit: :meth:`HoldLimits.of`); or they come so near that share that the
+  next poll could bring no more than half the largest poll held, which would end the hold
+  anyway: that fetch is a round trip for a few records (measured: a task holding 1,879 of
+  2,000 got 61 more, then published), so the task publishes without it, unless that poll
+  reads the rest of the task's budget and the rest fits (it is needed anyway);
 - the first held poll's lock deadline is near (:attr:`HoldLimits.margin_s`, or twice the
   slowest poll-and-hold round so far): that deadline governs the whole slot;
 - the task's record budget is spent (the poller then returns no more polls, as for its time
@@ -68,25 +70,40 @@ class HoldLimits:
 
     @classmethod
     def of(cls, native: bool, record_locks: int | None, lock_budget_s: float,
-           sharers: int = 1) -> HoldLimits:
+           sharers: int = 1, budget: int | None = None) -> HoldLimits:
         """The native client's limits from the group's in-flight limit, divided among the
         ``sharers`` tasks that share a topic partition, and the lock budget; librdkafka's (no
-        holding) otherwise."""
+        holding) otherwise. A task may hold its whole record ``budget`` where the sharers'
+        budgets come to at most twice the limit: one slot for its share (a 1,250-record
+        share split at the divided limit of 2,000 / 2 took two slots, 4 requests each on an
+        object store), as librdkafka's one poll takes it; half the sharers at most then wait
+        one round trip, for the first half's ACCEPT. More sharers keep the divided limit:
+        lifted for 8 tasks on one partition, the first two took all 2,000 locks and the
+        others polled empty, wave after wave (an independent review of b84a192)."""
         if not native:
             return cls(0, lock_budget_s)
-        cap = (record_locks or DEFAULT_RECORD_LOCKS) // max(1, sharers)
+        limit = record_locks or DEFAULT_RECORD_LOCKS
+        sharers = max(1, sharers)
+        cap = limit // sharers
+        if budget is not None and budget > 0 and sharers * budget <= 2 * limit:
+            cap = max(cap, min(budget, limit))
         return cls(max(1, cap), HOLD_MARGIN_SHARE * lock_budget_s)
 
 
 def keep_holding(limits: HoldLimits, *, held: int, largest_poll: int, last_poll: int,
-                 first_deadline: float, now: float, slowest_round_s: float) -> bool:
+                 first_deadline: float, now: float, slowest_round_s: float,
+                 budget_left: int | None = None) -> bool:
     """Whether the task polls again before it journals the ``held`` records (the last poll
     brought ``last_poll``, the largest held ``largest_poll``); see the module docstring.
-    The task's budget is the poller's (no poll comes once it is spent)."""
+    The task's budget is the poller's (no poll comes once it is spent); ``budget_left``: what
+    is left of it. A short next poll is not worth a round trip of its own, unless the task
+    needs it anyway to read the rest of its budget and the rest fits in this slot: then
+    holding saves the slot it would otherwise take."""
     if last_poll <= 0 or 2 * last_poll < largest_poll:
         return False
-    if 2 * (limits.cap - held) < largest_poll:  # at the limit, or the next poll is short
-        return False
+    rest_fits = budget_left is not None and 0 < budget_left <= limits.cap - held
+    if 2 * (limits.cap - held) < largest_poll and not rest_fits:
+        return False  # at the limit, or the next poll is short
     return first_deadline - now > max(limits.margin_s, 2 * slowest_round_s)
 
 

@@ -262,7 +262,7 @@ class _Fill:
         self.hold = Hold()
         sharers = -(-spec.parts // len(spec.partitions)) if spec.partitions else 1
         self.limits = HoldLimits.of(spec.options.share_client == "native", spec.record_locks,
-                                    spec.lock_budget_s, sharers)
+                                    spec.lock_budget_s, sharers, budget=self.budget)
         self.round_mark, self.slowest_round_s = time.monotonic(), 0.0
 
     def run(self, pc: _pool.PooledConsumer) -> Generator[pa.RecordBatch, None, ScanResult]:
@@ -338,7 +338,8 @@ class _Fill:
                 self.poller.budget -= len(msgs)  # what is held; _step gives back duplicates
             if keep_holding(self.limits, held=self.hold.records, largest_poll=self.hold.largest,
                             last_poll=len(msgs), first_deadline=self.hold.first_deadline,
-                            now=now, slowest_round_s=self.slowest_round_s):
+                            now=now, slowest_round_s=self.slowest_round_s,
+                            budget_left=self.poller.budget):
                 return True
         return self._flush()
 
