@@ -35,7 +35,8 @@ DELTA_4.1 ?= 4.4.0
 # renamed test stays in its tiers); tests/tiers/ records each tier's selection and
 # tests/unit/test_tiers.py (make test) fails if a tier stops selecting a recorded test.
 # journal_variant: a journal cell but local-offsets (another store or content); client_variant: a
-# source test's cell on the native client (make test only, for CI's minutes).
+# source test's cell on librdkafka, the client other than the source's default (make test only, for
+# CI's minutes).
 OLDEST_TESTS := tests/integration/test_spark_versions.py tests/integration/test_source.py \
 	tests/integration/test_workers.py tests/integration/test_progress_lines.py \
 	tests/integration/test_delta.py tests/integration/test_workers_renew.py
