@@ -43,9 +43,9 @@ BatchFormat = Literal["record", "arrow", "pandas"]
 # The share consumers a worker may use (the argument ``client``): the kernel's, which the
 # source shares (``_kafka.consumers``).
 DEFAULT_CLIENT: ShareClient = "librdkafka"
-"""The workers' share consumer unless ``client`` says otherwise. The source's default became
-the native client (issue 39, the source's; ``source.options.DEFAULT_CLIENT``); the workers'
-stays confluent-kafka's until the workers' own suites make that case."""
+"""The workers' share consumer unless ``client`` says otherwise: confluent-kafka's. The source's
+default became the native client (``source.options.DEFAULT_CLIENT``); issue 39, which made
+that switch, is the source's and left the workers' default as it was."""
 
 # Producer settings the workers fix, and why.
 _PRODUCER_FIXED = {
