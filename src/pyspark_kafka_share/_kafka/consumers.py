@@ -95,7 +95,7 @@ class ConsumerRecipe:
                 self.settings.native_consumer(client_id=self.client_id,
                                               max_poll_records=self.max_poll_records,
                                               record_limit=self.record_limit), topics,
-                arrow=self.arrow)
+                arrow=self.arrow, settings=self.settings)
         return ShareSession.open(self.confluent_config(), topics, timeout_s)
 
     def confluent_config(self) -> dict[str, object]:
