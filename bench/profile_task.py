@@ -8,7 +8,8 @@ Produces N records (200-byte values) to a 1-partition topic on an embedded broke
 ``read_partition`` in this process, exactly as a Spark task would (pooled share consumer,
 journal in a temp dir), once per mode and round, each with its own share group, modes
 alternating within a round. Modes: ``amo`` (at-most-once), ``eo`` (exactly-once, default
-options), ``eo-nofsync`` (``journalFsync=false``), ``eo-records`` (``journalContent=records``);
+options), ``eo-nofsync`` (``journalFsync=false``), ``eo-records`` (``journalContent=records``),
+each with ``client=librdkafka`` (named: the source's default is the native client);
 ``amo-native`` and ``eo-native``: ``amo`` and ``eo`` with ``client=native``.
 
 Timing counters wrap the steps a task takes (the functions named in the table; inclusive
@@ -58,10 +59,11 @@ from pyspark_kafka_share.source.poller import Poller
 from pyspark_kafka_share.source.task import TaskSpec, read_partition
 
 MODES: dict[str, dict[str, str]] = {
-    "amo": {"delivery": "at-most-once"},
-    "eo": {"delivery": "exactly-once"},
-    "eo-nofsync": {"delivery": "exactly-once", "journalFsync": "false"},
-    "eo-records": {"delivery": "exactly-once", "journalContent": "records"},
+    "amo": {"delivery": "at-most-once", "client": "librdkafka"},
+    "eo": {"delivery": "exactly-once", "client": "librdkafka"},
+    "eo-nofsync": {"delivery": "exactly-once", "journalFsync": "false", "client": "librdkafka"},
+    "eo-records": {"delivery": "exactly-once", "journalContent": "records",
+                   "client": "librdkafka"},
     "amo-native": {"delivery": "at-most-once", "client": "native"},
     "eo-native": {"delivery": "exactly-once", "client": "native"},
 }

@@ -36,13 +36,13 @@ from tests.helpers import (
 pytestmark = pytest.mark.cluster
 
 
-def _cells(*journals: str, native: str) -> list[Any]:
-    """Parameters ``(journal, client)``: each of ``journals`` on librdkafka (the default; its
-    id the cell alone, as before), and the ``native`` cell once more with ``client=native``
-    (issue 39 item 5: the source on the package's own share consumer, whose journal slot may
-    hold several polls, through a lost executor and a speculative copy)."""
-    return [*(pytest.param(j, "librdkafka", id=j) for j in journals),
-            pytest.param(native, "native", id=f"{native}-native")]
+def _cells(*journals: str, librdkafka: str) -> list[Any]:
+    """Parameters ``(journal, client)``: each of ``journals`` on the native client (the
+    source's default since issue 39 item 5, whose journal slot may hold several polls; its id
+    the cell alone), and the ``librdkafka`` cell once more with ``client=librdkafka``, so that
+    both clients go through a lost executor and a speculative copy."""
+    return [*(pytest.param(j, "native", id=j) for j in journals),
+            pytest.param(librdkafka, "librdkafka", id=f"{librdkafka}-librdkafka")]
 
 
 def _reader(spark: SparkSession, kafka: LocalKafka, topic: str, group: str, journal: JournalAt,
@@ -85,10 +85,10 @@ def _backlog(cluster: LocalSparkCluster, spark: SparkSession, kafka: LocalKafka,
     return topic, _produce(kafka, topic, 2, n), _stage_ids(cluster, spark)
 
 
-# Each store and each content once (the executor-kill test below runs every cell), and the
-# native client on a local journal.
+# Each store and each content once (the executor-kill test below runs every cell), and
+# librdkafka on a local journal.
 @pytest.mark.parametrize(("journal", "client"),
-                         _cells("local-offsets", "s3-records", native="local-offsets"),
+                         _cells("local-offsets", "s3-records", librdkafka="local-offsets"),
                          indirect=["journal"])
 def test_speculative_copies_run_and_the_sink_stays_exactly_once(
     cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
@@ -143,9 +143,10 @@ def _log_state(journal: JournalAt, seq: int, part: int) -> tuple[int, bool]:
     return len(scan.data_slots), scan.end is not None
 
 
-# Every journal cell on librdkafka, and the native client on a local journal of offsets.
+# Every journal cell on the native client, and librdkafka on a local journal of offsets.
 @pytest.mark.parametrize(("journal", "client"),
-                         _cells(*JOURNAL_MATRIX, native="local-offsets"), indirect=["journal"])
+                         _cells(*JOURNAL_MATRIX, librdkafka="local-offsets"),
+                         indirect=["journal"])
 def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(
     cluster: LocalSparkCluster, cluster_spark: SparkSession, kafka: LocalKafka,
     topic_factory: TopicFactory, group: str, journal: JournalAt, client: str, tmp_path: Path,

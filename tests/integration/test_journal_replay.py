@@ -73,7 +73,9 @@ def test_a_retry_replays_the_first_attempts_rows_from_kafka_byte_for_byte(
     _produce(kafka, topic, 3000)
     spec = _spec(kafka, topic, group, journal, includeHeaders="true")
     first, slots = _first_then_replay(spec, journal.open())
-    assert len(first) == 3000 and slots > 2, "one poll only: the test proves too little"
+    # Several slots (polls of 300: librdkafka journals one slot a poll, the native client, the
+    # default, several polls a slot, up to the group's in-flight limit of 2,000: 2 slots here).
+    assert len(first) == 3000 and slots > 1, "one slot only: the test proves too little"
     replayed = _rows(list(read_partition(spec)))  # a retry: the log has END, nothing is polled
     assert replayed == first, "the replay from Kafka differs from what the first attempt yielded"
 

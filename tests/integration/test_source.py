@@ -107,10 +107,11 @@ def _remaining(kafka: LocalKafka, group: str, topics: list[str],
     return [record_key(m) for m in poll_share(c, AcknowledgeType.RELEASE, timeout_s=wait_s)]
 
 
-def _native(*values: str) -> object:
-    """A test's cell with the source on the native client (``client=native``): in ``make
-    test``, not in the version tiers (marker ``client_variant``: CI's minutes)."""
-    return pytest.param(*values, "native", id="-".join((*values, "native")),
+def _librdkafka(*values: str) -> object:
+    """A test's cell with the source on librdkafka (``client=librdkafka``), the other client
+    than the default (``native``): in ``make test``, not in the version tiers (marker
+    ``client_variant``: CI's minutes)."""
+    return pytest.param(*values, "librdkafka", id="-".join((*values, "librdkafka")),
                         marks=pytest.mark.client_variant)
 
 
@@ -191,14 +192,16 @@ def test_sql_over_a_temp_view_and_catalog_tables(
         q.awaitTermination(60)
 
 
-def test_max_records_per_trigger_bounds_batches(
+@pytest.mark.client_variant
+def test_max_records_per_trigger_bounds_batches_with_librdkafka(
     spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
-    # One record per producer batch: the broker acquires whole batches.
+    # One record per producer batch: librdkafka's polls acquire whole batches (the native
+    # client's are strict: the next test).
     kafka.produce(topic, (b"%d" % i for i in range(600)),
                   producer_config={"batch.size": "1", "linger.ms": "0"})
     df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
-                      maxRecordsPerTrigger=100)
+                      maxRecordsPerTrigger=100, client="librdkafka")
     q = run_available_now(df, tmp_path / "out", tmp_path / "chk")
     sizes = [p.numInputRows for p in q.recentProgress if p.numInputRows]
     assert sum(sizes) == 600
@@ -207,19 +210,18 @@ def test_max_records_per_trigger_bounds_batches(
 
 
 @pytest.mark.needs_spark_4_2
-@pytest.mark.client_variant
 def test_max_records_per_trigger_is_exact_with_the_native_client(
     spark: SparkSession, kafka: LocalKafka, topic: str, group: str, tmp_path: Path
 ) -> None:
     """Producer batches of 1,000 records, tasks' shares of 750: librdkafka's polls acquire
     whole batches (a batch of 2,000 where 1,500 were asked); the native client's strict
     record_limit polls, each capped by what is left of the task's share, read exactly
-    maxRecordsPerTrigger per batch."""
+    maxRecordsPerTrigger per batch. The native client is the source's default."""
     kafka.produce(topic, (b"%d" % i for i in range(6000)),
                   producer_config={"batch.num.messages": "1000", "batch.size": "10000000",
                                    "linger.ms": "2000"})
     df = share_stream(spark, kafka, [topic], group, tmp_path / "journal", numPartitions=2,
-                      maxRecordsPerTrigger=1500, client="native")
+                      maxRecordsPerTrigger=1500)
     q = run_available_now(df, tmp_path / "out", tmp_path / "chk")
     sizes = [p.numInputRows for p in q.recentProgress if p.numInputRows]
     assert sizes == [1500] * 4, sizes
@@ -325,11 +327,11 @@ def test_at_most_once_reads_without_journal(
 @pytest.mark.spark_subset
 @pytest.mark.kafka_subset
 @pytest.mark.parametrize(("point", "journal", "client"),
-                         [pytest.param("fail-before-publish", "local-offsets", "librdkafka",
+                         [pytest.param("fail-before-publish", "local-offsets", "native",
                                        id="fail-before-publish-local-offsets"),
-                          *(pytest.param("fail-before-end", cell, "librdkafka",
+                          *(pytest.param("fail-before-end", cell, "native",
                                          id=f"fail-before-end-{cell}") for cell in JOURNAL_MATRIX),
-                          _native("fail-before-end", "local-offsets")],
+                          _librdkafka("fail-before-end", "local-offsets")],
                          indirect=["journal"])
 def test_a_failed_task_attempt_is_retried_exactly_once(
     point: str, client: str, spark: SparkSession, kafka: LocalKafka,
@@ -371,9 +373,9 @@ def test_a_failed_task_attempt_is_retried_exactly_once(
 @pytest.mark.spark_subset
 @pytest.mark.kafka_subset
 @pytest.mark.parametrize(("journal", "fsync", "client"),
-                         [*(pytest.param(cell, "true", "librdkafka", id=f"{cell}-true")
+                         [*(pytest.param(cell, "true", "native", id=f"{cell}-true")
                             for cell in JOURNAL_MATRIX),
-                          _native("local-offsets", "true")],
+                          _librdkafka("local-offsets", "true")],
                          indirect=["journal"])
 def test_worker_killed_after_publish_before_ack_loses_and_duplicates_nothing(
     fsync: str, client: str, spark: SparkSession, kafka: LocalKafka, topic: str, group: str,
@@ -450,14 +452,14 @@ def _run_until_drained(kafka: LocalKafka, group: str, df: DataFrame, out: Path, 
 # (the lookup that recognises the redelivered records reads slot keys, which both contents
 # hold; the store's listing and reads are what differ, and the killed-worker test above runs
 # every cell of the same lookup).
-# The native client's cell (issue 39 item 5): its slot may hold several polls, and the crash
-# drops its share sessions while the slot's records are unacknowledged.
+# The default cells run the native client (issue 39 item 5): its slot may hold several polls,
+# and the crash drops its share sessions while the slot's records are unacknowledged.
 @pytest.mark.kafka_subset
 @pytest.mark.needs_spark_4_2
 @pytest.mark.parametrize(("journal", "client"),
-                         [pytest.param("local-offsets", "librdkafka", id="local-offsets"),
-                          pytest.param("s3-records", "librdkafka", id="s3-records"),
-                          _native("local-offsets")],
+                         [pytest.param("local-offsets", "native", id="local-offsets"),
+                          pytest.param("s3-records", "native", id="s3-records"),
+                          _librdkafka("local-offsets")],
                          indirect=["journal"])
 def test_broker_crash_between_publish_and_ack_duplicates_nothing(
     spark: SparkSession, tmp_path: Path, journal: JournalAt, client: str,

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from pyspark_kafka_share.errors import KafkaShareError, OptionError
-from pyspark_kafka_share.source.options import parse_options
+from pyspark_kafka_share.source.options import DEFAULT_CLIENT, parse_options
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "kafka.group.id": "g", "subscribe": "a,b",
         "journalPath": "/tmp/j"}
@@ -124,12 +124,16 @@ def test_a_task_polls_10_s_by_default_30_s_under_available_now_and_as_long_as_se
     assert Poller(spec, Pooled(), None, Counter()).max_batch_s == 30  # type: ignore[arg-type]
 
 
-def test_client_defaults_to_librdkafka_and_takes_native() -> None:
+def test_client_defaults_to_native_and_takes_librdkafka() -> None:
     from pyspark_kafka_share._kafka.native.consumer import NativeConsumerConfig
 
-    assert parse_options(BASE).share_client == "librdkafka"
-    assert parse_options(BASE).consumer_recipe().record_limit is False
-    opts = parse_options({**BASE, "CLIENT": " Native ", "kafka.max.poll.records": "800",
+    # The source's default is the native client (the workers' stays librdkafka: issue 39 is
+    # the source's; tests/unit/test_worker_native.py).
+    assert parse_options(BASE).share_client == "native" == DEFAULT_CLIENT
+    librdkafka = parse_options({**BASE, "CLIENT": " LibRdKafka "})
+    assert librdkafka.share_client == "librdkafka"
+    assert librdkafka.consumer_recipe(max_poll_records=300).record_limit is False
+    opts = parse_options({**BASE, "kafka.max.poll.records": "800",
                           "kafka.fetch.wait.max.ms": "100", "kafka.client.id": "me"})
     assert opts.share_client == "native"
     recipe = opts.consumer_recipe(max_poll_records=300)
@@ -144,7 +148,7 @@ def test_client_defaults_to_librdkafka_and_takes_native() -> None:
         (300, 100, "me")
     # pooled apart: a native consumer never serves a librdkafka task, nor another poll size
     keys = {recipe.key(), opts.consumer_recipe(max_poll_records=600).key(),
-            parse_options(BASE).consumer_recipe(max_poll_records=300).key()}
+            librdkafka.consumer_recipe(max_poll_records=300).key()}
     assert len(keys) == 3
     assert pickle.loads(pickle.dumps(opts)) == opts
 
@@ -161,9 +165,9 @@ def test_a_bad_client_names_the_option_the_value_and_the_choices() -> None:
                                             ("kafka.statistics.interval.ms", "1000")])
 def test_the_native_client_refuses_at_load_the_kafka_settings_it_would_not_honour(
         key: str, value: str) -> None:
-    parse_options({**BASE, key: value})  # librdkafka takes it
+    parse_options({**BASE, key: value, "client": "librdkafka"})  # librdkafka takes it
     with pytest.raises(OptionError) as err:
-        parse_options({**BASE, key: value, "client": "native"})
+        parse_options({**BASE, key: value})  # the default, native, refuses it
     assert err.value.option == key, "the error names the user's option, kafka. prefix and all"
     assert "native share client does not honour it" in err.value.fix
     assert "client='librdkafka'" in err.value.fix

@@ -33,10 +33,12 @@ from pyspark_kafka_share.errors import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark_kafka_share._kafka.settings import ClientSettings
 
 __all__ = ["PROBE_TIMEOUT_S", "acl_command", "authorization_error", "principal_of",
-           "probe_broker"]
+           "probe_broker", "share_consumer_denial"]
 
 PROBE_TIMEOUT_S = 3.0
 """How long the probe waits for one bootstrap server (a TLS handshake and SASL exchange take
@@ -159,3 +161,20 @@ def authorization_error(settings: ClientSettings, resource: str, name: str,
         code, f"{what}: {who} is not allowed to {'/'.join(operations)} {names} "
         "(an ACL denies it, or none allows it)",
         hint=f"Grant it: {grant}", from_broker=False)
+
+
+def share_consumer_denial(error: AuthorizationError, settings: ClientSettings,
+                          topics: Sequence[str]) -> AuthorizationError:
+    """The native share consumer's refusal (``error``, a broker's TOPIC_ or
+    GROUP_AUTHORIZATION_FAILED) as librdkafka's is reported (``share._denial``): naming the
+    READ on the group, or on the subscribed topic its context names, that fixes it."""
+    if error.code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+        resource, name = "group", settings.group_id
+    else:
+        text = str(error)
+        named = [t for t in topics if re.search(rf"\btopic {re.escape(t)}(?![\w.-])", text)]
+        resource, name = "topic", max(named, key=len) if named else (topics[0] if topics else "?")
+    return authorization_error(
+        settings, resource, name, ("READ",),
+        f"the share consumer of group {settings.group_id!r} was refused ({error})",
+        code=error.code)

@@ -1,8 +1,10 @@
 """Which share consumer a front-end gets: the one seam between the two clients.
 
-Both front-ends take ``client``: ``"librdkafka"`` (confluent-kafka's ``ShareConsumer``, the
-default) or ``"native"`` (the package's own, ``_kafka/native/``: strict ``record_limit``
-polls, RENEW). A :class:`ConsumerRecipe` says which client, with what settings and poll size;
+Both front-ends take ``client``: ``"librdkafka"`` (confluent-kafka's ``ShareConsumer``) or
+``"native"`` (the package's own, ``_kafka/native/``: strict ``record_limit`` polls, RENEW).
+Each front-end names its own default (the source's ``source.options.DEFAULT_CLIENT``,
+``"native"``; the workers' ``workers.config.DEFAULT_CLIENT``, ``"librdkafka"``); the kernel
+has none. A :class:`ConsumerRecipe` says which client, with what settings and poll size;
 :meth:`ConsumerRecipe.open` is the one place a share consumer is made (the workers'
 ``open_consumer``, the source's consumer pool), and :meth:`ConsumerRecipe.check` refuses
 before anything starts, by name, a setting the chosen client would not honour.
@@ -19,14 +21,10 @@ from pyspark_kafka_share._kafka.settings import ClientSettings
 from pyspark_kafka_share._kafka.share import ConsumerSession, ShareSession
 from pyspark_kafka_share.errors import OptionError
 
-__all__ = ["CLIENTS", "DEFAULT_CLIENT", "ConsumerRecipe", "PolledSession", "ShareClient",
-           "check_client"]
+__all__ = ["CLIENTS", "ConsumerRecipe", "PolledSession", "ShareClient", "check_client"]
 
 ShareClient = Literal["librdkafka", "native"]
 CLIENTS: tuple[ShareClient, ...] = ("librdkafka", "native")
-DEFAULT_CLIENT: ShareClient = "librdkafka"
-"""librdkafka stays the default until the native client matches it in the failure suites, the
-cluster tier, the chaos run and the bench (issue 39; docs/compatibility.md)."""
 
 
 def check_client(value: object, name: str = "client") -> ShareClient:
@@ -36,9 +34,8 @@ def check_client(value: object, name: str = "client") -> ShareClient:
     for client in CLIENTS:
         if text == client:
             return client
-    raise OptionError(name, value, "use 'librdkafka' (confluent-kafka's share consumer, the "
-                      "default) or 'native' (the package's own: strict record_limit polls, "
-                      "RENEW)")
+    raise OptionError(name, value, "use 'native' (the package's own: strict record_limit polls, "
+                      "RENEW) or 'librdkafka' (confluent-kafka's share consumer)")
 
 
 class PolledSession(ConsumerSession, Protocol):
@@ -65,7 +62,7 @@ class ConsumerRecipe:
     """
 
     settings: ClientSettings
-    client: ShareClient = DEFAULT_CLIENT
+    client: ShareClient
     client_id: str = "pyspark-kafka-share"
     max_poll_records: int | None = None
     record_limit: bool = False
@@ -98,7 +95,7 @@ class ConsumerRecipe:
                 self.settings.native_consumer(client_id=self.client_id,
                                               max_poll_records=self.max_poll_records,
                                               record_limit=self.record_limit), topics,
-                arrow=self.arrow)
+                arrow=self.arrow, settings=self.settings)
         return ShareSession.open(self.confluent_config(), topics, timeout_s)
 
     def confluent_config(self) -> dict[str, object]:

@@ -14,12 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pyspark_kafka_share._kafka.clientconf import shown
 from pyspark_kafka_share._kafka.connection_parse import parse_flag
-from pyspark_kafka_share._kafka.consumers import (
-    DEFAULT_CLIENT,
-    ConsumerRecipe,
-    ShareClient,
-    check_client,
-)
+from pyspark_kafka_share._kafka.consumers import ConsumerRecipe, ShareClient, check_client
 from pyspark_kafka_share._kafka.settings import (
     CLIENT_OPTIONS_REJECTED,
     ClientSettings,
@@ -34,7 +29,7 @@ from pyspark_kafka_share.errors import OptionError
 if TYPE_CHECKING:
     from pyspark_kafka_share.source.journal import JournalLocation, JournalSettings
 
-__all__ = ["SOURCE_OPTIONS", "SourceOptions", "parse_options"]
+__all__ = ["DEFAULT_CLIENT", "SOURCE_OPTIONS", "SourceOptions", "parse_options"]
 
 Delivery = Literal["exactly-once", "at-most-once"]
 
@@ -50,7 +45,11 @@ _SPARK_INJECTED = ("path", "paths", "provider")
 DEFAULT_BATCH_DURATION_MS = 10_000
 AVAILABLE_NOW_BATCH_DURATION_MS = 30_000
 _TEST_OPTION = "_faultinjection"
-
+DEFAULT_CLIENT: ShareClient = "native"
+"""The source's share consumer unless ``client`` says otherwise: the package's own, since it
+matched librdkafka in the source's failure suites, the cluster tier, the chaos run and two quiet
+benches (issue 39; docs/design.md, "Which client is the default"). The workers keep
+librdkafka (``workers.config.DEFAULT_CLIENT``)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,8 @@ class SourceOptions:
     # journal.<key> options of an object-store journal (without the prefix): credentials,
     # endpoints. Never logged nor shown (repr=False); see source/journal/stores/.
     journal_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    # The share consumer: confluent-kafka's ("librdkafka") or the package's own ("native").
+    # The share consumer: the package's own ("native", the default) or confluent-kafka's
+    # ("librdkafka").
     share_client: ShareClient = DEFAULT_CLIENT
 
     def batch_duration_ms(self, available_now: bool) -> int:

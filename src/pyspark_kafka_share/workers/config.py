@@ -36,12 +36,16 @@ from pyspark_kafka_share.workers.decode import Deserializer, check_deserializer
 from pyspark_kafka_share.workers.outcome import Recoverer
 from pyspark_kafka_share.workers.retry import Backoff, check_backoff, check_rate_limit
 
-__all__ = ["CLIENTS", "BatchFormat", "ShareClient", "WorkerConfig", "WorkerOptions",
-           "WorkerSpec"]
+__all__ = ["CLIENTS", "DEFAULT_CLIENT", "BatchFormat", "ShareClient", "WorkerConfig",
+           "WorkerOptions", "WorkerSpec"]
 
 BatchFormat = Literal["record", "arrow", "pandas"]
 # The share consumers a worker may use (the argument ``client``): the kernel's, which the
 # source shares (``_kafka.consumers``).
+DEFAULT_CLIENT: ShareClient = "librdkafka"
+"""The workers' share consumer unless ``client`` says otherwise: confluent-kafka's. The source's
+default became the native client (``source.options.DEFAULT_CLIENT``); issue 39, which made
+that switch, is the source's and left the workers' default as it was."""
 
 # Producer settings the workers fix, and why.
 _PRODUCER_FIXED = {
@@ -105,7 +109,7 @@ class WorkerConfig:
     bootstrap_servers: str
     workers: int = 1
     """Spark tasks, each a long-lived share consumer (may exceed the topics' partitions)."""
-    share_client: ShareClient = "librdkafka"
+    share_client: ShareClient = DEFAULT_CLIENT
     """The argument ``client``: the workers' share consumer, confluent-kafka's
     (``"librdkafka"``) or the package's own (``"native"``: strict ``record_limit`` polls of
     at most ``chunk_size`` records, RENEW for work longer than the lock;

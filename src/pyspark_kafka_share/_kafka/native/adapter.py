@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import pyarrow as pa
 
+from pyspark_kafka_share._kafka.access import share_consumer_denial
 from pyspark_kafka_share._kafka.arrow import ColumnarPoll, arrow_schema, offsets_of
 from pyspark_kafka_share._kafka.native.consumer import (
     NativeConsumerConfig,
@@ -33,9 +34,17 @@ from pyspark_kafka_share._kafka.native.consumer import (
 )
 from pyspark_kafka_share._kafka.partition import TopicPartition
 from pyspark_kafka_share._kafka.share import Settled
-from pyspark_kafka_share.errors import error_name
+from pyspark_kafka_share.errors import AuthorizationError, ErrorCode, error_name
+
+if TYPE_CHECKING:
+    from pyspark_kafka_share._kafka.settings import ClientSettings
 
 __all__ = ["ArrowPoll", "NativeMessage", "NativeSession"]
+
+# What a share consumer is refused: READ on a topic or on the group (librdkafka's:
+# share._CONSUMER_DENIALS).
+_READ_REFUSALS = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            ErrorCode.GROUP_AUTHORIZATION_FAILED})
 
 # confluent-kafka's timestamp types: TIMESTAMP_NOT_AVAILABLE, _CREATE_TIME, _LOG_APPEND_TIME
 _NO_TIME, _CREATE_TIME, _LOG_APPEND_TIME = 0, 1, 2
@@ -148,12 +157,17 @@ class NativeSession:
     arrow: bool | None = None
     """None: polls of :class:`NativeMessage`; else :class:`ArrowPoll`s (with headers if
     True)."""
+    settings: ClientSettings | None = None
+    """The front-end's settings: a poll refused TOPIC_ or GROUP_AUTHORIZATION_FAILED raises the
+    error naming the READ grant (``access.share_consumer_denial``); None: the broker's."""
+    topics: tuple[str, ...] = ()
 
     @classmethod
     def open(cls, config: NativeConsumerConfig, topics: Sequence[str], *,
-             arrow: bool | None = None) -> NativeSession:
+             arrow: bool | None = None, settings: ClientSettings | None = None) -> NativeSession:
         """A new consumer subscribed to ``topics`` (it joins in the background)."""
-        return cls(NativeShareConsumer(config, topics), arrow=arrow)
+        return cls(NativeShareConsumer(config, topics), arrow=arrow, settings=settings,
+                   topics=tuple(topics))
 
     def acquisitions_lost(self) -> int:
         """The consumer's count of events that may have released its acquisitions
@@ -173,17 +187,29 @@ class NativeSession:
         ``max_records``: this poll's cap below ``max.poll.records`` (strict with
         ``record_limit``)."""
         start = time.monotonic()
-        if self.arrow is not None:
+        with self._refusals():
+            if self.arrow is not None:
+                with self.lock:
+                    batches = self.consumer.poll_arrow(wait_s, max_records,
+                                                       include_headers=self.arrow,
+                                                       soft_cap=soft_cap)
+                self.last_poll = time.monotonic()
+                return ArrowPoll(batches, self.arrow, started=start), start
             with self.lock:
-                batches = self.consumer.poll_arrow(wait_s, max_records,
-                                                   include_headers=self.arrow,
-                                                   soft_cap=soft_cap)
-            self.last_poll = time.monotonic()
-            return ArrowPoll(batches, self.arrow, started=start), start
-        with self.lock:
-            records = self.consumer.poll(wait_s, max_records, soft_cap=soft_cap)
+                records = self.consumer.poll(wait_s, max_records, soft_cap=soft_cap)
         self.last_poll = time.monotonic()
         return [NativeMessage(r) for r in records], start
+
+    @contextlib.contextmanager
+    def _refusals(self) -> Iterator[None]:
+        """A topic's or the group's READ refused: the error naming the grant, as librdkafka's
+        (``share.raise_client_errors``)."""
+        try:
+            yield
+        except AuthorizationError as e:
+            if self.settings is None or e.code not in _READ_REFUSALS:
+                raise
+            raise share_consumer_denial(e, self.settings, self.topics) from e
 
     def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
                reject: Sequence[Any] = (), *,
