@@ -163,18 +163,16 @@ def authorization_error(settings: ClientSettings, resource: str, name: str,
         hint=f"Grant it: {grant}", from_broker=False)
 
 
-def share_consumer_denial(error: AuthorizationError, settings: ClientSettings,
-                          topics: Sequence[str]) -> AuthorizationError:
-    """The native share consumer's refusal (``error``, a broker's TOPIC_ or
-    GROUP_AUTHORIZATION_FAILED) as librdkafka's is reported (``share._denial``): naming the
-    READ on the group, or on the subscribed topic its context names, that fixes it."""
-    if error.code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+def share_consumer_denial(settings: ClientSettings, topics: Sequence[str], *, group: bool,
+                          detail: str, code: int) -> AuthorizationError:
+    """A share consumer's refusal (either client's: the broker's TOPIC_ or
+    GROUP_AUTHORIZATION_FAILED, ``detail`` its text), naming the READ that fixes it: on the
+    group, or on the subscribed topic ``detail`` names (the first one where it names none)."""
+    if group:
         resource, name = "group", settings.group_id
     else:
-        text = str(error)
-        named = [t for t in topics if re.search(rf"\btopic {re.escape(t)}(?![\w.-])", text)]
+        named = [t for t in topics if re.search(rf"\btopic {re.escape(t)}(?![\w.-])", detail)]
         resource, name = "topic", max(named, key=len) if named else (topics[0] if topics else "?")
     return authorization_error(
         settings, resource, name, ("READ",),
-        f"the share consumer of group {settings.group_id!r} was refused ({error})",
-        code=error.code)
+        f"the share consumer of group {settings.group_id!r} was refused ({detail})", code=code)

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pyspark_kafka_share._kafka.access import authorization_error
+from pyspark_kafka_share._kafka.access import share_consumer_denial
 from pyspark_kafka_share._kafka.group import admin_client, waiting_partitions
 from pyspark_kafka_share._kafka.logs import client_config
 from pyspark_kafka_share._kafka.partition import TopicPartition
@@ -107,12 +107,9 @@ _CONSUMER_DENIALS = ("group", "topic")  # what a share consumer is refused (READ
 
 def _denial(error: Any, settings: ClientSettings, topics: Sequence[str]) -> BrokerError:
     """A share consumer's authorization failure, naming the ACL (READ) that fixes it."""
-    resource = "group" if denied_resource(error) == "group" else "topic"
-    name = settings.group_id if resource == "group" else (topics[0] if topics else "?")
-    return authorization_error(
-        settings, resource, name, ("READ",),
-        f"the share consumer of group {settings.group_id!r} was refused "
-        f"({error.name()}: {error.str()})",
+    return share_consumer_denial(
+        settings, topics, group=denied_resource(error) == "group",
+        detail=f"{error.name()}: {error.str()}",
         code=error_code(error) or ErrorCode.GROUP_AUTHORIZATION_FAILED)
 
 

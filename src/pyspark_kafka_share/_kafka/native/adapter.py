@@ -209,7 +209,9 @@ class NativeSession:
         except AuthorizationError as e:
             if self.settings is None or e.code not in _READ_REFUSALS:
                 raise
-            raise share_consumer_denial(e, self.settings, self.topics) from e
+            raise share_consumer_denial(
+                self.settings, self.topics, group=e.code == ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                detail=str(e), code=e.code) from e
 
     def settle(self, accept: Sequence[Any] = (), release: Sequence[Any] = (),
                reject: Sequence[Any] = (), *,
