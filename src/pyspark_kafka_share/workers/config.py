@@ -42,6 +42,7 @@ __all__ = ["CLIENTS", "DEFAULT_CLIENT", "BatchFormat", "ShareClient", "WorkerCon
 BatchFormat = Literal["record", "arrow", "pandas"]
 # The share consumers a worker may use (the argument ``client``): the kernel's, which the
 # source shares (``_kafka.consumers``).
+
 DEFAULT_CLIENT: ShareClient = "librdkafka"
 """The workers' share consumer unless ``client`` says otherwise: confluent-kafka's. The source's
 default became the native client (``source.options.DEFAULT_CLIENT``); issue 39, which made

@@ -147,8 +147,6 @@ class PartLog:
             self.loss_files = []
             self._next, self._next_known = 0, True
             return ScanResult([], None, 0)
-        except JournalError:
-            raise
         except OSError as exc:
             raise JournalError(f"cannot read {self.slot_path(0)}: {exc}") from exc
         return self.scan()
