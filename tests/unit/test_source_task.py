@@ -376,6 +376,26 @@ def test_an_offset_logged_before_backlog_shares_reads_as_unbounded() -> None:
     assert BatchOffset(5, 4, 10, 9).task_share() == (3, 3)
 
 
+def test_a_skewed_backlog_gives_a_task_what_its_consumer_may_be_assigned() -> None:
+    """The broker assigns consumers partitions: the backlog on one of two partitions is one
+    task's to read whole, not half of it (each batch then read half of what was left)."""
+    from pyspark_kafka_share.source.offset import BatchOffset, backlog_share
+
+    assert backlog_share(225, 2, [0, 225]) == 225
+    assert backlog_share(900, 2, [450, 450]) == 450  # even: the even share
+    assert backlog_share(100, 4, [0, 100]) == 50  # 2 consumers share each of 2 partitions
+    assert backlog_share(100, 4, [10, 20, 30, 40, 0, 0, 0, 0]) == 70  # 2 partitions a task
+    assert backlog_share(9, 4, []) == 3  # lags unknown: even
+    assert backlog_share(3, 4, [0, 3]) == 2  # never below the even share, never above all
+    plan = BatchOffset(0, 2).following(2, 0, 2000, {IN0: 2000}, lags=[0, 2000],
+                                       polls_per_share=1)
+    assert plan.task_share() == (None, 2000) and plan.json()["share"] == 2000
+    assert BatchOffset.of(json.loads(json.dumps(plan.json()))) == plan
+    assert plan.poll == 512  # from the even share (1,000), not 2,000's 1,024: spread per poll
+    even = BatchOffset(3, 2).following(2, 0, 900, {IN0: 900}, lags=[450, 450])
+    assert even.json()["share"] == 0 and even.task_share() == (None, 450)
+
+
 def test_a_task_stops_after_the_poll_that_reaches_records_produced_after_the_plan(
         tmp_path: Path) -> None:
     """The partition ended at offset 3 when the batch was planned: the poll holding offset 3

@@ -447,6 +447,12 @@ class Backlog:
         """Known to be empty: every subscribed partition has share state and lag 0."""
         return self.total == 0
 
+    @property
+    def lags(self) -> tuple[int, ...]:
+        """The lag of every subscribed partition; empty when one is unknown."""
+        known = tuple(n for n in self.by_partition.values() if n is not None)
+        return known if len(known) == len(self.by_partition) else ()
+
     def _excess(self, ends: Mapping[TopicPartition, int],
                 now: Mapping[TopicPartition, int]) -> list[int | None]:
         """Per partition of ``ends``: records waiting beyond those produced after ``ends``

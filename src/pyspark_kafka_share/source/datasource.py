@@ -182,7 +182,9 @@ class KafkaShareStreamReader(DataSourceStreamReader):
             elif self._drained(offset, ends):
                 return start
         latest = offset.following(
+            # Without the planned ends, a skewed share could read far past the backlog.
             self.num_partitions, max_rows, self.backlog.total, ends,
+            lags=self.backlog.lags if ends else (),
             polls_per_share=EXACTLY_ONCE_POLLS_PER_SHARE if self.options.exactly_once
             else POLLS_PER_SHARE).json()
         self.planned = True

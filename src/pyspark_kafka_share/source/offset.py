@@ -8,13 +8,14 @@ task finds its records in the journal under ``(seq, part)``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_kafka_share._kafka.partition import TopicPartition
 
-__all__ = ["EXACTLY_ONCE_POLLS_PER_SHARE", "POLLS_PER_SHARE", "BatchOffset", "poll_size"]
+__all__ = ["EXACTLY_ONCE_POLLS_PER_SHARE", "POLLS_PER_SHARE", "BatchOffset", "backlog_share",
+           "poll_size"]
 
 MIN_POLL = 128  # below this a poll costs more than it spreads (one producer batch or less)
 MAX_POLL = 2048  # the consumer's own max.poll.records (2,000) decides above this
@@ -37,8 +38,10 @@ class BatchOffset:
     JSON): a task that polls a record at or past its partition's end reads
     records produced after the plan, and stops. ``poll`` caps the records of one poll
     (``max.poll.records``; 0: the consumer's own), so that the first tasks to poll leave the
-    others their share (see :func:`poll_size`). Logged by Spark as ``{"seq": n, "parts": p,
-    "max": m, "backlog": b, "ends": {...}, "poll": q}``."""
+    others their share (see :func:`poll_size`). ``share``: the records of ``backlog`` one
+    task reads at most (:func:`backlog_share`; 0: the even share, as offsets logged before it
+    read). Logged by Spark as ``{"seq": n, "parts": p, "max": m, "backlog": b, "ends": {...},
+    "poll": q, "share": s}``."""
 
     seq: int
     parts: int
@@ -46,6 +49,7 @@ class BatchOffset:
     backlog: int | None = None
     ends: Mapping[TopicPartition, int] = field(default_factory=dict)
     poll: int = 0
+    share: int = 0
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> BatchOffset:
@@ -54,28 +58,35 @@ class BatchOffset:
                    int(raw.get("backlog") or 0) or None,
                    {TopicPartition.parse(str(k)): int(v)
                     for k, v in dict(raw.get("ends") or {}).items()},
-                   int(raw.get("poll", 0)))
+                   int(raw.get("poll", 0)), int(raw.get("share", 0)))
 
     def json(self) -> dict[str, Any]:
         """What Spark logs."""
         return {"seq": self.seq, "parts": self.parts, "max": self.max_records,
                 "backlog": self.backlog or 0,
-                "ends": {tp.key(): end for tp, end in self.ends.items()}, "poll": self.poll}
+                "ends": {tp.key(): end for tp, end in self.ends.items()}, "poll": self.poll,
+                "share": self.share}
 
     def following(self, parts: int, max_records: int, backlog: int | None,
                   ends: Mapping[TopicPartition, int] | None = None, *,
+                  lags: Sequence[int] = (),
                   polls_per_share: int = POLLS_PER_SHARE) -> BatchOffset:
-        """The plan of the next batch; its poll size follows this one's (:func:`poll_size`)."""
+        """The plan of the next batch (``lags``: ``backlog`` per subscribed partition, empty:
+        unknown); its poll size follows this one's (:func:`poll_size`), from the even share
+        (the spread among tasks is per poll)."""
         plan = BatchOffset(self.seq + 1, parts, max_records, backlog or None, dict(ends or {}))
-        _, share = plan.task_share()
+        even = plan.task_share()[1]
         previous = self.poll if self.seq else None  # seq 0: the initial offset
-        return dataclasses.replace(plan, poll=poll_size(share, previous, polls_per_share))
+        share = backlog_share(backlog, parts, lags) if backlog else 0
+        return dataclasses.replace(plan, poll=poll_size(even, previous, polls_per_share),
+                                   share=0 if share == even else share)
 
     def task_share(self) -> tuple[int | None, int | None]:
-        """(records per task under ``max_records``, records per task of ``backlog``); None:
-        unbounded. Rounded up: a batch reads at least what was there when it was planned."""
+        """(records per task under ``max_records``, records per task of ``backlog``: ``share``
+        or the even share); None: unbounded. Rounded up: a batch reads at least what was there
+        when it was planned."""
         return (-(-self.max_records // self.parts) if self.max_records else None,
-                -(-self.backlog // self.parts) if self.backlog else None)
+                (self.share or -(-self.backlog // self.parts)) if self.backlog else None)
 
     def exact_share(self, part: int) -> int | None:
         """Task ``part``'s share of ``max_records`` (None: unbounded): the shares sum to it,
@@ -116,3 +127,24 @@ def poll_size(share: int | None, previous: int | None,
         if want < 4 * before:
             return previous
     return 0 if want == MAX_POLL else want
+
+
+def backlog_share(backlog: int, parts: int, lags: Sequence[int]) -> int:
+    """Records of ``backlog`` one of ``parts`` tasks reads at most: the even share, or more
+    where the ``lags`` per subscribed partition (empty: unknown) are skewed, up to what one
+    task's consumer may be assigned. The broker assigns a consumer partitions, not records:
+    with no more consumers than partitions (P), each gets about ceil(P / parts) of them (the
+    heaviest such set bounds its share); with more, about parts // P consumers share each.
+    An even share gave a consumer of a drained partition nothing to read and capped the one
+    holding the backlog at half of it: a skewed backlog halved batch by batch (with
+    ``Trigger.AvailableNow`` on Spark 4.0/4.1, run by run). A task still stops at records
+    produced after the plan (``ends``) and at its share of ``maxRecordsPerTrigger``."""
+    even = -(-backlog // parts)
+    waiting = sorted((n for n in lags if n > 0), reverse=True)
+    if not waiting:
+        return even
+    if parts <= len(lags):
+        heaviest = sum(waiting[:-(-len(lags) // parts)])
+    else:
+        heaviest = -(-waiting[0] // (parts // len(lags)))
+    return min(backlog, max(even, heaviest))
