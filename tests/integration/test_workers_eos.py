@@ -311,7 +311,9 @@ def test_a_zombie_past_its_lock_commits_nothing(
     log = str(tmp_path / "calls.jsonl")
     summary = _run(spark, kafka, src, out, dlq, group, log, transaction_interval_s=0,
                    **worker_faults(f"sleep-before-commit:part=0:seq=2:ms={LOCK_MS + 2000}"))
-    assert _assert_each_origin_once(kafka, src, out, dlq) >= 1
+    explain: Explain = lambda missing, dead: explain_missing(  # noqa: E731
+        kafka, group, summary, missing, dead, _deliveries(src, log))
+    assert _assert_each_origin_once(kafka, src, out, dlq, explain) >= 1
     assert _stat(summary, "transactions_aborted") >= 1, str(summary.workers)
 
 

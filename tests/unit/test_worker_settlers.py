@@ -391,3 +391,35 @@ def test_a_native_commit_the_leader_no_longer_holds_is_aborted_and_released() ->
     assert native.acks == {0: "RELEASE", 1: "RELEASE"}
     assert settler.stats["transactions_aborted"] == 1
     assert (settler.stats["renewed"], settler.stats["renew_failures"]) == (0, 2)
+
+
+def test_after_a_missed_barrier_the_worker_polls_once_the_marker_topic_is_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A barrier that missed its deadline (a transaction left open on the marker topic)
+    RELEASEs the poll; the next poll waits until the marker topic is read to its end (each
+    poll would acquire the records again, a delivery each), or until the open transaction's
+    timeout (the lock budget) and the broker's sweep have passed since the miss."""
+    settler, consumer, eos = _transactional(_TxnProducer())
+    reads = [False, False, False, True]  # admit's barrier, then idle's reads
+    barriers: list[bool] = []
+
+    def catch_up(until: float, *, barrier: bool = False) -> bool:
+        barriers.append(barrier)
+        return reads.pop(0)
+
+    slept: list[float] = []
+    monkeypatch.setattr(eos.log, "catch_up", catch_up)
+    monkeypatch.setattr(time, "sleep", slept.append)
+    assert settler.admit([Msg(0), Msg(1)], _poll(consumer, settler.stats)) == []
+    assert consumer.acks == {0: "RELEASE", 1: "RELEASE"}
+    assert settler.stats["released_marker_wait"] == 2
+    assert [settler.idle(), settler.idle(), settler.idle(), settler.idle()] == \
+        [False, False, True, True]
+    assert barriers == [True, False, False, False]  # none once read: polls go on
+    # A read that failed at once waits out the rest of its second: no spin.
+    assert len(slept) == 2 and all(0.5 < s <= 1.0 for s in slept)
+    reads[:] = [False, False]
+    settler.admit([Msg(2)], _poll(consumer, settler.stats))
+    assert settler.missed_at is not None
+    settler.missed_at -= eos.lock_budget_s + 10.5  # the transaction's timeout and the sweep
+    assert settler.idle() and settler.missed_at is None

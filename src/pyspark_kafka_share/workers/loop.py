@@ -170,27 +170,10 @@ class _Worker:
         budget_s = self.budget_s
         try:
             while not self.should_stop():
-                self.settler.idle()
-                polled = time.monotonic()
-                msgs, acquired = self.session.poll(0.5)
-                self.poll = Poll(self.session, self.stats, acquired + budget_s, list(msgs))
-                was_down = self.brokers.down
-                self.brokers.observe(self.session.take_errors(), bool(msgs))
-                if was_down and not self.brokers.down:
-                    self.last_active = time.monotonic()  # idle again from the outage's end
-                self.stats["polls"] += 1
-                if not msgs:
-                    if self.inflight is not None:
-                        self.inflight.done(until=0)  # late results of calls given up: counted
-                    if self.brokers.down:
-                        continue
-                    if self.watch is not None:
-                        self.watch.check(time.monotonic() - self.last_active)
-                    continue
-                self.stats["received"] += len(msgs)
-                self.phases.add("poll_wait", time.monotonic() - polled)
-                self.last_active = time.monotonic()
-                self._work_through(self.settler.admit(list(msgs), self.poll), self.poll)
+                if self.settler.idle():
+                    self._poll_once(budget_s)
+                else:  # waiting to poll (exactly-once: an open transaction) is not idleness
+                    self.last_active = time.monotonic()
         except mistakes.JobMistake as exc:  # the job's mistake, not the records'
             if self.inflight is not None:
                 self.inflight.abandon()  # among the poll's unacknowledged records
@@ -211,6 +194,27 @@ class _Worker:
         self.control.report(final)
         self.control.close()
         return final
+
+    def _poll_once(self, budget_s: float) -> None:
+        """One poll and its records worked through (``budget_s``: of each poll's locks)."""
+        polled = time.monotonic()
+        msgs, acquired = self.session.poll(0.5)
+        self.poll = Poll(self.session, self.stats, acquired + budget_s, list(msgs))
+        was_down = self.brokers.down
+        self.brokers.observe(self.session.take_errors(), bool(msgs))
+        if was_down and not self.brokers.down:
+            self.last_active = time.monotonic()  # idle again from the outage's end
+        self.stats["polls"] += 1
+        if not msgs:
+            if self.inflight is not None:
+                self.inflight.done(until=0)  # late results of calls given up: counted
+            if not self.brokers.down and self.watch is not None:
+                self.watch.check(time.monotonic() - self.last_active)
+            return
+        self.stats["received"] += len(msgs)
+        self.phases.add("poll_wait", time.monotonic() - polled)
+        self.last_active = time.monotonic()
+        self._work_through(self.settler.admit(list(msgs), self.poll), self.poll)
 
     def _work_through(self, msgs: list[Any], poll: Poll) -> None:
         """Process ``msgs`` chunk by chunk; RELEASE what is left at a stop or the deadline.

@@ -9,7 +9,9 @@ Timed once per poll, call or transaction: never per record.
 - ``poll_wait``: a poll that returned records (librdkafka's share fetch wait included);
 - ``marker_wait``: the exactly-once barrier after a poll (the marker read's catch-up), and
   ``marker_open_txn``: the part of it after the reader first stood at a transaction still open
-  below the marker topic's end (another worker's, being committed); ``marker_gc``: the check
+  below the marker topic's end (another worker's, being committed); ``marker_hold``: after a
+  barrier missed its deadline, the wait before the next poll for the marker topic's end
+  (``TransactionalSettler.idle``: no record acquired meanwhile); ``marker_gc``: the check
   before each poll whether tombstones are due (``ExactlyOnce.due``: every 30 s it starts a
   read of the group's start offsets on a thread of its own, then tombstones the markers
   they passed; that read on the worker's thread was the exactly-once latency tail);
@@ -31,8 +33,8 @@ from contextlib import contextmanager
 
 __all__ = ["MAXIMA", "PHASES", "Phases", "phase_line"]
 
-PHASES = ("poll_wait", "marker_wait", "marker_open_txn", "marker_gc", "function", "txn_held",
-          "txn_produce", "txn_check", "txn_commit", "txn_ack")
+PHASES = ("poll_wait", "marker_wait", "marker_open_txn", "marker_hold", "marker_gc", "function",
+          "txn_held", "txn_produce", "txn_check", "txn_commit", "txn_ack")
 MAXIMA = tuple(f"{p}_max_ms" for p in PHASES)
 """The maxima's keys: combined by ``max``, never summed."""
 

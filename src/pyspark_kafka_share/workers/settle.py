@@ -114,8 +114,8 @@ class Settler(Protocol):
         """Forget what is held unsettled (the job stops on a mistake: nothing of it is
         produced); its records, for the loop to RELEASE."""
 
-    def idle(self) -> None:
-        """Between polls: the housekeeping due."""
+    def idle(self) -> bool:
+        """Between polls: the housekeeping due; False: no poll now (the loop asks again)."""
 
     def close(self) -> None:
         """At the end: what is due, then the producer."""
@@ -283,8 +283,8 @@ class AtLeastOnceSettler:
     def drop(self) -> list[Any]:
         return []
 
-    def idle(self) -> None:
-        pass
+    def idle(self) -> bool:
+        return True
 
     def close(self) -> None:
         if self.producer is not None:
