@@ -118,13 +118,13 @@ def derive(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
             continue
         derived["ratios"][name] = {
             "vs_kafka_wall": _ratio(s["records_per_s_wall"],
-                                    ref_k and ref_k["records_per_s_wall"]),
+                                    ref_k["records_per_s_wall"] if ref_k else None),
             "vs_kafka_steady": _ratio(s["records_per_s_steady"],
-                                      ref_k and ref_k["records_per_s_steady"]),
+                                      ref_k["records_per_s_steady"] if ref_k else None),
             "vs_python_wall": _ratio(s["records_per_s_wall"],
-                                     ref_p and ref_p["records_per_s_wall"]),
+                                     ref_p["records_per_s_wall"] if ref_p else None),
             "vs_python_steady": _ratio(s["records_per_s_steady"],
-                                       ref_p and ref_p["records_per_s_steady"]),
+                                       ref_p["records_per_s_steady"] if ref_p else None),
         }
     eo, amo = summary.get("share-eo"), summary.get("share-amo")
     if eo and amo:

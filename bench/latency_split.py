@@ -42,11 +42,11 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _listener(spark: Any, events: list[dict[str, Any]]) -> None:
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     lock = threading.Lock()
 
-    class Collect(StreamingQueryListener):  # type: ignore[misc]
+    class Collect(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             pass
 

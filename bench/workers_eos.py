@@ -156,8 +156,8 @@ def latency(spark: Any, kafka: LocalKafka, tmp: Path, *, rate: int, seconds: flo
                threading.Thread(target=produce, daemon=True),
                threading.Thread(target=read, args=(quick, {"fetch.wait.max.ms": 10}),
                                 daemon=True)]
-    for t in threads:
-        t.start()
+    for thread in threads:
+        thread.start()
     stamps = tempfile.mkdtemp(dir=tmp)
     summary = run_workers(spark, _stamp_calls(stamps), topics=src, group=group,
                           bootstrap_servers=kafka.bootstrap_servers, workers=2,
