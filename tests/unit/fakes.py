@@ -93,10 +93,12 @@ class FakeConsumer:
 
 
 class FakeProducer:
-    """Delivers to ``sent`` unless ``refuse(topic, value)`` says no."""
+    """Delivers to ``sent`` unless ``refuse(topic, value)`` says no (with ``error``: the
+    record's own fault by default; a ``KafkaError`` of a broker fault for a transient one)."""
 
-    def __init__(self, refuse: Callable[[str, bytes | None], bool] = lambda t, v: False) -> None:
-        self.refuse = refuse
+    def __init__(self, refuse: Callable[[str, bytes | None], bool] = lambda t, v: False,
+                 error: Any = "MSG_SIZE_TOO_LARGE") -> None:
+        self.refuse, self.error = refuse, error
         self.sent: list[tuple[str, bytes | None, dict[str, bytes]]] = []
         self.queue: list[tuple[Any, str, bytes | None, Any]] = []
 
@@ -107,7 +109,7 @@ class FakeProducer:
     def flush(self, timeout: float) -> int:
         for cb, topic, value, headers in self.queue:
             if self.refuse(topic, value):
-                cb("MSG_SIZE_TOO_LARGE", None)
+                cb(self.error, None)
             else:
                 self.sent.append((topic, value, dict(headers or [])))
                 cb(None, None)

@@ -140,6 +140,38 @@ def test_refused_output_is_retried_then_dead_lettered_on_the_last_attempt() -> N
     assert s["produce_failures"] == 2
 
 
+def test_an_output_refused_by_a_broker_fault_spends_no_attempt() -> None:
+    """A refusal that is not the record's own (a timeout while a leader or coordinator moves)
+    RELEASEs the record past ``max_attempts`` (3): deliveries spent on broker faults do not
+    make it poison. Only on the broker's last delivery (5) is it dead-lettered, where a
+    RELEASE would archive it."""
+    from confluent_kafka import KafkaError
+
+    producer = FakeProducer(refuse=lambda topic, v: topic == "out",
+                            error=KafkaError(KafkaError._MSG_TIMED_OUT))
+    c, p, s = _run(_spec(), lambda r: b"x", [[Msg(0, dc=3)], [Msg(1, dc=5)]], producer)
+    assert c.acks == {0: "RELEASE", 1: "REJECT"}
+    assert p.sent[0][2]["kafka-share.error"].startswith(b"gave up after 5 attempts: output")
+    assert s["exhausted"] == 1
+
+
+def test_a_refusal_is_the_records_own_only_for_its_size_or_bytes() -> None:
+    import pickle
+
+    from confluent_kafka import KafkaError
+
+    from pyspark_kafka_share._kafka.produce import refusal
+
+    assert not refusal(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)).transient
+    assert not refusal("INVALID_RECORD").transient
+    for name in ("_MSG_TIMED_OUT", "NOT_LEADER_FOR_PARTITION", "_PURGE_QUEUE",
+                 "INVALID_PRODUCER_EPOCH", "_TRANSPORT"):
+        err = refusal(KafkaError(getattr(KafkaError, name)))
+        assert err.transient and err == str(KafkaError(getattr(KafkaError, name))), name
+    again = pickle.loads(pickle.dumps(refusal("INVALID_RECORD")))
+    assert again == "INVALID_RECORD" and not again.transient
+
+
 def test_refused_dead_letter_releases_below_the_delivery_limit() -> None:
     producer = FakeProducer(refuse=lambda topic, v: topic == "dlq")
     c, _, _ = _run(_spec(), lambda r: Outcome.REJECT, [[Msg(0, dc=2)]], producer)

@@ -49,11 +49,14 @@ def _kafka_error(name: str, *, fatal: bool = False, abortable: bool = False) -> 
 class _TxnProducer:
     """A transactional producer: ``refuse(topic, value)`` refuses a record; with ``purge`` the
     records flushed beside a refused one fail too (as an aborted transaction's do).
-    ``commits``: the errors the next commits raise (none: they succeed)."""
+    ``commits``: the errors the next commits raise (none: they succeed); ``error``: what a
+    refused record is told (its own fault by default)."""
 
     def __init__(self, refuse: Refuse = lambda t, v: False, *, purge: bool = False,
-                 commits: list[KafkaError] | None = None) -> None:
+                 commits: list[KafkaError] | None = None,
+                 error: str = "MSG_SIZE_TOO_LARGE") -> None:
         self.refuse, self.purge, self.commits = refuse, purge, list(commits or ())
+        self.error = error
         self.committed: list[list[Sent]] = []
         self.events: list[str] = []
         self._queue: list[tuple[Any, Sent]] = []
@@ -67,7 +70,7 @@ class _TxnProducer:
         refused = any(self.refuse(t, v) for _, (t, _k, v) in self._queue)
         for cb, (topic, key, value) in self._queue:
             if self.refuse(topic, value):
-                cb("MSG_SIZE_TOO_LARGE", None)
+                cb(self.error, None)
             elif refused and self.purge:
                 cb("_PURGE_QUEUE", None)
             else:
@@ -423,3 +426,18 @@ def test_after_a_missed_barrier_the_worker_polls_once_the_marker_topic_is_read(
     assert settler.missed_at is not None
     settler.missed_at -= eos.lock_budget_s + 10.5  # the transaction's timeout and the sweep
     assert settler.idle() and settler.missed_at is None
+
+
+@pytest.mark.parametrize(("error", "dc", "ack"), [
+    ("MSG_SIZE_TOO_LARGE", 3, "REJECT"),  # its own, on its last attempt (max_attempts 3)
+    ("_MSG_TIMED_OUT", 3, "RELEASE"),  # a broker fault: no attempt spent
+    ("_MSG_TIMED_OUT", 5, "REJECT"),  # ... but on the broker's last delivery, a dead letter
+])
+def test_an_output_refused_alone_is_poison_for_its_own_fault_only(
+        error: str, dc: int, ack: str) -> None:
+    producer = _TxnProducer(lambda t, v: t == "out", error=error)
+    settler, consumer, _ = _transactional(producer)
+    _settle(settler, _final(1, dc=dc), _poll(consumer, settler.stats))
+    assert consumer.acks == {0: ack}
+    dead = [x for txn in producer.committed for x in txn if x[0] == "dlq"]
+    assert len(dead) == (ack == "REJECT")

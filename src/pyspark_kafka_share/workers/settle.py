@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyspark_kafka_share._kafka import redrive
-from pyspark_kafka_share._kafka.produce import produce
+from pyspark_kafka_share._kafka.produce import Refusal, produce, refusal
 from pyspark_kafka_share._kafka.share import SETTLE_COUNTERS, ConsumerSession, Settled
 from pyspark_kafka_share.errors import BrokerError
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
@@ -140,7 +140,8 @@ class Item:
 
 
 def produce_all(producer: Any, outs: Sequence[Out], timeout_s: float) -> list[str | None]:
-    """Produce ``outs`` and flush; the error of each, in order (None: delivered).
+    """Produce ``outs`` and flush; the error of each, in order (None: delivered), a
+    :class:`~pyspark_kafka_share._kafka.produce.Refusal` (transient, or the record's own).
 
     The producer's ``message.timeout.ms`` is below the flush timeout, so a record not
     reported delivered when flush returns has failed for good (no late duplicate).
@@ -154,8 +155,8 @@ def produce_all(producer: Any, outs: Sequence[Out], timeout_s: float) -> list[st
         produce(producer, out.topic, out.value, key=out.key, headers=out.headers,
                 on_delivery=_reporter(reports[-1]), timeout_s=timeout_s)
     producer.flush(timeout_s + 5)
-    return [None if errs and errs[0] is None
-            else str(errs[0]) if errs else "not delivered within the broker timeout"
+    return [None if errs and errs[0] is None else refusal(errs[0]) if errs
+            else Refusal("not delivered within the broker timeout", transient=True)
             for errs in reports]
 
 
@@ -200,11 +201,16 @@ def dead_letter_items(final: Sequence[Final], config: WorkerConfig,
 
 def output_failed(final: list[Final], i: int, err: str, spec: WorkerSpec,
                   stats: Counter[str]) -> None:
-    """Record ``i``'s output was refused: a retry, or poison on its last attempt."""
+    """Record ``i``'s output was refused: a retry, or poison on its last attempt. A transient
+    refusal (:class:`~pyspark_kafka_share._kafka.produce.Refusal`: a broker fault, not the
+    record's) spends none of ``max_attempts``: poison only on the broker's last delivery,
+    where a RELEASE would archive the record."""
     m = final[i][0]
     retry = Verdict(Outcome.RELEASE, error=f"output not delivered: {err}",
                     error_type="OutputNotDelivered")
-    final[i] = (m, resolve(m, retry, spec.attempts_allowed, stats), retry)
+    transient = isinstance(err, Refusal) and err.transient
+    allowed = spec.delivery_limit if transient else spec.attempts_allowed
+    final[i] = (m, resolve(m, retry, allowed, stats), retry)
 
 
 def _origin_headers(m: Any, group: str) -> list[tuple[str, bytes | None]]:
