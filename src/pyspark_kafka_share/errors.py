@@ -468,6 +468,14 @@ def is_fenced(error: object) -> bool:
     return error_code(error) in (_LOCAL_FENCED, 90, 47)
 
 
+def is_record_own(error: object) -> bool:
+    """A produce refusal of the record's own size or bytes: CORRUPT_MESSAGE (2), INVALID_MSG_SIZE
+    (4), MESSAGE_TOO_LARGE (10, also librdkafka's message.max.bytes), RECORD_LIST_TOO_LARGE
+    (18), INVALID_RECORD (87). Any other (a timeout, a leader or coordinator moving, a purged
+    or aborted transaction, a skewed clock's INVALID_TIMESTAMP) is not the record's."""
+    return error_code(error) in (2, 4, 10, 18, 87)
+
+
 def is_retriable(error: object) -> bool:
     """Retrying may succeed: the client's own judgement when it has one (``KafkaError``),
     else Kafka's (:data:`_FACTS`)."""

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from pyspark_kafka_share._kafka.native.consumer import ShareRecord
 from pyspark_kafka_share.workers.exactly_once import MarkerSet, Origin
 from pyspark_kafka_share.workers.exactly_once.markers import Overlap
@@ -97,8 +99,9 @@ class FakeProducer:
     record's own fault by default; a ``KafkaError`` of a broker fault for a transient one)."""
 
     def __init__(self, refuse: Callable[[str, bytes | None], bool] = lambda t, v: False,
-                 error: Any = "MSG_SIZE_TOO_LARGE") -> None:
-        self.refuse, self.error = refuse, error
+                 error: Any = None) -> None:
+        self.refuse = refuse
+        self.error = error or KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
         self.sent: list[tuple[str, bytes | None, dict[str, bytes]]] = []
         self.queue: list[tuple[Any, str, bytes | None, Any]] = []
 

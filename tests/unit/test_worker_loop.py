@@ -155,6 +155,37 @@ def test_an_output_refused_by_a_broker_fault_spends_no_attempt() -> None:
     assert s["exhausted"] == 1
 
 
+class _SyncRefusing(FakeProducer):
+    """Raises ``KafkaException(error)`` in ``produce`` for outputs, as confluent-kafka does for
+    a record larger than the producer's ``message.max.bytes``."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__()
+        self.sync_error = error
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                headers: Any = None, on_delivery: Any = None) -> None:
+        from confluent_kafka import KafkaException
+
+        if topic == "out":
+            raise KafkaException(self.sync_error)
+        super().produce(topic, value, key, headers, on_delivery)
+
+
+def test_an_output_too_large_for_the_producer_is_the_records_fault_not_the_workers() -> None:
+    """confluent-kafka refuses an output over ``message.max.bytes`` in ``produce()`` itself: a
+    retry, then a dead letter on the last attempt, as a refusal by the broker; the worker
+    goes on. An error there that is not the record's (a fenced producer) still fails it."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    producer = _SyncRefusing(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    c, p, s = _run(_spec(), lambda r: b"x", [[Msg(0, dc=1)], [Msg(1, dc=3)]], producer)
+    assert c.acks == {0: "RELEASE", 1: "REJECT"} and s["failure"] is None
+    assert p.sent[0][2]["kafka-share.error"].startswith(b"gave up after 3 attempts: output")
+    with pytest.raises(KafkaException):
+        _run(_spec(), lambda r: b"x", [[Msg(0)]], _SyncRefusing(KafkaError(KafkaError._FENCED)))
+
+
 def test_a_refusal_is_the_records_own_only_for_its_size_or_bytes() -> None:
     import pickle
 
@@ -163,13 +194,14 @@ def test_a_refusal_is_the_records_own_only_for_its_size_or_bytes() -> None:
     from pyspark_kafka_share._kafka.produce import refusal
 
     assert not refusal(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)).transient
-    assert not refusal("INVALID_RECORD").transient
+    assert not refusal(KafkaError(KafkaError.INVALID_RECORD)).transient
     for name in ("_MSG_TIMED_OUT", "NOT_LEADER_FOR_PARTITION", "_PURGE_QUEUE",
                  "INVALID_PRODUCER_EPOCH", "_TRANSPORT"):
         err = refusal(KafkaError(getattr(KafkaError, name)))
         assert err.transient and err == str(KafkaError(getattr(KafkaError, name))), name
-    again = pickle.loads(pickle.dumps(refusal("INVALID_RECORD")))
-    assert again == "INVALID_RECORD" and not again.transient
+    own = refusal(KafkaError(KafkaError.INVALID_RECORD))
+    again = pickle.loads(pickle.dumps(own))
+    assert again == own and not again.transient
 
 
 def test_refused_dead_letter_releases_below_the_delivery_limit() -> None:

@@ -56,7 +56,7 @@ class _TxnProducer:
                  commits: list[KafkaError] | None = None,
                  error: str = "MSG_SIZE_TOO_LARGE") -> None:
         self.refuse, self.purge, self.commits = refuse, purge, list(commits or ())
-        self.error = error
+        self.error = _kafka_error(error)
         self.committed: list[list[Sent]] = []
         self.events: list[str] = []
         self._queue: list[tuple[Any, Sent]] = []
@@ -72,7 +72,7 @@ class _TxnProducer:
             if self.refuse(topic, value):
                 cb(self.error, None)
             elif refused and self.purge:
-                cb("_PURGE_QUEUE", None)
+                cb(_kafka_error("_PURGE_QUEUE"), None)
             else:
                 self._open.append((topic, key, value))
                 cb(None, None)

@@ -6,21 +6,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.errors import BrokerError, is_record_own
 
 __all__ = ["Refusal", "produce", "refusal"]
 
-# Delivery-report errors (librdkafka's names) that are the record's own, its size or its
-# bytes: the same record is refused again. Any other (a timeout, a leader or coordinator
-# moving, a purged or aborted transaction, a connection lost, a skewed clock's
-# INVALID_TIMESTAMP) is the broker's or the connection's, not the record's.
-_RECORD_OWN = frozenset({"MSG_SIZE_TOO_LARGE", "INVALID_MSG_SIZE", "RECORD_LIST_TOO_LARGE",
-                         "INVALID_RECORD", "INVALID_MSG"})
-
 
 class Refusal(str):
-    """A record's delivery error, as text; ``transient``: not the record's own (see
-    :data:`_RECORD_OWN`), so the same record may be delivered later."""
+    """A record's delivery error, as text; ``transient``: not the record's own
+    (:func:`~pyspark_kafka_share.errors.is_record_own`), so the same record may be delivered
+    later."""
 
     transient: bool
 
@@ -34,9 +28,8 @@ class Refusal(str):
 
 
 def refusal(err: Any) -> Refusal:
-    """The delivery error ``err`` (a ``KafkaError``, or its name) as a :class:`Refusal`."""
-    name = err.name() if callable(getattr(err, "name", None)) else str(err)
-    return Refusal(str(err), transient=name not in _RECORD_OWN)
+    """The delivery error ``err`` (a ``KafkaError``) as a :class:`Refusal`."""
+    return Refusal(str(err), transient=not is_record_own(err))
 
 
 def produce(producer: Any, topic: str, value: bytes | str | None, *,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pyspark_kafka_share._kafka import redrive
 from pyspark_kafka_share._kafka.produce import Refusal, produce, refusal
 from pyspark_kafka_share._kafka.share import SETTLE_COUNTERS, ConsumerSession, Settled
-from pyspark_kafka_share.errors import BrokerError
+from pyspark_kafka_share.errors import BrokerError, is_record_own, kafka_error
 from pyspark_kafka_share.workers.config import WorkerConfig, WorkerSpec
 from pyspark_kafka_share.workers.outcome import Outcome
 from pyspark_kafka_share.workers.verdict import Final, Verdict, resolve
@@ -150,10 +150,17 @@ def produce_all(producer: Any, outs: Sequence[Out], timeout_s: float) -> list[st
         return []
     assert producer is not None
     reports: list[list[Any]] = []
+    from confluent_kafka import KafkaException
+
     for out in outs:
         reports.append([])
-        produce(producer, out.topic, out.value, key=out.key, headers=out.headers,
-                on_delivery=_reporter(reports[-1]), timeout_s=timeout_s)
+        try:
+            produce(producer, out.topic, out.value, key=out.key, headers=out.headers,
+                    on_delivery=_reporter(reports[-1]), timeout_s=timeout_s)
+        except KafkaException as exc:  # refused before it was queued: larger than
+            if not is_record_own(exc):  # the producer's message.max.bytes
+                raise
+            reports[-1].append(kafka_error(exc))
     producer.flush(timeout_s + 5)
     return [None if errs and errs[0] is None else refusal(errs[0]) if errs
             else Refusal("not delivered within the broker timeout", transient=True)
