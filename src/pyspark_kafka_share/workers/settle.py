@@ -160,7 +160,7 @@ def produce_all(producer: Any, outs: Sequence[Out], timeout_s: float) -> list[st
         except KafkaException as exc:  # refused before it was queued: larger than
             if not is_record_own(exc):  # the producer's message.max.bytes
                 raise
-            reports[-1].append(kafka_error(exc))
+            reports[-1].append(kafka_error(exc) or exc)  # never None: None is "delivered"
     producer.flush(timeout_s + 5)
     return [None if errs and errs[0] is None else refusal(errs[0]) if errs
             else Refusal("not delivered within the broker timeout", transient=True)
