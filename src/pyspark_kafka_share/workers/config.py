@@ -40,8 +40,8 @@ __all__ = ["CLIENTS", "DEFAULT_CLIENT", "BatchFormat", "ShareClient", "WorkerCon
            "WorkerOptions", "WorkerSpec"]
 
 BatchFormat = Literal["record", "arrow", "pandas"]
-# The share consumers a worker may use (the argument ``client``): the kernel's, which the
-# source shares (``_kafka.consumers``).
+# CLIENTS, ShareClient: the share consumers a worker may use (the argument ``client``), the
+# kernel's, which the source shares (``_kafka.consumers``).
 
 DEFAULT_CLIENT: ShareClient = "librdkafka"
 """The workers' share consumer unless ``client`` says otherwise: confluent-kafka's. The source's

@@ -139,7 +139,7 @@ class Item:
     out: Out
 
 
-def produce_all(producer: Any, outs: Sequence[Out], timeout_s: float) -> list[str | None]:
+def produce_all(producer: Any, outs: Sequence[Out], timeout_s: float) -> list[Refusal | None]:
     """Produce ``outs`` and flush; the error of each, in order (None: delivered), a
     :class:`~pyspark_kafka_share._kafka.produce.Refusal` (transient, or the record's own).
 
@@ -167,7 +167,8 @@ def produce_all(producer: Any, outs: Sequence[Out], timeout_s: float) -> list[st
             for errs in reports]
 
 
-def produce_items(producer: Any, items: Sequence[Item], timeout_s: float) -> dict[int, str | None]:
+def produce_items(producer: Any, items: Sequence[Item],
+                  timeout_s: float) -> dict[int, Refusal | None]:
     """:func:`produce_all` of records' items: the error by the record's index."""
     errs = produce_all(producer, [it.out for it in items], timeout_s)
     return {it.index: err for it, err in zip(items, errs, strict=True)}
@@ -206,7 +207,7 @@ def dead_letter_items(final: Sequence[Final], config: WorkerConfig,
             for i in wanted for m, _, v in (final[i],)]
 
 
-def output_failed(final: list[Final], i: int, err: str, spec: WorkerSpec,
+def output_failed(final: list[Final], i: int, err: Refusal, spec: WorkerSpec,
                   stats: Counter[str]) -> None:
     """Record ``i``'s output was refused: a retry, or poison on its last attempt. A transient
     refusal (:class:`~pyspark_kafka_share._kafka.produce.Refusal`: a broker fault, not the
@@ -215,8 +216,7 @@ def output_failed(final: list[Final], i: int, err: str, spec: WorkerSpec,
     m = final[i][0]
     retry = Verdict(Outcome.RELEASE, error=f"output not delivered: {err}",
                     error_type="OutputNotDelivered")
-    transient = isinstance(err, Refusal) and err.transient
-    allowed = spec.delivery_limit if transient else spec.attempts_allowed
+    allowed = spec.delivery_limit if err.transient else spec.attempts_allowed
     final[i] = (m, resolve(m, retry, allowed, stats), retry)
 
 

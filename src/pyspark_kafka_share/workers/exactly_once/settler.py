@@ -2,12 +2,12 @@
 
 The chunks a worker processed within ``transaction_interval_s`` (never of two polls) are held
 open, then their outputs, dead letters and one marker of their origins produced in one Kafka
-transaction, committed only while the poll's locks are provably held (before the deadline,
-with the commit's own time as margin, no connection loss since the poll, and with the native
-client the broker confirming a RENEW of the transaction's records once its marker is in the
-log); their acknowledgements follow the commit. Before a poll's records are processed, the committed
-markers are read (:meth:`TransactionalSettler.admit`) and the records a marker covers are
-acknowledged as it decided (:meth:`TransactionalSettler.undecided`).
+transaction, committed only while the poll's locks are provably held (before the deadline, with
+the commit's own time as margin, no connection loss since the poll, and with the native client
+the broker confirming a RENEW of the transaction's records once its marker is in the log); their
+acknowledgements follow the commit. Before a poll's records are processed, the committed markers
+are read (:meth:`TransactionalSettler.admit`) and the records a marker covers are acknowledged
+as it decided (:meth:`TransactionalSettler.undecided`).
 
 A transaction ends :class:`Committed`, :class:`Refused` (produces the broker refused, by the
 record's index in its group, and those of the marker or tombstones, which have no index) or
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pyspark_kafka_share._kafka.faults import Faults
+from pyspark_kafka_share._kafka.produce import Refusal
 from pyspark_kafka_share._kafka.share import lock_budget_s, split_last_delivery
 from pyspark_kafka_share.errors import BrokerError, Fenced, TransactionFailed
 from pyspark_kafka_share.workers.config import WorkerSpec
@@ -84,8 +85,8 @@ class Refused:
     """The broker refused produces (the transaction was aborted): ``records``, by the index of
     the record in its group, and ``own``, the marker's or a tombstone's."""
 
-    records: dict[int, str]
-    own: tuple[str, ...] = ()
+    records: dict[int, Refusal]
+    own: tuple[Refusal, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,11 +213,10 @@ class TransactionalSettler:
 
     def _barrier_clear(self) -> bool:
         """After a poll's barrier missed its deadline (a transaction left open on the marker
-        topic), no poll until the topic is read to its end: a poll would acquire records only
-        to RELEASE them at the next miss, each acquisition a delivery (docs/design.md; a fifth
-        was archived in ``test_a_zombie_past_its_lock_commits_nothing``). Read a second at a
-        time (the loop checks for a stop between), for at most the transaction timeout and the
-        broker's sweep (:data:`_OPEN_TXN_SWEEP_S`) since the miss."""
+        topic), no poll until the topic is read to its end: a poll would acquire records, each
+        acquisition a delivery, only to RELEASE them at the next miss (docs/design.md). Read a
+        second at a time (the loop checks for a stop between), for at most the transaction
+        timeout and the broker's sweep (:data:`_OPEN_TXN_SWEEP_S`) since the miss."""
         if self.missed_at is None:
             return True
         now = time.monotonic()
@@ -352,7 +352,7 @@ class TransactionalSettler:
             return f"{result.why}; no time left for another before the lock deadline"
         return None
 
-    def _split(self, group: list[Final], retried: bool, failed: dict[int, str], todo: _Todo,
+    def _split(self, group: list[Final], retried: bool, failed: dict[int, Refusal], todo: _Todo,
                poll: Poll) -> None:
         """The next transactions after ``group``'s ``failed`` records were refused."""
         if len(group) > 1:  # the ones delivered, then the failed ones in halves
@@ -400,7 +400,7 @@ class TransactionalSettler:
             self.stats["producers_replaced"] += 1
             self.eos.replace_producer()
 
-    def _refused_verdict(self, group: list[Final], failed: dict[int, str]) -> None:
+    def _refused_verdict(self, group: list[Final], failed: dict[int, Refusal]) -> None:
         """The record of ``group`` (one) was refused alone: its own verdict changes."""
         for i, err in failed.items():
             m, outcome, v = group[i]
