@@ -115,19 +115,6 @@ def test_dedup_finds_published_keys_before_and_after_commit_and_one_query_owns_i
     assert j.find_journaled(probe) == set()
 
 
-def test_a_withdrawn_slot_no_longer_counts_as_journaled(journal: JournalAt) -> None:
-    j = journal.open()
-    log = j.part_log(1, 0)
-    log.open()
-    log.append(record_batch("t", [1, 2]), attempt=1)
-    log.append(record_batch("t", [3]), attempt=1)
-    probe = {("t", 0, 1), ("t", 0, 3)}
-    assert j.find_journaled(probe) == probe
-    log.withdraw(0)
-    assert j.find_journaled(probe) == {("t", 0, 3)}, \
-        "a withdrawn slot's records would be dropped as duplicates: lost"
-
-
 def test_the_index_lookup_finds_exactly_what_the_slots_hold(tmp_path: Path) -> None:
     """Random slots over several topic-partitions, some of several partitions: every lookup
     (through the index's names and the overlapping slots only) finds exactly the published

@@ -82,19 +82,22 @@ class TP:
         return self.partition
 
 
-def _spec(journal: Path, lock_ms: int = 30_000, client: str = "librdkafka") -> TaskSpec:
+def _spec(journal: Path, lock_ms: int = 30_000, client: str = "librdkafka",
+          retention_ms: int = 600_000) -> TaskSpec:
     opts = parse_options({"kafka.bootstrap.servers": "unused:9092", "kafka.group.id": "g",
                           "subscribe": "in", "journalPath": str(journal),
                           "pollTimeoutMs": "1000", "joinTimeoutMs": "0",
                           "consumerIdleTimeoutMs": "0", "journalFsync": "false",
-                          "journalContent": _CONTENT["content"], "client": client})
+                          "journalContent": _CONTENT["content"], "client": client,
+                          "journalRetentionMs": str(retention_ms)})
     return TaskSpec(options=opts, seq=SEQ, part=0, parts=1, task_max_records=None, lock_ms=lock_ms)
 
 
 def _journal(spec: TaskSpec) -> Journal:
     settings = spec.options.journal_settings()
     assert settings is not None
-    return Journal(settings.location, fsync=False, content=settings.content)
+    return Journal(settings.location, fsync=False, content=settings.content,
+                   retention_ms=settings.retention_ms)
 
 
 def _fill(spec: TaskSpec, consumer: Consumer) -> tuple[_Fill, Journal]:
@@ -197,19 +200,32 @@ def test_a_poll_of_duplicates_only_does_not_end_the_task(slow: str, tmp_path: Pa
     assert fill.stats["released_lock_deadline"] == 0 and end.records == 4
 
 
-def test_a_batch_committed_while_a_late_attempt_polls_withdraws_its_slot(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("retention_ms", [0, 600_000], ids=["old-attempt", "young-attempt"])
+def test_a_batch_committed_while_a_late_attempt_polls_gets_its_records_back(
+        tmp_path: Path, retention_ms: int) -> None:
+    """Spark commits the batch (another attempt finished it) between this attempt's polls.
+    Young (the default retention), its next create finds the log ENDed by the driver's
+    commit. Old (no retention), its create succeeds (here the fence alone is raised: an
+    object store whose batch the commit deleted), and the fence re-read after it sends the
+    records back; the slot stays (Spark drops a late attempt's rows). Either way nothing of
+    the second poll is ACCEPTed."""
     journal_dir = tmp_path / "j"
 
     def commit_before_second_poll(n: int) -> None:
-        if n == 2:  # Spark committed the batch (another attempt finished it)
+        if n == 2 and retention_ms:
+            Journal(str(journal_dir), fsync=False, retention_ms=retention_ms).commit(
+                SEQ, dedup_retention_ms=3_600_000, parts=1)
+        elif n == 2:
             (journal_dir / "committed").write_text(json.dumps({"seq": SEQ}))
 
     consumer = Consumer([[Msg(0)], [Msg(1), Msg(2)]], before_poll=commit_before_second_poll)
-    fill, offsets, _ = _run(_spec(journal_dir), consumer)
+    fill, _ = _fill(_spec(journal_dir, retention_ms=retention_ms), consumer)
+    pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
+                        idle_timeout_s=0, uses=1)
+    emitted, scan = _drive(fill.run(pc))
     assert consumer.acks == {0: "ACCEPT", 1: "RELEASE", 2: "RELEASE"}
-    assert offsets == [0], "the late slot was not withdrawn"
-    assert fill.stats["released_closed"] == 2
+    assert fill.stats["released_closed"] == 2 and emitted == [0]
+    assert scan.data_slots == ([0] if retention_ms else [0, 1])
 
 
 def test_a_commit_confirmed_for_one_partition_only_leaves_the_slot_unacknowledged(

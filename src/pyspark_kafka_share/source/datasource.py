@@ -333,8 +333,9 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         # batch's commit cleans up, as without it: the journal is left as it was.
         if self.journal is not None and not end.get(REFRESH):
             starts = read_start_offsets(self.options.client)
-            self.journal.commit(BatchOffset.of(end).seq, self.options.dedup_retention_ms,
-                                starts)
+            plan = BatchOffset.of(end)
+            self.journal.commit(plan.seq, self.options.dedup_retention_ms, starts,
+                                parts=plan.parts)
 
     def stop(self) -> None:
         """Spark may never call this; nothing depends on it."""

@@ -38,13 +38,14 @@ SOURCE_OPTIONS = (
     "numPartitions", "maxRecordsPerTrigger", "startingOffsets", "includeHeaders",
     "pollTimeoutMs", "joinTimeoutMs", "maxBatchDurationMs", "consumerIdleTimeoutMs",
     "lockSafetyFraction", "dedupRetentionMs", "brokerTimeoutMs", "journalFsync",
-    "journalContent", "failOnDataLoss", "journalRetryTimeoutMs", "client",
+    "journalContent", "failOnDataLoss", "journalRetryTimeoutMs", "journalRetentionMs", "client",
 )
 # Options Spark may add on its own (e.g. for CREATE TABLE ... USING); ignored.
 _SPARK_INJECTED = ("path", "paths", "provider")
 DEFAULT_BATCH_DURATION_MS = 10_000
 AVAILABLE_NOW_BATCH_DURATION_MS = 30_000
 _TEST_OPTION = "_faultinjection"
+DEFAULT_JOURNAL_RETENTION_MS = 600_000
 DEFAULT_CLIENT: ShareClient = "native"
 """The source's share consumer unless ``client`` says otherwise: the package's own, since it
 matched librdkafka in the source's failure suites, the cluster tier, the chaos run and two quiet
@@ -74,6 +75,9 @@ class SourceOptions:
     # How long an object-store journal's call rides out an outage (None: the journal's
     # default, stores.retry.DEFAULT_RETRY_TIMEOUT_MS).
     journal_retry_timeout_ms: int | None = None
+    # How long a committed batch's slots stay in the journal; a task younger than half of it
+    # skips the fence re-read after each slot (docs/design.md). 0: deleted at the commit.
+    journal_retention_ms: int = DEFAULT_JOURNAL_RETENTION_MS
     poll_timeout_ms: int = 2_000
     join_timeout_ms: int = 6_000
     max_batch_duration_ms: int | None = None  # unset: see batch_duration_ms()
@@ -114,7 +118,8 @@ class SourceOptions:
         settings = JournalSettings(self.journal_location, fsync=self.journal_fsync,
                                    store_options=self.journal_options,
                                    content="records" if self.journal_content == "records"
-                                   else "offsets")
+                                   else "offsets",
+                                   retention_ms=self.journal_retention_ms)
         if self.journal_retry_timeout_ms is None:
             return settings
         return replace(settings, retry_timeout_ms=self.journal_retry_timeout_ms)
@@ -357,6 +362,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         journal_content=_journal_content(opts),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         journal_retry_timeout_ms=_journal_retry_timeout(opts, journal),
+        journal_retention_ms=_int(opts, "journalRetentionMs", DEFAULT_JOURNAL_RETENTION_MS,
+                                  minimum=0, maximum=7 * 24 * 3600 * 1000) or 0,
         poll_timeout_ms=_int(opts, "pollTimeoutMs", 2_000, minimum=10) or 2_000,
         join_timeout_ms=_int(opts, "joinTimeoutMs", 6_000, minimum=0) or 0,
         max_batch_duration_ms=_int(opts, "maxBatchDurationMs", None, minimum=100),

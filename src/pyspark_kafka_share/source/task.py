@@ -12,7 +12,8 @@ which keeps the task within its record and time budget. Exactly-once protocol pe
 3. if the poll's lock deadline has passed, RELEASE its fresh records (but those on their last
    delivery) and stop; a poll of duplicates only goes on to step 5;
 4. publish the fresh records in the next free journal slot (exclusive create); if the batch
-   was committed meanwhile (a late attempt), withdraw the slot and RELEASE;
+   was committed meanwhile (a late attempt), RELEASE (the fence is re-read only by an attempt
+   older than half of ``journalRetentionMs``: ``PartLog.fence_holds``);
 5. ACCEPT and ``commit_sync``; a failed commit is counted, not fatal: the records are
    journaled, and their redelivery is recognised in step 2.
 
@@ -442,10 +443,10 @@ class _Fill:
         except JournalClosed:
             self._give_back(dups, fresh, "released_closed")
             return None
-        if self.journal.committed_seq() >= self.spec.seq:
-            # A late attempt: Spark committed this batch while we polled. The slot would never
-            # be read; withdraw it and give the records back.
-            self.log.withdraw(slot)
+        if not self.log.fence_holds() and self.journal.committed_seq() >= self.spec.seq:
+            # A late attempt: Spark committed this batch while we polled. The slot may not be
+            # in its output: give the records back (the slot stays; no slot is ever deleted
+            # alone, see PartLog.fence_holds, which spares a young attempt this read).
             self._give_back(dups, fresh, "released_closed")
             return None
         self.own[slot] = batch

@@ -8,12 +8,16 @@ rows, and nothing is ever published after END. Slots are contiguous and END is t
 so a log's state is known from one listing plus the first bytes of its last slot.
 
 Exclusive create is ``link(2)`` on a local or mounted filesystem, ``rename`` on HDFS, and a
-conditional put on S3, GCS and Azure (see :mod:`.stores`). Object stores have no rename: a late
-attempt of a committed batch can still create a slot there, and it withdraws it after seeing
-the ``committed`` fence, which it reads after every append; ``Journal.commit`` writes
-de-duplication keys only for batches above the previous fence, so such a slot is never taken
-for published data, and later commits delete it. See ``docs/design.md`` ("The journal on object
-stores").
+conditional put on S3, GCS and Azure (see :mod:`.stores`). ``Journal.commit`` ENDs every log of
+the batch that has no END yet before it raises the ``committed`` fence, and deletes a committed
+batch's slots only ``retention_ms`` later: until then every create in its logs finds its slot
+taken (slots are contiguous up to END, and no slot is ever deleted alone), so a slot an attempt
+created within ``retention_ms / 2`` of its fence read at ``open`` (which found the batch
+uncommitted) was created before the commit and is part of the batch (:meth:`PartLog.fence_holds`).
+An older attempt re-reads the fence after each create and gives its records back if the batch
+was committed meanwhile; ``Journal.commit`` writes de-duplication keys only for batches above
+the previous fence, so such a slot is never taken for published data. See ``docs/design.md``
+("The fence re-read and the retention of committed batches").
 
 A :class:`PartLog` knows its journal only through :class:`LogJournal`, the few public members
 it needs (``Journal`` provides them); this module does not import the journal.
@@ -56,6 +60,15 @@ HEAD_BYTES = 64 << 10
 of a data slot (its first bytes say which: ``ARROW1`` or ``{``)."""
 
 
+def clock() -> float:
+    """Seconds on a clock that keeps counting while the machine sleeps or the process is
+    stopped (``CLOCK_BOOTTIME`` on Linux; elsewhere ``time.monotonic``): an attempt that
+    judges its age by it never finds itself younger than it is."""
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.monotonic()
+
+
 def read_fence(store: Store, path: str) -> int:
     """The newest batch Spark committed, from the fence file at ``path`` (-1: none yet)."""
     try:
@@ -88,6 +101,11 @@ class LogJournal(Protocol):
     def content(self) -> Content:
         """What a new data slot holds."""
 
+    @property
+    def retention_ms(self) -> int:
+        """How long the driver keeps a committed batch's slots (``journalRetentionMs``; 0:
+        deleted at the commit)."""
+
     def committed_seq(self) -> int:
         """The newest batch Spark committed (-1: none yet)."""
 
@@ -97,10 +115,6 @@ class LogJournal(Protocol):
     def index_slot(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
         """Announce, before creating it, that slot ``slot`` of log ``(seq, part)`` will hold
         ``keys`` (the duplicate lookup's index)."""
-
-    def unindex_slot(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
-        """Remove what :meth:`index_slot` announced for a slot being withdrawn, and its
-        cached keys."""
 
     def remember(self, path: str, keys: SlotKeys) -> None:
         """Note the keys of the slot just published at ``path`` (the duplicate lookup's
@@ -129,6 +143,7 @@ class PartLog:
         self.loss_files: list[str] = []  # seen by the last scan
         self.last_slot_bytes = 0  # size of the last data slot this log appended
         self._keys: dict[int, SlotKeys] = {}  # of the slots this log appended
+        self.opened_at: float | None = None  # clock() before open()'s fence read
 
     def slot_path(self, slot: int) -> str:
         return f"{self.dir}/{slot:06d}"
@@ -139,6 +154,7 @@ class PartLog:
         (slots are contiguous from 0), so that a first attempt's open costs two reads and no
         listing (S3 bills a LIST as a write, a GET at a twelfth of that)."""
         self.journal.store.makedirs(self.dir)
+        self.opened_at = clock()
         if self.journal.committed_seq() >= self.seq:
             raise JournalClosed(f"batch {self.seq} is already committed")
         try:
@@ -170,7 +186,7 @@ class PartLog:
         count = 0
         for number in numbers:
             if number != count:
-                break  # a gap: only in a committed batch (a withdrawn slot); stop there
+                break  # a gap: only in a committed batch being deleted; stop there
             count += 1
         if count == 0:
             self._next, self._next_known = 0, True
@@ -249,8 +265,8 @@ class PartLog:
             if taken == payload:
                 # Our own create, retried by the filesystem client (NFS, HDFS failover, an
                 # object store's retry, the journal's own after an outage) and reported as
-                # "exists": the payload names this attempt, so it is ours, and kept as a
-                # create that answered (a withdraw removes its index entries).
+                # "exists": the payload names this attempt, so it is ours, a create that
+                # answered (made before this answer, all that fence_holds needs).
                 return self._published(slot, keys)
             if not is_data(taken):
                 raise JournalClosed(f"partition {self.part} of batch {self.seq} is closed")
@@ -262,12 +278,21 @@ class PartLog:
         self._keys[slot] = keys
         return slot
 
-    def withdraw(self, slot: int) -> None:
-        """Delete our own slot of a batch that Spark already committed (nobody reads it): its
-        index entries first, then the slot."""
-        self._next_known = False  # the log now has a gap: END goes through a scan
-        self.journal.unindex_slot(self.seq, self.part, slot, self._keys.pop(slot, SlotKeys({})))
-        self.journal.store.remove(self.slot_path(slot))
+    def fence_holds(self) -> bool:
+        """Whether a slot this object has just created (its create answered) is known to
+        precede its batch's commit without reading the fence again: it was opened (the fence
+        read that found the batch uncommitted) less than half of ``retention_ms`` ago.
+
+        The commit came after that read, so the driver deletes the batch's slots no earlier
+        than ``retention_ms`` after it; until then a create in a committed log finds its slot
+        taken (the driver ENDed every log before the fence; slots are contiguous up to END and
+        none is deleted alone). A create that answered within half of that was therefore made
+        before the commit, in the log before END: the batch's output holds it. The other half
+        is a margin for the clocks' rates. docs/design.md ("The fence re-read and the
+        retention of committed batches")."""
+        if self.journal.retention_ms <= 0 or self.opened_at is None:
+            return False
+        return (clock() - self.opened_at) * 1000 < self.journal.retention_ms / 2
 
     def end(self, marker_for: Callable[[ScanResult], EndMarker]) -> ScanResult:
         """Close the log with an END marker (``marker_for(scan) -> EndMarker``); return the

@@ -43,6 +43,7 @@ from pyspark_kafka_share.source.journal.fencing import (
     MAX_CONFLICTS,
     PartLog,
     ScanResult,
+    clock,
     raise_fence,
     read_fence,
 )
@@ -112,6 +113,8 @@ class JournalSettings:
     Kafka) or ``records``. Reading needs no setting: each slot says what it holds.
     ``retry_timeout_ms``: how long an object store's call rides out an outage
     (``journalRetryTimeoutMs``; :mod:`.stores.retry`).
+    ``retention_ms``: how long a committed batch's slots are kept (``journalRetentionMs``;
+    0: deleted at the commit, and every slot's fence re-read; see :mod:`.fencing`).
     """
 
     location: JournalLocation
@@ -119,6 +122,7 @@ class JournalSettings:
     store_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     content: Content = "offsets"
     retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS
+    retention_ms: int = 0
 
 
 class Journal:
@@ -128,13 +132,14 @@ class Journal:
     ``journalPath`` string is parsed here, for callers that open a journal by its path.
     ``options``: ``journal.<key>`` settings of an object-store journal (endpoint,
     credentials, ...), without the prefix. Never logged nor shown in errors.
-    ``retry_timeout_ms``: as :class:`JournalSettings`'.
+    ``retry_timeout_ms``, ``retention_ms``: as :class:`JournalSettings`'.
     """
 
     def __init__(self, location: JournalLocation | str, *, fsync: bool = True,
                  options: Mapping[str, str] | Iterable[tuple[str, str]] = (),
                  content: Content = "offsets",
-                 retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS) -> None:
+                 retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS,
+                 retention_ms: int = 0) -> None:
         self.location = location if isinstance(location, JournalLocation) \
             else JournalLocation.parse(location)
         self.uri = self.location.uri
@@ -142,6 +147,11 @@ class Journal:
                                           retry_timeout_ms=retry_timeout_ms)
         self.fsync = fsync
         self.content: Content = content
+        self.retention_ms = retention_ms
+        # Driver: when this object first knew each committed batch fenced (clock()), and
+        # when it last deleted expired ones (see commit).
+        self._fenced_at: dict[int, float] = {}
+        self._swept_at: float | None = None
         # The newest fence this object read (it only grows): the lookup skips slot entries
         # at or below it without reading the fence again.
         self._fence_seen = -1
@@ -153,7 +163,8 @@ class Journal:
     def of(cls, settings: JournalSettings) -> Journal:
         """The journal ``settings`` describe."""
         return cls(settings.location, fsync=settings.fsync, options=settings.store_options,
-                   content=settings.content, retry_timeout_ms=settings.retry_timeout_ms)
+                   content=settings.content, retry_timeout_ms=settings.retry_timeout_ms,
+                   retention_ms=settings.retention_ms)
 
     def __repr__(self) -> str:
         return f"Journal({self.uri!r})"
@@ -338,15 +349,6 @@ class Journal:
             except OSError as exc:
                 raise JournalError(f"cannot write journal index entry {path}: {exc}") from exc
 
-    def unindex_slot(self, seq: int, part: int, slot: int, keys: SlotKeys) -> None:
-        """Remove the index entries :meth:`index_slot` created for a slot being withdrawn, and
-        the slot's cached keys (its records are released: they must stop counting)."""
-        self.store.remove_all([
-            self._p(tp_dir(tp), IndexEntry.covering(offsets, "s", seq, part, slot).name)
-            for tp, offsets in keys.by_partition.items() if len(offsets)])
-        path = f"{self.batch_dir(seq)}/{part:05d}/{slot:06d}"
-        self._forget_keys(lambda p: p == path)
-
     def _entry_path(self, tp: TopicPartition, entry: IndexEntry) -> str:
         """Where ``entry``'s keys are: its slot, or the dedup entry itself."""
         if entry.kind == "d":
@@ -432,36 +434,86 @@ class Journal:
         return ends
 
     def commit(self, seq: int, dedup_retention_ms: int,
-               start_offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Batch ``seq`` is committed by Spark: keep dedup keys, fence it, delete its data.
+               start_offsets: Mapping[TopicPartition, int] | None = None,
+               parts: int = 0) -> None:
+        """Batch ``seq`` is committed by Spark: close its logs, keep dedup keys, fence it;
+        delete committed batches ``retention_ms`` after their commit.
 
-        Order matters: dedup entries first (``find_journaled`` skips fenced batches), then
-        the fence, then the batch directories (renamed aside first where the store can).
+        Order matters. Every log of each newly committed batch gets END (``parts``: the
+        batch's tasks, whose logs may not exist yet), then dedup entries (``find_journaled``
+        skips fenced batches), then the fence. A log without END at the commit is one whose
+        task Spark did not run to its end (a ``take()`` in ``foreachBatch``); closing it
+        makes every later create in the batch's logs find its slot taken until the batch is
+        deleted, which is what lets a young attempt skip the fence re-read
+        (:meth:`PartLog.fence_holds`).
 
         Dedup entries are written only for batches above the previous fence. A batch at or
         below it was committed before, with its entries; whatever is in it now was written by
-        a late attempt after that commit (possible on object stores, which cannot rename the
-        directory away), was never acknowledged, and is only deleted here: taking its records
-        for published ones would drop their redeliveries.
+        a late attempt after it was deleted, was never acknowledged, and is only deleted
+        here: taking its records for published ones would drop their redeliveries.
         """
         previous = self.committed_seq()
-        done = [n for n in self._batch_names() if int(n) <= seq]
-        for name in done:
-            if int(name) > previous:
-                self._keep_unconfirmed(int(name))
+        listed = [int(n) for n in self._batch_names()]
+        fresh = sorted({n for n in listed if previous < n <= seq} |
+                       ({seq} if seq > previous else set()))
+        for done in fresh:
+            self._keep_unconfirmed(done, self._close_logs(done, parts))
         if seq > previous:
             raise_fence(self.store, self._p("committed"), seq)
-        for done_seq in [n for n in self._ended if n <= seq]:
-            del self._ended[done_seq]
-        for name in done:
-            # Renamed first where possible: a late attempt's link into the old path then
-            # fails (ENOENT). Without rename, the fence does that job (see the docstring).
-            self.store.remove_tree(self.store.retire(self._p("batches", name)))
+        now = clock()  # after the fence: no earlier than the commit
+        for done in [n for n in listed if n <= seq] + fresh:
+            self._fenced_at.setdefault(done, now)
+        for done in [n for n in self._ended if n <= seq]:
+            del self._ended[done]
+        self._sweep(max(seq, previous), start_offsets, dedup_retention_ms)
+
+    def _close_logs(self, seq: int, parts: int) -> dict[int, ScanResult]:
+        """END every log of batch ``seq`` (``0 .. parts - 1`` and any other that exists)
+        that has none yet; the final scan of each. Free where :meth:`batch_ends` saw every
+        task's END; otherwise one listing of the batch, and per open log a read of its last
+        slot and one create."""
+        scans = dict(self._ended.get(seq, {}))
+        if scans.keys() >= set(range(parts)) and parts > 0:
+            return scans
+        listing = self._batch_listing(seq)
+        for part in sorted(set(range(parts)) | listing.keys()):
+            if part in scans:
+                continue
+            log = self.part_log(seq, part)
+            scan = log.scan(listing.get(part, []))
+            if scan.end is None:
+                scan = log.end(lambda s: EndMarker(attempt=-1, data_slots=len(s.data_slots),
+                                                   records=0, stats={"closed_at_commit": 1}))
+            scans[part] = scan
+        return scans
+
+    def _sweep(self, fence: int, start_offsets: Mapping[TopicPartition, int] | None,
+               dedup_retention_ms: int) -> None:
+        """Delete the committed batches fenced ``retention_ms`` ago or more, the index
+        entries of fenced batches and the dedup entries that can no longer match; at most
+        every ``retention_ms / 2`` (with 0, at every commit), in one listing and one bulk
+        delete per thousand keys on an object store."""
+        now = clock()
+        if self._swept_at is not None and \
+                (now - self._swept_at) * 1000 < self.retention_ms / 2:
+            return
+        self._swept_at = now
+        expired = {n for n, at in self._fenced_at.items()
+                   if (now - at) * 1000 >= self.retention_ms}
         if self.store.renames:
+            for done in sorted(expired):
+                # Renamed first: a late attempt's link into the old path then fails (ENOENT).
+                self.store.remove_tree(self.store.retire(self.batch_dir(done)))
             for name in self.store.listdir(self._p("batches")):
                 if name.startswith(".gc-"):
                     self.store.remove_tree(self._p("batches", name))
-        self._clean_index(max(seq, previous), start_offsets, dedup_retention_ms)
+        elif expired:
+            self.store.remove_all([
+                self._p("batches", rel) for rel in self.store.files_under(self._p("batches"))
+                if rel.split("/", 1)[0].isdigit() and int(rel.split("/", 1)[0]) in expired])
+        for done in expired:
+            del self._fenced_at[done]
+        self._clean_index(fence, start_offsets, dedup_retention_ms)
 
     def _batch_listing(self, seq: int) -> dict[int, list[str]]:
         """The file names of each part log of batch ``seq``, from one recursive listing."""
@@ -472,14 +524,12 @@ class Journal:
                 logs.setdefault(int(part), []).append(name)
         return logs
 
-    def _keep_unconfirmed(self, seq: int) -> None:
+    def _keep_unconfirmed(self, seq: int, scans: Mapping[int, ScanResult]) -> None:
         """Write a dedup entry per topic-partition for every slot of batch ``seq`` whose
-        acknowledgement its END does not record as confirmed (with the scans of ended logs
-        that :meth:`batch_ends` made, if it did)."""
-        ended = self._ended.get(seq, {})
-        for part, names in self._batch_listing(seq).items():
+        acknowledgement its END does not record as confirmed (``scans``: the final scan of
+        each of its logs)."""
+        for part, scan in scans.items():
             log = self.part_log(seq, part)
-            scan = ended.get(part) or log.scan(names)
             acked = set(scan.end.acked_slots) if scan.end else set()
             for slot in scan.data_slots:
                 if slot in acked:
