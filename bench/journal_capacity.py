@@ -11,11 +11,14 @@ N simulated tasks drive the journal's own code paths (``Journal``, ``PartLog``: 
 
 - task start: ``spec.journal()`` (``check_marker``), ``claim``, ``PartLog.open``;
 - each poll: ``find_journaled`` (the duplicate lookup), ``PartLog.append`` (the index entry,
-  then the slot), the fence re-read; a poll's records are of one topic-partition, the polls
+  then the slot), the fence re-read unless ``PartLog.fence_holds`` (an attempt younger than
+  half of ``journalRetentionMs``, :data:`RETENTION_MS` here); a poll's records are of one
+  topic-partition, the polls
   spread over ``--partitions`` partitions round robin (a share group hands each partition's
   records to every consumer);
 - task end: ``PartLog.end``;
-- per batch on the driver: ``batch_ends`` (the batch's metrics), then ``commit``.
+- per batch on the driver (one ``Journal`` object for the run, as the source's reader):
+  ``batch_ends`` (the batch's metrics), then ``commit``.
 
 Time is scaled down: the tasks poll in lockstep rounds, one poll each per round, and a round
 stands for ``1 / polls-per-s`` seconds, so the request *counts* are those of the real rate and
@@ -63,6 +66,7 @@ from pyspark_kafka_share.source.journal.keys import SlotKeys
 
 BUCKET = "capacity-journal"
 LIST_PAGE = 1000  # keys per LIST response (S3, GCS and Azure alike)
+RETENTION_MS = 600_000  # journalRetentionMs's default: the sweep runs every half of it
 
 # The published limits (sources in docs/design.md): requests per second.
 S3_WRITES_PER_PREFIX = 3_500  # PUT/COPY/POST/DELETE per partitioned prefix
@@ -258,12 +262,12 @@ class Simulation:
         self.query = uuid.uuid4().hex
 
     def journal(self) -> Journal:
-        return Journal(self.uri, options=self.opts)
+        return Journal(self.uri, options=self.opts, retention_ms=RETENTION_MS)
 
     def run(self) -> Tally:
         """Run every batch; return the one-off requests of the query's start."""
         with as_worker(self.driver):
-            driver = self.journal()
+            driver = self.driver_journal = self.journal()
             driver.claim(self.query)
             self.marker = driver.place_marker()
         once = self.log.take()
@@ -296,9 +300,10 @@ class Simulation:
                 log.end(functools.partial(_marker, task))
         self.phases["end"].add(self.log.take())
         with as_worker(self.driver):
-            driver = self.journal()
+            driver = self.driver_journal
             driver.batch_ends(seq)
-            driver.commit(seq, dedup_retention_ms=3_600_000, start_offsets={})
+            driver.commit(seq, dedup_retention_ms=3_600_000, start_offsets={},
+                          parts=load.tasks)
         self.phases["driver"].add(self.log.take())
 
     def _poll(self, log: Any, seq: int, task: int) -> None:
@@ -313,7 +318,7 @@ class Simulation:
         if log.journal.find_journaled(keys):
             raise AssertionError("fresh offsets found in the journal")
         log.append(batch, attempt=task, keys=keys)
-        if log.journal.committed_seq() >= seq:
+        if not log.fence_holds() and log.journal.committed_seq() >= seq:
             raise AssertionError("the fence passed a running batch")
 
 
@@ -339,21 +344,30 @@ def predict(load: Load) -> dict[str, float]:
     poll's fresh offsets are those of concurrent polls) and reads a slot only on overlap."""
     t, batch_s = load.tasks, load.batch_s
     slots = t * load.polls_per_s * batch_s  # data slots per batch
+    # The sweep, every half retention: one recursive listing of batches/ (the batches
+    # retained: 1 to 1.5 retentions' worth) and of index/, and their bulk deletes; a share
+    # of it per batch.
+    sweep_share = batch_s * 1000 / (RETENTION_MS / 2)
+    retained = 1.5 * RETENTION_MS / 1000 / batch_s * (slots + t)  # slots and ENDs
+    expired = RETENTION_MS / 2 / 1000 / batch_s * (slots + t)
+    entries = RETENTION_MS / 2 / 1000 / batch_s * slots  # index entries since the last sweep
     per_batch = {
         # per slot: its index entry and the slot; END per task
         "create": 2 * slots + t,
         "overwrite": 1.0,  # the fence, once per commit
-        # per poll: the fence re-check; start: the fence and one ranged GET of slot 0, which
-        # misses (an empty log: no listing); END: none (created at the slot the task knows
-        # to be next); driver: batch_ends reads each log's last slot, its END, in one ranged
-        # GET (commit reuses it); commit the fence.
-        "get": slots + 2 * t + t + 1,
+        # start: the fence and one ranged GET of slot 0, which misses (an empty log: no
+        # listing); per slot: none (a young attempt: no fence re-read); END: none (created
+        # at the slot the task knows to be next); driver: batch_ends reads each log's last
+        # slot, its END, in one ranged GET (commit reuses it); commit reads the fence.
+        "get": 2 * t + t + 1,
         # per poll: LIST the topic-partition's index entries; driver: batch_ends lists the
-        # batch recursively; commit lists batches/, the batch recursively twice (its dedup
-        # pass, its deletion) and index/ recursively (pages).
-        "list": slots + 3 * _pages(slots + t) + 1 + _pages(slots),
-        # bulk deletes, 1,000 keys each: the batch's slots and ENDs, its index entries
-        "delete": math.ceil((slots + t) / LIST_PAGE) + math.ceil(slots / LIST_PAGE),
+        # batch recursively; commit lists nothing (it follows the fence); the sweep's share.
+        "list": slots + _pages(slots + t)
+        + sweep_share * (_pages(retained) + _pages(entries)),
+        # bulk deletes, 1,000 keys each, at the sweep: the batches' slots and ENDs, their
+        # index entries
+        "delete": sweep_share * (math.ceil(expired / LIST_PAGE)
+                                 + math.ceil(entries / LIST_PAGE)),
     }
     return {k: v / batch_s for k, v in per_batch.items()}
 
@@ -365,7 +379,7 @@ def per_slot_and_task(load: Load) -> tuple[float, float]:
     rates = predict(load)
     total = sum(rates.values())
     polls = load.tasks * load.polls_per_s
-    per_slot = 4.0  # two creates, the fence re-check, the lookup's listing
+    per_slot = 3.0  # two creates and the lookup's listing (no fence re-check: a young attempt)
     per_task = (total - per_slot * polls) * load.batch_s / load.tasks
     return per_slot, per_task
 
@@ -408,7 +422,7 @@ def formula_table() -> None:
         load = Load(t, p, 10.0, 1, t, 0)
         r = predict(load)
         slot, task = per_slot_and_task(load)
-        fence = t * p + (t + 1) / load.batch_s  # per slot, per task's start, the commit
+        fence = (t + 1) / load.batch_s  # per task's start, the commit
         print(f"| {name} | {r['create']:,.1f} | {r['get']:,.1f} ({fence:,.1f}) "
               f"| {r['list']:,.1f} | {sum(r.values()):,.1f} | {slot:.0f} | {task:.1f} | "
               f"{cost_per_day(r):,.2f} |")

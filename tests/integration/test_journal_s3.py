@@ -79,10 +79,11 @@ def test_the_server_refuses_a_second_exclusive_create_also_under_races(
 # -- the journal's protocol on S3 ----------------------------------------------------------------
 
 
-def test_a_late_attempt_after_the_commit_withdraws_and_its_orphans_are_swept(
+def test_a_late_attempt_after_the_deletion_gives_back_and_its_orphans_are_swept(
     s3_journal: JournalAt,
 ) -> None:
-    # No rename on S3: after the commit deleted batch 1, a late attempt's create succeeds.
+    # No rename on S3: once the commit deleted batch 1 (no retention here, so at once), a late
+    # attempt's create succeeds; it is old (no retention), so it re-reads the fence.
     j = s3_journal.open()
     late = j.part_log(1, 0)
     late.open()  # opened while batch 1 was running
@@ -91,10 +92,10 @@ def test_a_late_attempt_after_the_commit_withdraws_and_its_orphans_are_swept(
     done.end(end_marker(1, acked=(0,)))
     j.commit(1, dedup_retention_ms=3_600_000)
     slot = late.append(record_batch("t", [1]), attempt=2)  # succeeds: nothing is there any more
-    assert j.committed_seq() >= 1, "the fence the task re-reads after every append"
+    assert j.committed_seq() >= 1, "the fence an old task re-reads after every append"
     with pytest.raises(JournalClosed):
         j.part_log(1, 0).open()  # a new attempt sees the fence at once
-    # The task would withdraw now; suppose it died first. Its records were never ACCEPTed,
+    # The task would give its records back now; suppose it died first. Never ACCEPTed,
     # so they must not become dedup keys, and the next commit deletes the orphan.
     assert slot == 0  # its scan at open saw an empty log
     nxt = j.part_log(2, 0)

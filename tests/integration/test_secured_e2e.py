@@ -436,7 +436,8 @@ def test_dedup_entries_go_once_the_start_offsets_pass_them(
     batch read and acknowledged (below the start offsets), one with offsets no one produced
     (above them). Spark commits a batch to the source when it plans the next one, so the
     query is then fed a few records at a time: its batches' commits must drop the first
-    entry and keep the second."""
+    entry and keep the second. The commit cleans the index in its sweep, at most every half
+    ``journalRetentionMs``: 1 s here, so that every commit of the test sweeps."""
     from pyspark_kafka_share.source.journal.journal import Journal
     from pyspark_kafka_share.source.journal.keys import SlotKeys
 
@@ -445,7 +446,7 @@ def test_dedup_entries_go_once_the_start_offsets_pass_them(
     journal_dir = tmp_path / "journal"
     first = _produce(secured, topic, 100)
     df = _reader(spark, security, topic, group, journal_dir,
-                 dedupRetentionMs=str(24 * 3600 * 1000))
+                 dedupRetentionMs=str(24 * 3600 * 1000), journalRetentionMs="2000")
     q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
          .option("checkpointLocation", str(tmp_path / "chk")).start())
     j = Journal(str(journal_dir))

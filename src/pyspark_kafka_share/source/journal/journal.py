@@ -185,7 +185,7 @@ class Journal:
 
     def batches(self) -> list[int]:
         """The batches the journal still holds (uncommitted ones, and leftovers of committed
-        ones until the next commit deletes them), oldest first."""
+        ones until a sweep deletes them, ``retention_ms`` after their commit), oldest first."""
         return [int(n) for n in self._batch_names()]
 
     # -- the committed fence ------------------------------------------------------------
@@ -453,7 +453,11 @@ class Journal:
         here: taking its records for published ones would drop their redeliveries.
         """
         previous = self.committed_seq()
-        listed = [int(n) for n in self._batch_names()]
+        # The batches to close: only ``seq`` when it follows the fence (every commit but a
+        # driver's first and one after a skipped commit), without listing them; the sweep
+        # finds any other (a late attempt's orphan, an earlier run's batch).
+        listed = [] if self._swept_at is not None and seq <= previous + 1 else \
+            [int(n) for n in self._batch_names()]
         fresh = sorted({n for n in listed if previous < n <= seq} |
                        ({seq} if seq > previous else set()))
         for done in fresh:
@@ -498,19 +502,24 @@ class Journal:
                 (now - self._swept_at) * 1000 < self.retention_ms / 2:
             return
         self._swept_at = now
+        names = self.store.listdir(self._p("batches")) if self.store.renames else \
+            self.store.files_under(self._p("batches"))
+        for top in {name.split("/", 1)[0] for name in names}:
+            if top.isdigit() and int(top) <= fence:
+                self._fenced_at.setdefault(int(top), now)  # not fenced by this object
         expired = {n for n, at in self._fenced_at.items()
                    if (now - at) * 1000 >= self.retention_ms}
         if self.store.renames:
             for done in sorted(expired):
                 # Renamed first: a late attempt's link into the old path then fails (ENOENT).
                 self.store.remove_tree(self.store.retire(self.batch_dir(done)))
-            for name in self.store.listdir(self._p("batches")):
+            for name in names:
                 if name.startswith(".gc-"):
                     self.store.remove_tree(self._p("batches", name))
-        elif expired:
-            self.store.remove_all([
-                self._p("batches", rel) for rel in self.store.files_under(self._p("batches"))
-                if rel.split("/", 1)[0].isdigit() and int(rel.split("/", 1)[0]) in expired])
+        else:
+            self.store.remove_all([self._p("batches", rel) for rel in names
+                                   if rel.split("/", 1)[0].isdigit()
+                                   and int(rel.split("/", 1)[0]) in expired])
         for done in expired:
             del self._fenced_at[done]
         self._clean_index(fence, start_offsets, dedup_retention_ms)
