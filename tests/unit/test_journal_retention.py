@@ -34,6 +34,15 @@ class _Clock:
         return self.now
 
 
+def _fenced(journal: JournalAt, retention_ms: int = R) -> Journal:
+    """A driver whose first commit (of batch 0) left a fence promising ``retention_ms``:
+    tasks that open after it may skip their re-reads."""
+    driver = journal.open(retention_ms=retention_ms)
+    driver.place_marker()
+    driver.commit(0, dedup_retention_ms=3_600_000, parts=0)
+    return driver
+
+
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Clock]:
     fake = _Clock()
@@ -66,6 +75,7 @@ def test_a_young_attempts_slot_costs_its_index_entry_the_slot_and_one_listing(
     """Per poll of one topic-partition with fresh records: the lookup's listing, the index
     entry and the slot; no fence read while the attempt is younger than half the retention.
     Older, or with no retention, the task re-reads the fence after the create."""
+    _fenced(journal)
     task = journal.open(retention_ms=R)
     log = task.part_log(1, 0)
     log.open()
@@ -85,6 +95,11 @@ def test_a_young_attempts_slot_costs_its_index_entry_the_slot_and_one_listing(
     other.open()
     other.append(records_at([("t", 0, 6)]), attempt=2)
     assert not other.fence_holds()
+    late = journal.open(retention_ms=R).part_log(3, 0)
+    late.open()
+    clock.now += R / 2 / 1000
+    late.append(records_at([("t", 0, 7)]), attempt=3)
+    assert not late.fence_holds(), "the age counts from the open's fence read, not the create"
 
 
 def test_after_the_commit_no_young_attempt_can_create_a_slot_in_the_batch(
@@ -95,7 +110,7 @@ def test_after_the_commit_no_young_attempt_can_create_a_slot_in_the_batch(
     After the commit both are young: neither may publish a slot (it would skip the fence
     re-read and ACCEPT records the committed batch does not hold: lost). The driver ENDs task
     1's log before the fence, and keeps the batch until the retention has passed."""
-    driver = journal.open(retention_ms=R)
+    driver = _fenced(journal)
     done, copy = journal.open(retention_ms=R).part_log(1, 0), \
         journal.open(retention_ms=R).part_log(1, 0)
     done.open()
@@ -104,6 +119,7 @@ def test_after_the_commit_no_young_attempt_can_create_a_slot_in_the_batch(
     done.end(end_marker(1, acked=(0,)))
     stopped = journal.open(retention_ms=R).part_log(1, 1)
     stopped.open()
+    assert set(driver.batch_ends(1)) == {0}, "the metrics saw task 0's END only"
     driver.commit(1, dedup_retention_ms=3_600_000, parts=2)
     clock.now += R / 2 / 1000 - 1
     with pytest.raises(JournalClosed):
@@ -120,7 +136,7 @@ def test_committed_batches_go_after_the_retention_in_one_sweep(
     """A committed batch stays for the retention, and is deleted by a sweep at most every
     half retention; on an object store one sweep lists the batches once and deletes them in
     one request, whatever their number. Index entries of fenced batches go with a sweep."""
-    driver = journal.open(retention_ms=R)
+    driver = _fenced(journal)
     for seq in (1, 2, 3):
         log = driver.part_log(seq, 0)
         log.open()
@@ -129,7 +145,7 @@ def test_committed_batches_go_after_the_retention_in_one_sweep(
         driver.commit(seq, dedup_retention_ms=3_600_000, parts=1)
         clock.now += 60
     assert driver.batches() == [1, 2, 3], "a committed batch went before its retention"
-    clock.now += R / 1000 - 180  # batch 1 is R old, batch 2 not; the last sweep R ago
+    clock.now += R / 1000 - 180  # batch 1 is R old, 2 not; the last sweep R ago
     counting = _Requests(driver.store)
     driver.store = counting  # type: ignore[assignment]
     log = driver.part_log(4, 0)
@@ -160,7 +176,7 @@ def test_a_new_driver_keeps_committed_batches_it_finds_for_the_retention(
     """A restarted driver cannot know when the batches it finds were committed: it keeps
     them for the retention from its own first commit, so a young attempt of the old run
     still finds its log closed."""
-    old = journal.open(retention_ms=R)
+    old = _fenced(journal)
     log = old.part_log(1, 0)
     log.open()
     log.end(end_marker(1))
@@ -199,6 +215,8 @@ def test_the_driver_closes_nothing_more_when_every_task_ended(tmp_path: Any) -> 
     """With every task's END seen by batch_ends, a commit that follows the fence (between
     sweeps) costs the fence's read and its write: no listing, no read of a log, no create."""
     j = Journal(str(tmp_path / "j"), fsync=False, retention_ms=R)
+    j.place_marker()
+    j.commit(0, dedup_retention_ms=0, parts=0)
     for part in range(3):
         log = j.part_log(1, part)
         log.open()
@@ -217,3 +235,53 @@ def test_the_driver_closes_nothing_more_when_every_task_ended(tmp_path: Any) -> 
     counting.calls.clear()
     driver.commit(2, dedup_retention_ms=0, parts=3)
     assert sorted(k for k, _ in counting.calls) == ["read", "write"], counting.calls
+
+
+def test_the_fence_keeps_the_largest_retention_a_driver_promised(
+    journal: JournalAt, clock: _Clock,
+) -> None:
+    """A restart with a lower journalRetentionMs (here 0) still keeps the batches for the
+    retention the fence promised, since the old run's tasks rely on it; a task takes the
+    smaller of its own and the fence's, and a task that opened without a fence skips
+    nothing."""
+    unfenced = journal.open(retention_ms=R).part_log(1, 0)
+    unfenced.open()
+    unfenced.append(records_at([("t", 0, 1)]), attempt=1)
+    assert not unfenced.fence_holds(), "no fence, no promise: re-read"
+    _fenced(journal)
+    young = journal.open(retention_ms=R).part_log(1, 1)
+    young.open()
+    new = journal.open(retention_ms=0)
+    new.commit(1, dedup_retention_ms=3_600_000, parts=2)
+    assert new.batches() == [1], "deleted at once, under the old run's promise"
+    with pytest.raises(JournalClosed):
+        young.append(records_at([("t", 1, 2)]), attempt=2)
+    wider = journal.open(retention_ms=4 * R).part_log(2, 0)
+    wider.open()
+    wider.append(records_at([("t", 0, 3)]), attempt=3)
+    clock.now += R / 2 / 1000 + 1
+    assert not wider.fence_holds(), "a task's window is at most the fence's promise"
+    clock.now += R / 1000
+    new.commit(2, dedup_retention_ms=3_600_000, parts=1)
+    assert new.batches() == [2], "batch 1 went after the promised retention, batch 2 stays"
+
+
+def test_a_commit_after_a_skipped_one_closes_the_skipped_batches_logs(
+    journal: JournalAt, clock: _Clock,
+) -> None:
+    """Batch 1 (3 tasks, planned by this driver) and batch 2 (none of whose tasks created
+    anything) were never committed to the journal; the commit of batch 3 (2 tasks) closes
+    every log of all three, so no young attempt of them can publish after the fence."""
+    driver = _fenced(journal)
+    driver.planned(1, 3)
+    attempts = []
+    for seq, part in ((1, 2), (2, 0), (3, 1)):
+        log = journal.open(retention_ms=R).part_log(seq, part)
+        log.open()
+        attempts.append(log)
+    driver.commit(3, dedup_retention_ms=3_600_000, parts=2)
+    for log in attempts:
+        with pytest.raises(JournalClosed):
+            log.append(records_at([("t", 0, 9)]), attempt=5)
+    closed = driver.part_log(1, 2).scan()
+    assert closed.end is not None and closed.end.attempt == -1

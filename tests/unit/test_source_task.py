@@ -218,14 +218,33 @@ def test_a_batch_committed_while_a_late_attempt_polls_gets_its_records_back(
         elif n == 2:
             (journal_dir / "committed").write_text(json.dumps({"seq": SEQ}))
 
+    driver = Journal(str(journal_dir), fsync=False, retention_ms=retention_ms)
+    driver.place_marker()
+    driver.commit(SEQ - 1, dedup_retention_ms=3_600_000)  # a fence promising the retention
     consumer = Consumer([[Msg(0)], [Msg(1), Msg(2)]], before_poll=commit_before_second_poll)
     fill, _ = _fill(_spec(journal_dir, retention_ms=retention_ms), consumer)
+    reads = _count_fence_reads(fill.journal)
     pc = PooledConsumer(ShareSession(consumer, timeout_s=1.0), key=(), topics=("in",),
                         idle_timeout_s=0, uses=1)
     emitted, scan = _drive(fill.run(pc))
     assert consumer.acks == {0: "ACCEPT", 1: "RELEASE", 2: "RELEASE"}
     assert fill.stats["released_closed"] == 2 and emitted == [0]
     assert scan.data_slots == ([0] if retention_ms else [0, 1])
+    # young: no re-read after slot 0's create; old: after each of its two creates
+    assert reads == ([] if retention_ms else [1, 1]), reads
+
+
+def _count_fence_reads(journal: Journal) -> list[int]:
+    """Make ``journal`` note a 1 for each read of the fence from now on; the list."""
+    reads: list[int] = []
+    read = journal.committed_seq
+
+    def counted() -> int:
+        reads.append(1)
+        return read()
+
+    journal.committed_seq = counted  # type: ignore[method-assign]
+    return reads
 
 
 def test_a_commit_confirmed_for_one_partition_only_leaves_the_slot_unacknowledged(

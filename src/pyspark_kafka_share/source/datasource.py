@@ -302,6 +302,8 @@ class KafkaShareStreamReader(DataSourceStreamReader):
         plan = BatchOffset.of(end)
         if plan.seq == BatchOffset.of(start).seq:
             return []  # Spark < 4.2: an offset that only refreshes the metrics (_idle)
+        if self.journal is not None:
+            self.journal.planned(plan.seq, plan.parts)
         per_task, backlog_share = plan.task_share()
         # Every subscribed partition as the last backlog read saw them, for the tasks' check
         # that the group is drained.

@@ -62,26 +62,31 @@ of a data slot (its first bytes say which: ``ARROW1`` or ``{``)."""
 
 def clock() -> float:
     """Seconds on a clock that keeps counting while the machine sleeps or the process is
-    stopped (``CLOCK_BOOTTIME`` on Linux; elsewhere ``time.monotonic``): an attempt that
-    judges its age by it never finds itself younger than it is."""
+    stopped (``CLOCK_BOOTTIME`` on Linux; elsewhere ``time.monotonic``, which may not count a
+    sleeping machine). :meth:`PartLog.fence_holds` takes the larger of its age on this clock
+    and on the wall clock, which a paused virtual machine's time sync moves on at resume."""
     if hasattr(time, "CLOCK_BOOTTIME"):
         return time.clock_gettime(time.CLOCK_BOOTTIME)
     return time.monotonic()
 
 
-def read_fence(store: Store, path: str) -> int:
-    """The newest batch Spark committed, from the fence file at ``path`` (-1: none yet)."""
+def read_fence(store: Store, path: str) -> tuple[int, int]:
+    """The fence file at ``path``: the newest batch Spark committed (-1: none yet) and the
+    retention the journal's drivers promised (the largest ``journalRetentionMs`` any gave it;
+    0 in a fence without one)."""
     try:
-        return int(json.loads(store.read(path))["seq"])
+        doc = json.loads(store.read(path))
+        return int(doc["seq"]), int(doc.get("retention_ms", 0))
     except FileNotFoundError:
-        return -1
-    except (OSError, ValueError, KeyError) as exc:
+        return -1, 0
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise JournalError(f"cannot read {path}: {exc}") from exc
 
 
-def raise_fence(store: Store, path: str, seq: int) -> None:
-    """Move the fence at ``path`` up to batch ``seq`` (an atomic overwrite)."""
-    store.write(path, json.dumps({"seq": seq}).encode())
+def raise_fence(store: Store, path: str, seq: int, retention_ms: int) -> None:
+    """Move the fence at ``path`` up to batch ``seq`` (an atomic overwrite), promising that
+    no committed batch is deleted before ``retention_ms`` after its commit."""
+    store.write(path, json.dumps({"seq": seq, "retention_ms": retention_ms}).encode())
 
 
 class LogJournal(Protocol):
@@ -105,6 +110,10 @@ class LogJournal(Protocol):
     def retention_ms(self) -> int:
         """How long the driver keeps a committed batch's slots (``journalRetentionMs``; 0:
         deleted at the commit)."""
+
+    @property
+    def fence_retention_ms(self) -> int:
+        """The retention the fence promised when this object last read it (0: none)."""
 
     def committed_seq(self) -> int:
         """The newest batch Spark committed (-1: none yet)."""
@@ -142,8 +151,10 @@ class PartLog:
         self._next_known = False
         self.loss_files: list[str] = []  # seen by the last scan
         self.last_slot_bytes = 0  # size of the last data slot this log appended
-        self._keys: dict[int, SlotKeys] = {}  # of the slots this log appended
-        self.opened_at: float | None = None  # clock() before open()'s fence read
+        # clock() and the wall clock before open()'s fence read, and the retention both the
+        # task and the fence then promised (fence_holds)
+        self.opened_at: tuple[float, float] | None = None
+        self._window_ms = 0
 
     def slot_path(self, slot: int) -> str:
         return f"{self.dir}/{slot:06d}"
@@ -154,9 +165,10 @@ class PartLog:
         (slots are contiguous from 0), so that a first attempt's open costs two reads and no
         listing (S3 bills a LIST as a write, a GET at a twelfth of that)."""
         self.journal.store.makedirs(self.dir)
-        self.opened_at = clock()
+        self.opened_at = (clock(), time.time())
         if self.journal.committed_seq() >= self.seq:
             raise JournalClosed(f"batch {self.seq} is already committed")
+        self._window_ms = min(self.journal.retention_ms, self.journal.fence_retention_ms)
         try:
             self.journal.store.read_head(self.slot_path(0), len(ARROW_MAGIC))
         except FileNotFoundError:
@@ -275,24 +287,26 @@ class PartLog:
         """Note that our data slot ``slot`` (holding ``keys``) exists; return its number."""
         self._next, self._next_known = slot + 1, True
         self.journal.remember(self.slot_path(slot), keys)
-        self._keys[slot] = keys
         return slot
 
     def fence_holds(self) -> bool:
         """Whether a slot this object has just created (its create answered) is known to
         precede its batch's commit without reading the fence again: it was opened (the fence
-        read that found the batch uncommitted) less than half of ``retention_ms`` ago.
+        read that found the batch uncommitted) less than half of *R* ago, *R* the smaller of
+        the task's ``retention_ms`` and what that fence promised (0 without a fence).
 
         The commit came after that read, so the driver deletes the batch's slots no earlier
-        than ``retention_ms`` after it; until then a create in a committed log finds its slot
-        taken (the driver ENDed every log before the fence; slots are contiguous up to END and
-        none is deleted alone). A create that answered within half of that was therefore made
-        before the commit, in the log before END: the batch's output holds it. The other half
-        is a margin for the clocks' rates. docs/design.md ("The fence re-read and the
-        retention of committed batches")."""
-        if self.journal.retention_ms <= 0 or self.opened_at is None:
+        than *R* after it (a driver keeps the largest retention the fence ever promised);
+        until then a create in a committed log finds its slot taken (the driver ENDed every
+        log before the fence; slots are contiguous up to END and none is deleted alone). A
+        create that answered within half of that was therefore made before the commit, in
+        the log before END: the batch's output holds it. The other half is a margin for the
+        clocks' rates. docs/design.md ("The fence re-read and the retention of committed
+        batches")."""
+        if self._window_ms <= 0 or self.opened_at is None:
             return False
-        return (clock() - self.opened_at) * 1000 < self.journal.retention_ms / 2
+        age_s = max(clock() - self.opened_at[0], time.time() - self.opened_at[1])
+        return age_s * 1000 < self._window_ms / 2
 
     def end(self, marker_for: Callable[[ScanResult], EndMarker]) -> ScanResult:
         """Close the log with an END marker (``marker_for(scan) -> EndMarker``); return the

@@ -59,6 +59,7 @@ from pyspark_kafka_share.source.journal.index import (
 from pyspark_kafka_share.source.journal.keys import Key, SlotKeys
 from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.probe import check_journal, check_journal_uri
+from pyspark_kafka_share.source.journal.retention import Retention, delete_batches
 from pyspark_kafka_share.source.journal.slots import Content, EndMarker, dedup_entry, keys_of
 from pyspark_kafka_share.source.journal.stores import store_for
 from pyspark_kafka_share.source.journal.stores.retry import DEFAULT_RETRY_TIMEOUT_MS
@@ -148,10 +149,8 @@ class Journal:
         self.fsync = fsync
         self.content: Content = content
         self.retention_ms = retention_ms
-        # Driver: when this object first knew each committed batch fenced (clock()), and
-        # when it last deleted expired ones (see commit).
-        self._fenced_at: dict[int, float] = {}
-        self._swept_at: float | None = None
+        self.fence_retention_ms = 0  # what the fence promised when this object last read it
+        self._kept = Retention()  # driver: committed batches kept, and plans (commit)
         # The newest fence this object read (it only grows): the lookup skips slot entries
         # at or below it without reading the fence again.
         self._fence_seen = -1
@@ -192,7 +191,7 @@ class Journal:
 
     def committed_seq(self) -> int:
         """The newest batch Spark committed (-1: none yet), read now."""
-        seq = read_fence(self.store, self._p("committed"))
+        seq, self.fence_retention_ms = read_fence(self.store, self._p("committed"))
         self._fence_seen = max(self._fence_seen, seq)
         self._forget_committed_keys(seq)
         return seq
@@ -453,23 +452,33 @@ class Journal:
         here: taking its records for published ones would drop their redeliveries.
         """
         previous = self.committed_seq()
-        # The batches to close: only ``seq`` when it follows the fence (every commit but a
-        # driver's first and one after a skipped commit), without listing them; the sweep
-        # finds any other (a late attempt's orphan, an earlier run's batch).
-        listed = [] if self._swept_at is not None and seq <= previous + 1 else \
+        # Listed only at a driver's first commit and after a skipped one: otherwise the
+        # batch to close is ``seq`` alone, and the sweep finds any other (an orphan, an
+        # earlier run's batch).
+        listed = [] if self._kept.swept_at is not None and seq <= previous + 1 else \
             [int(n) for n in self._batch_names()]
-        fresh = sorted({n for n in listed if previous < n <= seq} |
-                       ({seq} if seq > previous else set()))
+        fresh = self._kept.to_close(previous, seq, listed)
         for done in fresh:
-            self._keep_unconfirmed(done, self._close_logs(done, parts))
+            self._keep_unconfirmed(done, self._close_logs(done,
+                                                          self._kept.tasks_of(done, seq, parts)))
         if seq > previous:
-            raise_fence(self.store, self._p("committed"), seq)
-        now = clock()  # after the fence: no earlier than the commit
-        for done in [n for n in listed if n <= seq] + fresh:
-            self._fenced_at.setdefault(done, now)
+            raise_fence(self.store, self._p("committed"), seq, self._keep_ms())
+        # after the fence write: no earlier than the commit
+        self._kept.fenced([n for n in listed if n <= seq] + fresh, clock(), seq)
         for done in [n for n in self._ended if n <= seq]:
             del self._ended[done]
         self._sweep(max(seq, previous), start_offsets, dedup_retention_ms)
+
+    def planned(self, seq: int, parts: int) -> None:
+        """Batch ``seq`` runs ``parts`` tasks (the driver, when Spark asks for its
+        partitions): its commit closes that many logs, even if it is not the batch that
+        commit names (a commit skipped before a restart)."""
+        self._kept.planned[seq] = parts
+
+    def _keep_ms(self) -> int:
+        """How long committed batches are kept: this driver's retention, or the larger one an
+        earlier driver promised in the fence (tasks of its run may still rely on it)."""
+        return max(self.retention_ms, self.fence_retention_ms)
 
     def _close_logs(self, seq: int, parts: int) -> dict[int, ScanResult]:
         """END every log of batch ``seq`` (``0 .. parts - 1`` and any other that exists)
@@ -485,6 +494,8 @@ class Journal:
                 continue
             log = self.part_log(seq, part)
             scan = log.scan(listing.get(part, []))
+            if part not in listing:
+                self.store.makedirs(log.dir)  # a task that never ran: END at slot 0
             if scan.end is None:
                 scan = log.end(lambda s: EndMarker(attempt=-1, data_slots=len(s.data_slots),
                                                    records=0, stats={"closed_at_commit": 1}))
@@ -497,31 +508,14 @@ class Journal:
         entries of fenced batches and the dedup entries that can no longer match; at most
         every ``retention_ms / 2`` (with 0, at every commit), in one listing and one bulk
         delete per thousand keys on an object store."""
-        now = clock()
-        if self._swept_at is not None and \
-                (now - self._swept_at) * 1000 < self.retention_ms / 2:
+        now, keep_ms = clock(), self._keep_ms()
+        if not self._kept.sweep_due(now, keep_ms):
             return
-        self._swept_at = now
         names = self.store.listdir(self._p("batches")) if self.store.renames else \
             self.store.files_under(self._p("batches"))
-        for top in {name.split("/", 1)[0] for name in names}:
-            if top.isdigit() and int(top) <= fence:
-                self._fenced_at.setdefault(int(top), now)  # not fenced by this object
-        expired = {n for n, at in self._fenced_at.items()
-                   if (now - at) * 1000 >= self.retention_ms}
-        if self.store.renames:
-            for done in sorted(expired):
-                # Renamed first: a late attempt's link into the old path then fails (ENOENT).
-                self.store.remove_tree(self.store.retire(self.batch_dir(done)))
-            for name in names:
-                if name.startswith(".gc-"):
-                    self.store.remove_tree(self._p("batches", name))
-        else:
-            self.store.remove_all([self._p("batches", rel) for rel in names
-                                   if rel.split("/", 1)[0].isdigit()
-                                   and int(rel.split("/", 1)[0]) in expired])
-        for done in expired:
-            del self._fenced_at[done]
+        found = {int(top) for top in (name.split("/", 1)[0] for name in names) if top.isdigit()}
+        delete_batches(self.store, self._p("batches"), names,
+                       self._kept.expired(found, fence, now, keep_ms))
         self._clean_index(fence, start_offsets, dedup_retention_ms)
 
     def _batch_listing(self, seq: int) -> dict[int, list[str]]:
