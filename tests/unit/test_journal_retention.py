@@ -270,12 +270,13 @@ def test_a_commit_after_a_skipped_one_closes_the_skipped_batches_logs(
     journal: JournalAt, clock: _Clock,
 ) -> None:
     """Batch 1 (3 tasks, planned by this driver) and batch 2 (none of whose tasks created
-    anything) were never committed to the journal; the commit of batch 3 (2 tasks) closes
-    every log of all three, so no young attempt of them can publish after the fence."""
+    anything, planned before a restart) were never committed to the journal; the commit of
+    batch 3 (2 tasks) closes every log of all three (batch 2 with the widest task count
+    known), so no young attempt of them can publish after the fence."""
     driver = _fenced(journal)
     driver.planned(1, 3)
     attempts = []
-    for seq, part in ((1, 2), (2, 0), (3, 1)):
+    for seq, part in ((1, 2), (2, 2), (3, 1)):  # batch 2's part 2: beyond batch 3's tasks
         log = journal.open(retention_ms=R).part_log(seq, part)
         log.open()
         attempts.append(log)
@@ -285,3 +286,18 @@ def test_a_commit_after_a_skipped_one_closes_the_skipped_batches_logs(
             log.append(records_at([("t", 0, 9)]), attempt=5)
     closed = driver.part_log(1, 2).scan()
     assert closed.end is not None and closed.end.attempt == -1
+
+
+def test_a_task_whose_wall_clock_moved_on_is_old_though_its_monotonic_clock_stood_still(
+    journal: JournalAt, clock: _Clock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A virtual machine paused and resumed: CLOCK_BOOTTIME may have stood still, the wall
+    clock moves on at the time sync. The larger age counts: the task re-reads the fence."""
+    _fenced(journal)
+    log = journal.open(retention_ms=R).part_log(1, 0)
+    log.open()
+    log.append(records_at([("t", 0, 1)]), attempt=1)
+    assert log.fence_holds()
+    wall = fencing.time.time() + R / 1000
+    monkeypatch.setattr(fencing.time, "time", lambda: wall)
+    assert not log.fence_holds(), "a paused machine's task took itself for young"

@@ -13,7 +13,8 @@ which keeps the task within its record and time budget. Exactly-once protocol pe
    delivery) and stop; a poll of duplicates only goes on to step 5;
 4. publish the fresh records in the next free journal slot (exclusive create); if the batch
    was committed meanwhile (a late attempt), RELEASE (the fence is re-read only by an attempt
-   older than half of ``journalRetentionMs``: ``PartLog.fence_holds``);
+   older than half the retention the fence promised and the task's ``journalRetentionMs``
+   allow: ``PartLog.fence_holds``);
 5. ACCEPT and ``commit_sync``; a failed commit is counted, not fatal: the records are
    journaled, and their redelivery is recognised in step 2.
 

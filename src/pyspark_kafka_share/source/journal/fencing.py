@@ -10,10 +10,12 @@ so a log's state is known from one listing plus the first bytes of its last slot
 Exclusive create is ``link(2)`` on a local or mounted filesystem, ``rename`` on HDFS, and a
 conditional put on S3, GCS and Azure (see :mod:`.stores`). ``Journal.commit`` ENDs every log of
 the batch that has no END yet before it raises the ``committed`` fence, and deletes a committed
-batch's slots only ``retention_ms`` later: until then every create in its logs finds its slot
-taken (slots are contiguous up to END, and no slot is ever deleted alone), so a slot an attempt
-created within ``retention_ms / 2`` of its fence read at ``open`` (which found the batch
-uncommitted) was created before the commit and is part of the batch (:meth:`PartLog.fence_holds`).
+batch's slots only after the retention the fence promises (the largest ``retention_ms`` any
+driver gave): until then every create in its logs finds its slot taken (slots are contiguous up
+to END, and no slot is ever deleted alone), so a slot an attempt created within half of the
+smaller of its own ``retention_ms`` and the promise of its fence read at ``open`` (which found
+the batch uncommitted; 0 without a fence) was created before the commit and is part of the
+batch (:meth:`PartLog.fence_holds`).
 An older attempt re-reads the fence after each create and gives its records back if the batch
 was committed meanwhile; ``Journal.commit`` writes de-duplication keys only for batches above
 the previous fence, so such a slot is never taken for published data. See ``docs/design.md``
@@ -111,9 +113,8 @@ class LogJournal(Protocol):
         """How long the driver keeps a committed batch's slots (``journalRetentionMs``; 0:
         deleted at the commit)."""
 
-    @property
-    def fence_retention_ms(self) -> int:
-        """The retention the fence promised when this object last read it (0: none)."""
+    def fence(self) -> tuple[int, int]:
+        """The fence, read now: the newest batch committed and the retention promised."""
 
     def committed_seq(self) -> int:
         """The newest batch Spark committed (-1: none yet)."""
@@ -166,9 +167,10 @@ class PartLog:
         listing (S3 bills a LIST as a write, a GET at a twelfth of that)."""
         self.journal.store.makedirs(self.dir)
         self.opened_at = (clock(), time.time())
-        if self.journal.committed_seq() >= self.seq:
+        fence, promised_ms = self.journal.fence()
+        if fence >= self.seq:
             raise JournalClosed(f"batch {self.seq} is already committed")
-        self._window_ms = min(self.journal.retention_ms, self.journal.fence_retention_ms)
+        self._window_ms = min(self.journal.retention_ms, promised_ms)
         try:
             self.journal.store.read_head(self.slot_path(0), len(ARROW_MAGIC))
         except FileNotFoundError:
@@ -303,7 +305,7 @@ class PartLog:
         the log before END: the batch's output holds it. The other half is a margin for the
         clocks' rates. docs/design.md ("The fence re-read and the retention of committed
         batches")."""
-        if self._window_ms <= 0 or self.opened_at is None:
+        if self.opened_at is None:
             return False
         age_s = max(clock() - self.opened_at[0], time.time() - self.opened_at[1])
         return age_s * 1000 < self._window_ms / 2

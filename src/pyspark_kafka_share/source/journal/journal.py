@@ -191,10 +191,14 @@ class Journal:
 
     def committed_seq(self) -> int:
         """The newest batch Spark committed (-1: none yet), read now."""
+        return self.fence()[0]
+
+    def fence(self) -> tuple[int, int]:
+        """The fence, read now: the newest batch committed and the retention promised."""
         seq, self.fence_retention_ms = read_fence(self.store, self._p("committed"))
         self._fence_seen = max(self._fence_seen, seq)
         self._forget_committed_keys(seq)
-        return seq
+        return seq, self.fence_retention_ms
 
     def claim(self, query_id: str) -> None:
         """Make ``query_id`` (Spark's streaming query id, stable across restarts) the journal's
@@ -452,9 +456,8 @@ class Journal:
         here: taking its records for published ones would drop their redeliveries.
         """
         previous = self.committed_seq()
-        # Listed only at a driver's first commit and after a skipped one: otherwise the
-        # batch to close is ``seq`` alone, and the sweep finds any other (an orphan, an
-        # earlier run's batch).
+        # Listed only at a driver's first commit and after a skipped one: otherwise only
+        # ``seq`` is closed, and the sweep finds any other (an orphan, an earlier run's).
         listed = [] if self._kept.swept_at is not None and seq <= previous + 1 else \
             [int(n) for n in self._batch_names()]
         fresh = self._kept.to_close(previous, seq, listed)
@@ -463,28 +466,25 @@ class Journal:
                                                           self._kept.tasks_of(done, seq, parts)))
         if seq > previous:
             raise_fence(self.store, self._p("committed"), seq, self._keep_ms())
-        # after the fence write: no earlier than the commit
-        self._kept.fenced([n for n in listed if n <= seq] + fresh, clock(), seq)
+        self._kept.fenced(  # timed after the fence write: no earlier than the commit
+            [n for n in listed if n <= seq] + fresh, clock(), seq)
         for done in [n for n in self._ended if n <= seq]:
             del self._ended[done]
         self._sweep(max(seq, previous), start_offsets, dedup_retention_ms)
 
     def planned(self, seq: int, parts: int) -> None:
         """Batch ``seq`` runs ``parts`` tasks (the driver, when Spark asks for its
-        partitions): its commit closes that many logs, even if it is not the batch that
-        commit names (a commit skipped before a restart)."""
+        partitions): its commit closes that many logs, even after a skipped commit."""
         self._kept.planned[seq] = parts
 
     def _keep_ms(self) -> int:
-        """How long committed batches are kept: this driver's retention, or the larger one an
-        earlier driver promised in the fence (tasks of its run may still rely on it)."""
+        """How long committed batches are kept: this driver's retention or the fence's promise."""
         return max(self.retention_ms, self.fence_retention_ms)
 
     def _close_logs(self, seq: int, parts: int) -> dict[int, ScanResult]:
-        """END every log of batch ``seq`` (``0 .. parts - 1`` and any other that exists)
-        that has none yet; the final scan of each. Free where :meth:`batch_ends` saw every
-        task's END; otherwise one listing of the batch, and per open log a read of its last
-        slot and one create."""
+        """END every log of batch ``seq`` (``0 .. parts - 1`` and any listed) that has none;
+        the final scan of each. Free where :meth:`batch_ends` saw every task's END; else a
+        listing of the batch, and per open log a read of its last slot and one create."""
         scans = dict(self._ended.get(seq, {}))
         if scans.keys() >= set(range(parts)) and parts > 0:
             return scans
