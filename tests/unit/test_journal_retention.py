@@ -10,6 +10,7 @@ age, or the sweep's batching.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -298,6 +299,6 @@ def test_a_task_whose_wall_clock_moved_on_is_old_though_its_monotonic_clock_stoo
     log.open()
     log.append(records_at([("t", 0, 1)]), attempt=1)
     assert log.fence_holds()
-    wall = fencing.time.time() + R / 1000
-    monkeypatch.setattr(fencing.time, "time", lambda: wall)
+    wall = time.time() + R / 1000
+    monkeypatch.setattr(time, "time", lambda: wall)
     assert not log.fence_holds(), "a paused machine's task took itself for young"
