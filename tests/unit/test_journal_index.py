@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,7 +20,7 @@ from pyspark_kafka_share.source.journal import journal as journal_module
 from pyspark_kafka_share.source.journal.index import LAYOUT, IndexEntry, after
 from pyspark_kafka_share.source.journal.journal import Journal
 from pyspark_kafka_share.source.options import parse_options
-from tests.fixtures.journal import JournalAt, end_marker, records_at
+from tests.fixtures.journal import JournalAt, Requests, end_marker, records_at
 
 _BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "kafka.group.id": "g", "subscribe": "t"}
 
@@ -133,24 +132,6 @@ def test_unconfirmed_records_of_a_committed_batch_are_found_through_its_dedup_en
         "one dedup entry per topic-partition"
 
 
-class _Requests:
-    """Wraps a store and counts its requests by kind."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.calls: list[tuple[str, str]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name in ("create_exclusive", "read", "read_head", "write", "listdir", "files_under",
-                    "list_after", "remove", "remove_all"):
-            def counted(*args: Any) -> Any:
-                self.calls.append((name, str(args[0])))
-                return attr(*args)
-            return counted
-        return attr
-
-
 def test_one_slot_costs_its_index_entry_create_one_fence_read_and_one_listing(
     tmp_path: Path,
 ) -> None:
@@ -167,7 +148,7 @@ def test_one_slot_costs_its_index_entry_create_one_fence_read_and_one_listing(
     log = task.part_log(1, 9)
     log.open()
     task.committed_seq()
-    counting = _Requests(task.store)
+    counting = Requests(task.store)
     task.store = counting  # type: ignore[assignment]
     for poll in range(3):
         counting.calls.clear()
@@ -225,7 +206,7 @@ def test_the_driver_reads_each_ended_log_once_per_batch(tmp_path: Path) -> None:
         log.append(records_at([("t", part, 1)]), attempt=1)
         log.end(end_marker(1, acked=(0,)))
     driver = Journal(str(tmp_path / "j"), fsync=False)
-    counting = _Requests(driver.store)
+    counting = Requests(driver.store)
     driver.store = counting  # type: ignore[assignment]
     assert set(driver.batch_ends(1)) == {0, 1, 2, 3}
     assert sorted(k for k, _ in counting.calls) == ["files_under"] + ["read_head"] * 4, \
@@ -243,7 +224,7 @@ def test_a_task_costs_its_start_one_end_create_and_one_driver_read(journal: Jour
     and the driver's metrics (one ranged read of the log's last slot, its END). A retry's
     start, which finds slot 0, scans the log as well."""
     j = journal.open()
-    counting = _Requests(j.store)
+    counting = Requests(j.store)
     j.store = counting  # type: ignore[assignment]
     log = j.part_log(1, 0)
     log.open()
@@ -255,12 +236,12 @@ def test_a_task_costs_its_start_one_end_create_and_one_driver_read(journal: Jour
     assert final.data_slots == [0] and final.next_slot == 1 and final.end is not None
     assert counting.calls == [("create_exclusive", log.slot_path(1))], counting.calls
     driver = journal.open()
-    counting = _Requests(driver.store)
+    counting = Requests(driver.store)
     driver.store = counting  # type: ignore[assignment]
     ends = driver.batch_ends(1)
     assert ends[0] == final.end
     assert sorted(k for k, _ in counting.calls) == ["files_under", "read_head"], counting.calls
-    counting = _Requests(j.store)
+    counting = Requests(j.store)
     j.store = counting  # type: ignore[assignment]
     retry = j.part_log(1, 0)
     assert retry.open().end == final.end
@@ -300,7 +281,7 @@ def test_a_worker_reads_the_owner_before_it_would_create_it(journal: JournalAt) 
     j = journal.open()
     j.claim("q1")
     journal_module._CLAIMED.clear()  # another worker process
-    counting = _Requests(j.store)
+    counting = Requests(j.store)
     j.store = counting  # type: ignore[assignment]
     j.claim("q1")
     assert counting.calls == [("read", j._p("owner"))], counting.calls
@@ -323,7 +304,7 @@ def test_a_host_checks_the_marker_and_the_owner_once_per_run(
     journal_module._MARKERS_SEEN.clear()  # another process of the same host
     journal_module._CLAIMED.clear()
     again = journal.open()
-    counting = _Requests(again.store)
+    counting = Requests(again.store)
     again.store = counting  # type: ignore[assignment]
     again.check_marker(marker)
     again.claim("q1")

@@ -20,7 +20,7 @@ from pyspark_kafka_share.errors import JournalClosed
 from pyspark_kafka_share.source.journal import fencing
 from pyspark_kafka_share.source.journal import journal as journal_module
 from pyspark_kafka_share.source.journal.journal import Journal
-from tests.fixtures.journal import JournalAt, end_marker, records_at
+from tests.fixtures.journal import JournalAt, Requests, end_marker, records_at
 
 R = 600_000  # ms: the default journalRetentionMs
 
@@ -52,24 +52,6 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Clock]:
     yield fake
 
 
-class _Requests:
-    """Wraps a store and counts its requests by kind."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.calls: list[tuple[str, str]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name in ("create_exclusive", "read", "read_head", "write", "listdir", "files_under",
-                    "list_after", "remove", "remove_all", "remove_tree"):
-            def counted(*args: Any) -> Any:
-                self.calls.append((name, str(args[0])))
-                return attr(*args)
-            return counted
-        return attr
-
-
 def test_a_young_attempts_slot_costs_its_index_entry_the_slot_and_one_listing(
     journal: JournalAt, clock: _Clock,
 ) -> None:
@@ -80,7 +62,7 @@ def test_a_young_attempts_slot_costs_its_index_entry_the_slot_and_one_listing(
     task = journal.open(retention_ms=R)
     log = task.part_log(1, 0)
     log.open()
-    counting = _Requests(task.store)
+    counting = Requests(task.store)
     task.store = counting  # type: ignore[assignment]
     assert task.find_journaled({("t", 0, 5)}) == set()
     log.append(records_at([("t", 0, 5)]), attempt=1)
@@ -147,7 +129,7 @@ def test_committed_batches_go_after_the_retention_in_one_sweep(
         clock.now += 60
     assert driver.batches() == [1, 2, 3], "a committed batch went before its retention"
     clock.now += R / 1000 - 180  # batch 1 is R old, 2 not; the last sweep R ago
-    counting = _Requests(driver.store)
+    counting = Requests(driver.store)
     driver.store = counting  # type: ignore[assignment]
     log = driver.part_log(4, 0)
     log.open()
@@ -226,7 +208,7 @@ def test_the_driver_closes_nothing_more_when_every_task_ended(tmp_path: Any) -> 
     driver = Journal(str(tmp_path / "j"), fsync=False, retention_ms=R)
     assert set(driver.batch_ends(1)) == {0, 1, 2}
     driver.commit(1, dedup_retention_ms=0, parts=3)  # the first sweep
-    counting = _Requests(driver.store)
+    counting = Requests(driver.store)
     driver.store = counting  # type: ignore[assignment]
     for part in range(3):
         log = j.part_log(2, part)
