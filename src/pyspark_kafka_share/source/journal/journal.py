@@ -59,7 +59,7 @@ from pyspark_kafka_share.source.journal.index import (
 from pyspark_kafka_share.source.journal.keys import Key, SlotKeys
 from pyspark_kafka_share.source.journal.location import JournalLocation
 from pyspark_kafka_share.source.journal.probe import check_journal, check_journal_uri
-from pyspark_kafka_share.source.journal.retention import Retention, delete_batches
+from pyspark_kafka_share.source.journal.retention import Retention, batch_of, delete_batches
 from pyspark_kafka_share.source.journal.slots import Content, EndMarker, dedup_entry, keys_of
 from pyspark_kafka_share.source.journal.stores import store_for
 from pyspark_kafka_share.source.journal.stores.retry import DEFAULT_RETRY_TIMEOUT_MS
@@ -513,7 +513,7 @@ class Journal:
             return
         names = self.store.listdir(self._p("batches")) if self.store.renames else \
             self.store.files_under(self._p("batches"))
-        found = {int(top) for top in (name.split("/", 1)[0] for name in names) if top.isdigit()}
+        found = {n for n in map(batch_of, names) if n is not None}
         delete_batches(self.store, self._p("batches"), names,
                        self._kept.expired(found, fence, now, keep_ms))
         self._clean_index(fence, start_offsets, dedup_retention_ms)

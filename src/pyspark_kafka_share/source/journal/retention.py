@@ -14,11 +14,18 @@ from collections.abc import Iterable
 
 from pyspark_kafka_share.source.journal.stores import Store
 
-__all__ = ["UNLISTED_CLOSED", "Retention", "delete_batches"]
+__all__ = ["UNLISTED_CLOSED", "Retention", "batch_of", "delete_batches"]
 
 UNLISTED_CLOSED = 16
 """Batches a commit after a skipped one closes even where none is listed (an object store
 lists no batch whose tasks created nothing)."""
+
+
+def batch_of(name: str) -> int | None:
+    """The batch a name listed under ``batches/`` belongs to (``<seq>`` or ``<seq>/...``),
+    or None for anything else (a renamed-aside ``.gc-`` directory)."""
+    top = name.split("/", 1)[0]
+    return int(top) if top.isdigit() else None
 
 
 class Retention:
@@ -88,5 +95,4 @@ def delete_batches(store: Store, batches_dir: str, names: list[str], gone: set[i
             if name.startswith(".gc-"):
                 store.remove_tree(f"{batches_dir}/{name}")
         return
-    store.remove_all([f"{batches_dir}/{rel}" for rel in names
-                      if rel.split("/", 1)[0].isdigit() and int(rel.split("/", 1)[0]) in gone])
+    store.remove_all([f"{batches_dir}/{rel}" for rel in names if batch_of(rel) in gone])
